@@ -1,0 +1,140 @@
+"""The job registry: typed operations behind the ``exec_remote_*`` JSON-RPC methods."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, ServerBusyError
+from ...protocol import (
+    Empty,
+    JobIdParams,
+    KillParams,
+    KillResult,
+    ListResult,
+    PollParams,
+    PollResult,
+    SignalParams,
+    StartParams,
+    StartResult,
+    WriteStdinParams,
+    WriteStdinResult,
+)
+from .job import Job
+
+__all__ = ["JobController", "JobLimits"]
+
+
+@dataclass(frozen=True)
+class JobLimits:
+    """Bounds that keep the agent's memory and process count finite.
+
+    :ivar buffer_limit: bytes retained per stream per job (older bytes are reported as dropped).
+    :ivar max_running: running jobs at once; more starts get ``ServerBusyError``.
+    :ivar retain_seconds: how long a finished job stays readable (for attach and dashboards).
+    :ivar max_retained: finished jobs kept at most; the oldest are released first.
+    """
+
+    buffer_limit: int = 8 * 1024 * 1024
+    max_running: int = 4096
+    retain_seconds: float = 3600.0
+    max_retained: int = 512
+
+
+class JobController:
+    """Owns every job of one agent instance; job ids are ``<instance>-<n>``, never reused."""
+
+    def __init__(self, instance_id: str, limits: JobLimits | None = None) -> None:
+        self.instance_id = instance_id
+        self.limits = limits or JobLimits()
+        self._jobs: OrderedDict[str, Job] = OrderedDict()
+        self._finished: OrderedDict[str, float] = OrderedDict()  # job_id -> ended (monotonic)
+        self._by_key: dict[str, str] = {}
+        self._counter = 0
+
+    @property
+    def running_count(self) -> int:
+        return len(self._jobs) - len(self._finished)
+
+    def _get(self, job_id: str) -> Job:
+        job = self._jobs.get(job_id)
+        if job is not None:
+            return job
+        instance, sep, _ = job_id.rpartition("-")
+        if sep and instance != self.instance_id:
+            raise AgentLostError(
+                f"job {job_id} belonged to another agent instance ({instance}); this agent "
+                f"({self.instance_id}) started after it, and jobs die with their agent",
+                data={"job_id": job_id},
+            )
+        raise JobNotFoundError(f"no job {job_id} (never started, released, or expired)", job_id=job_id)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        while self._finished:
+            job_id, ended = next(iter(self._finished.items()))
+            if now - ended < self.limits.retain_seconds and len(self._finished) <= self.limits.max_retained:
+                break
+            self._release(job_id)
+
+    def _release(self, job_id: str) -> None:
+        job = self._jobs.pop(job_id, None)
+        self._finished.pop(job_id, None)
+        if job is not None and job.params.idempotency_key is not None:
+            self._by_key.pop(job.params.idempotency_key, None)
+
+    def _job_done(self, job: Job) -> None:
+        self._finished[job.job_id] = time.monotonic()
+        self._expire()
+
+    async def start(self, p: StartParams) -> StartResult:
+        if p.idempotency_key is not None and p.idempotency_key in self._by_key:
+            job = self._jobs[self._by_key[p.idempotency_key]]
+            return StartResult(job_id=job.job_id, pid=job.pid)
+        self._expire()
+        if self.running_count >= self.limits.max_running:
+            raise ServerBusyError(f"{self.running_count} jobs are running, the limit of this agent")
+        self._counter += 1
+        job = Job(f"{self.instance_id}-{self._counter}", p, self.limits.buffer_limit, self._job_done)
+        await job.spawn()  # SpawnError propagates; the job was never registered
+        self._jobs[job.job_id] = job
+        if p.idempotency_key is not None:
+            self._by_key[p.idempotency_key] = job.job_id
+        return StartResult(job_id=job.job_id, pid=job.pid)
+
+    async def poll(self, p: PollParams) -> PollResult:
+        job = self._get(p.job_id)
+        try:
+            return await job.poll(p)
+        except ValueError as exc:  # a cursor past the end of a stream
+            raise InvalidParamsError(str(exc), data={"job_id": p.job_id}) from None
+
+    async def write_stdin(self, p: WriteStdinParams) -> WriteStdinResult:
+        job = self._get(p.job_id)
+        return WriteStdinResult(written=job.write_stdin_encoded(p.data, p.offset, p.eof))
+
+    async def signal(self, p: SignalParams) -> Empty:
+        sig = p.signal if isinstance(p.signal, int) else signal.Signals[p.signal].value
+        self._get(p.job_id).send_signal(sig)
+        return Empty()
+
+    async def kill(self, p: KillParams) -> KillResult:
+        return await self._get(p.job_id).kill(p.grace)
+
+    async def list(self, _: Empty) -> ListResult:
+        self._expire()
+        return ListResult(jobs=[job.info() for job in self._jobs.values()])
+
+    async def release(self, p: JobIdParams) -> Empty:
+        job = self._get(p.job_id)
+        if job.running:
+            await job.kill(None)
+        self._release(p.job_id)
+        return Empty()
+
+    async def aclose(self) -> None:
+        """Kill every running job (the agent is shutting down; jobs die with it)."""
+        for job in list(self._jobs.values()):
+            await job.aclose()

@@ -1,0 +1,344 @@
+"""One job: a subprocess in its own process group with two cursor-addressed output buffers.
+
+The subprocess is driven by an :class:`asyncio.SubprocessProtocol`, so output lands in the
+buffers straight from the event loop's pipe reads (no per-chunk task hops), and a watched
+stream is flow-controlled by pausing the pipe instead of dropping bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import pwd
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+
+from ...errors import JobNotRunningError, SpawnError
+from ...protocol import MAX_WAIT, JobInfo, JobState, KillResult, PollParams, PollResult, StartParams
+from ..buffer import StreamBuffer
+from .proctable import group_alive
+
+__all__ = ["Job"]
+
+READ_CHUNK = 256 * 1024  # asyncio's pipe transports read at most this much per callback
+WATCH_TTL = 5.0  # a stream polled within this many seconds is "watched": pause, don't drop
+LINGER = 0.5  # after the leader exits, wait this long with no output for inherited pipes to close
+
+
+class _JobProtocol(asyncio.SubprocessProtocol):
+    def __init__(self, job: Job) -> None:
+        self._job = job
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Before subprocess_exec() returns: a quick process may exit before spawn() resumes.
+        self._job._transport = transport  # type: ignore[assignment]
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self._job._on_data(fd, data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._job._on_pipe_closed(fd)
+
+    def process_exited(self) -> None:
+        self._job._on_exit()
+
+
+class Job:
+    """A running or finished subprocess and everything a poller needs to read it."""
+
+    def __init__(self, job_id: str, params: StartParams, buffer_limit: int, on_done: Callable[[Job], None]) -> None:
+        self.job_id = job_id
+        self.params = params
+        self.encoding = params.encoding
+        self.pid = 0
+        self.started_at = time.time()
+        self.ended_at: float | None = None
+        self.exit_code: int | None = None
+        self.streams = {1: StreamBuffer(buffer_limit), 2: StreamBuffer(buffer_limit)}
+        self._state: JobState = "running"
+        self._ending: JobState | None = None  # "killed"/"timed_out" once we started ending it
+        self._on_done = on_done
+        self._transport: asyncio.SubprocessTransport | None = None
+        self._exited = False
+        self._exit_event = asyncio.Event()
+        self._done = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._paused: set[int] = set()
+        self._last_poll = 0.0
+        self._data_since_linger = False
+        self._stdin_written = 0
+        self._stdin_open = False
+        self._timers: list[asyncio.TimerHandle] = []
+        self._terminating: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def spawn(self) -> None:
+        """Start the process; raises :class:`SpawnError` if it cannot be started."""
+        p = self.params
+        argv = ["/bin/sh", "-c", p.command] if isinstance(p.command, str) else list(p.command)
+        env = dict(os.environ)
+        kwargs: dict[str, object] = {}
+        if p.user is not None:
+            try:
+                pw = pwd.getpwnam(p.user) if not p.user.isdigit() else pwd.getpwuid(int(p.user))
+            except KeyError:
+                raise SpawnError(f"unknown user {p.user!r}", job_id=self.job_id) from None
+            kwargs.update(user=pw.pw_uid, group=pw.pw_gid, extra_groups=os.getgrouplist(pw.pw_name, pw.pw_gid))
+            env.update(HOME=pw.pw_dir, USER=pw.pw_name, LOGNAME=pw.pw_name)
+        if p.env:
+            env.update(p.env)
+        wants_stdin = p.stdin_open or p.input is not None
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.subprocess_exec(
+                lambda: _JobProtocol(self),
+                *argv,
+                stdin=asyncio.subprocess.PIPE if wants_stdin else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=p.cwd,
+                env=env,
+                start_new_session=True,  # own session and process group: kill reaches the whole tree
+                close_fds=True,
+                **kwargs,  # type: ignore[arg-type]
+            )
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            raise SpawnError(f"cannot start {argv[0]!r}: {exc}", job_id=self.job_id) from None
+        assert self._transport is not None
+        self.pid = self._transport.get_pid()
+        self._stdin_open = wants_stdin
+        if p.input is not None:
+            self.write_stdin(self._decode_input(p.input), offset=None, eof=not p.stdin_open)
+        if p.timeout is not None:
+            self._timers.append(loop.call_later(p.timeout, self._begin_end, "timed_out", p.kill_grace))
+
+    @property
+    def state(self) -> JobState:
+        return self._state
+
+    @property
+    def running(self) -> bool:
+        return self._state == "running"
+
+    def info(self) -> JobInfo:
+        return JobInfo(
+            job_id=self.job_id,
+            pid=self.pid,
+            command=self.params.command,
+            label=self.params.label,
+            state=self._state,
+            exit_code=self.exit_code,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+            stdout_bytes=self.streams[1].end,
+            stderr_bytes=self.streams[2].end,
+            encoding=self.encoding,
+        )
+
+    # -- protocol callbacks (event loop) ----------------------------------------------------
+
+    def _on_data(self, fd: int, data: bytes) -> None:
+        buf = self.streams[fd]
+        buf.append(data)
+        self._data_since_linger = True
+        if buf.wants_pause(READ_CHUNK) and self._watched() and self._transport is not None:
+            pipe = self._transport.get_pipe_transport(fd)
+            if pipe is not None and fd not in self._paused:
+                pipe.pause_reading()  # type: ignore[attr-defined]
+                self._paused.add(fd)
+                self._timers.append(asyncio.get_running_loop().call_later(WATCH_TTL, self._check_unwatched))
+        self._notify()
+
+    def _on_pipe_closed(self, fd: int) -> None:
+        if fd in self.streams:
+            self.streams[fd].eof = True
+            self._paused.discard(fd)
+        self._maybe_done()
+
+    def _on_exit(self) -> None:
+        self._exited = True
+        self._exit_event.set()
+        if self._transport is not None:
+            self.exit_code = self._transport.get_returncode()
+        self._maybe_done()
+        if not self._done.is_set():
+            # A background child may hold our pipes open forever; stop waiting once they go quiet.
+            self._data_since_linger = False
+            self._timers.append(asyncio.get_running_loop().call_later(LINGER, self._linger_check))
+
+    def _linger_check(self) -> None:
+        if self._done.is_set() or self._transport is None:
+            return
+        if self._data_since_linger or self._paused:
+            self._data_since_linger = False
+            self._timers.append(asyncio.get_running_loop().call_later(LINGER, self._linger_check))
+            return
+        self._close_pipes()
+
+    def _maybe_done(self) -> None:
+        if self._done.is_set() or not self._exited or not (self.streams[1].eof and self.streams[2].eof):
+            return
+        self._state = self._ending or "completed"
+        self.ended_at = time.time()
+        for t in self._timers:
+            t.cancel()
+        self._timers.clear()
+        if self._transport is not None:
+            self._transport.close()
+        self._done.set()
+        self._notify()
+        self._on_done(self)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _watched(self) -> bool:
+        return time.monotonic() - self._last_poll < WATCH_TTL
+
+    def _check_unwatched(self) -> None:
+        if self._paused and not self._watched():
+            self._resume_all()  # nobody reads any more: let old bytes fall out instead of blocking
+
+    def _resume_all(self) -> None:
+        if self._transport is None:
+            return
+        for fd in list(self._paused):
+            pipe = self._transport.get_pipe_transport(fd)
+            if pipe is not None:
+                pipe.resume_reading()  # type: ignore[attr-defined]
+        self._paused.clear()
+
+    # -- operations -------------------------------------------------------------------------
+
+    async def poll(self, p: PollParams) -> PollResult:
+        """Return output after the given cursors, waiting up to ``p.wait`` for some to appear."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(p.wait, MAX_WAIT)
+        while True:
+            self._last_poll = time.monotonic()
+            changed = self._changed
+            out = self.streams[1].read(p.stdout_offset, p.max_bytes, self.encoding)
+            err = self.streams[2].read(p.stderr_offset, p.max_bytes, self.encoding)
+            if self._paused and not any(self.streams[fd].wants_pause(READ_CHUNK) for fd in self._paused):
+                self._resume_all()
+            finished = (
+                self._done.is_set() and out.end == self.streams[1].end and err.end == self.streams[2].end
+            )
+            remaining = deadline - loop.time()
+            if out.data or err.data or out.dropped or err.dropped or finished or remaining <= 0:
+                return PollResult(
+                    state=self._state if finished else "running",
+                    exit_code=self.exit_code if finished else None,
+                    stdout=out.data,
+                    stderr=err.data,
+                    stdout_offset=out.end,
+                    stderr_offset=err.end,
+                    stdout_dropped=out.dropped,
+                    stderr_dropped=err.dropped,
+                )
+            try:
+                await asyncio.wait_for(changed.wait(), remaining)
+            except TimeoutError:
+                pass
+
+    def _decode_input(self, data: str) -> bytes:
+        return base64.b64decode(data, validate=True) if self.encoding == "base64" else data.encode()
+
+    def write_stdin(self, data: bytes, offset: int | None, eof: bool) -> int:
+        """Write to stdin at byte ``offset`` (None: append); a repeated write is not duplicated."""
+        if not self._stdin_open or self._transport is None:
+            raise JobNotRunningError(f"stdin of job {self.job_id} is not open", job_id=self.job_id)
+        if offset is not None:
+            if offset > self._stdin_written:
+                raise JobNotRunningError(
+                    f"stdin offset {offset} is past the {self._stdin_written} bytes written", job_id=self.job_id
+                )
+            data = data[self._stdin_written - offset :]
+        pipe = self._transport.get_pipe_transport(0)
+        if pipe is not None and not pipe.is_closing():
+            if data:
+                pipe.write(data)  # type: ignore[attr-defined]
+            if eof:
+                pipe.close()
+        self._stdin_written += len(data)
+        if eof:
+            self._stdin_open = False
+        return len(data)
+
+    def write_stdin_encoded(self, data: str, offset: int | None, eof: bool) -> int:
+        try:
+            raw = self._decode_input(data)
+        except ValueError as exc:
+            raise JobNotRunningError(f"stdin data is not valid base64: {exc}", job_id=self.job_id) from None
+        return self.write_stdin(raw, offset, eof)
+
+    def send_signal(self, sig: int) -> None:
+        """Send ``sig`` to the job's whole process group."""
+        if not self.running:
+            raise JobNotRunningError(f"job {self.job_id} is {self._state}", job_id=self.job_id)
+        _killpg(self.pid, sig)
+
+    async def kill(self, grace: float | None) -> KillResult:
+        """SIGTERM the group, SIGKILL it after ``grace``; return once the job has ended."""
+        if self.running:
+            self._begin_end("killed", self.params.kill_grace if grace is None else grace)
+            assert self._terminating is not None
+            await asyncio.shield(self._terminating)
+            await self._done.wait()
+        return KillResult(state=self._state, exit_code=self.exit_code)
+
+    def _begin_end(self, why: JobState, grace: float) -> None:
+        if self._terminating is None and self.running:
+            self._ending = why
+            self._terminating = asyncio.get_running_loop().create_task(self._terminate(grace))
+
+    async def _terminate(self, grace: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        _killpg(self.pid, signal.SIGTERM)
+        if self._stdin_open:
+            self.write_stdin(b"", None, eof=True)
+        self._resume_all()  # a paused pipe would keep a dying writer blocked
+        try:
+            await asyncio.wait_for(self._exit_event.wait(), grace)
+        except TimeoutError:
+            pass
+        # The leader may be gone while a TERM-ignoring child lives on in the group: look for it.
+        while loop.time() < deadline and await asyncio.to_thread(group_alive, self.pid):
+            await asyncio.sleep(0.02)  # no event exists for "the group emptied"; poll the table
+        if await asyncio.to_thread(group_alive, self.pid):
+            _killpg(self.pid, signal.SIGKILL)
+        await self._exit_event.wait()
+        try:
+            await asyncio.wait_for(self._done.wait(), 1.0)
+        except TimeoutError:
+            self._close_pipes()  # a process that left our group still holds them
+
+    def _close_pipes(self) -> None:
+        if self._transport is None:
+            return
+        self._resume_all()
+        for fd in (1, 2):
+            pipe = self._transport.get_pipe_transport(fd)
+            if pipe is not None and not self.streams[fd].eof:
+                pipe.close()  # calls pipe_connection_lost -> eof
+
+    async def aclose(self) -> None:
+        """Kill the job at once (agent shutdown)."""
+        if self.running:
+            _killpg(self.pid, signal.SIGKILL)
+        for t in self._timers:
+            t.cancel()
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+

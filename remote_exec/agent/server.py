@@ -1,0 +1,158 @@
+"""The agent server: JSON-RPC over HTTP on a private Unix socket (never a TCP port)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import resource
+import secrets
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from .._version import __version__
+from ..protocol import PROTOCOL_VERSION, Empty, Method, ServerInfo
+from .jobs.controller import JobController, JobLimits
+from .jobs.methods import job_methods
+from .rpc import Dispatcher
+from .statedir import secure_dir
+
+__all__ = ["ServerConfig", "build_app", "serve"]
+
+log = logging.getLogger("remote_exec.agent")
+MAX_REQUEST = 96 * 1024 * 1024  # a 64 MiB stdin write, base64'd, plus the envelope
+CAPABILITIES = ["exec_remote", "long_poll", "base64", "stdin_offset", "idempotent_start"]
+
+
+@dataclass
+class ServerConfig:
+    """How ``serve`` runs: where, with which limits, and when to exit by itself.
+
+    :ivar idle_timeout: seconds with no running job and no request before the server exits;
+        0 means never.
+    """
+
+    state_dir: Path
+    idle_timeout: float = 900.0
+    limits: JobLimits = field(default_factory=JobLimits)
+
+
+class _Activity:
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.last = time.monotonic()
+
+
+def build_app(config: ServerConfig) -> web.Application:
+    """The aiohttp application: controllers are built here, never at import time."""
+    instance_id = secrets.token_hex(4)
+    jobs = JobController(instance_id, config.limits)
+    started_at = time.time()
+    dispatcher = Dispatcher()
+    dispatcher.register(job_methods(jobs))
+
+    async def server_info(_: Empty) -> ServerInfo:
+        return ServerInfo(
+            version=__version__,
+            protocol_version=PROTOCOL_VERSION,
+            pid=os.getpid(),
+            started_at=started_at,
+            instance_id=instance_id,
+            capabilities=CAPABILITIES,
+        )
+
+    dispatcher.register({Method.SERVER_INFO: server_info})
+    activity = _Activity()
+
+    async def rpc(request: web.Request) -> web.Response:
+        activity.in_flight += 1
+        try:
+            answer = await dispatcher.handle(await request.read())
+        finally:
+            activity.in_flight -= 1
+            activity.last = time.monotonic()
+        if answer is None:
+            return web.Response(status=204)
+        return web.Response(body=answer, content_type="application/json")
+
+    async def on_cleanup(_: web.Application) -> None:
+        await jobs.aclose()
+
+    app = web.Application(client_max_size=MAX_REQUEST)
+    app.router.add_post("/rpc", rpc)
+    app.on_cleanup.append(on_cleanup)
+    app["jobs"] = jobs
+    app["activity"] = activity
+    app["instance_id"] = instance_id
+    return app
+
+
+def _raise_fd_limit() -> None:
+    # Each job holds 3-4 fds; the default soft limit (1024) would cap us near 250 jobs.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
+    """Serve until SIGTERM/SIGINT or until idle; running jobs are killed on the way out."""
+    _raise_fd_limit()
+    if sys.version_info < (3, 12):
+        # 3.11's default watcher runs a thread per child; pidfds scale to thousands of jobs.
+        asyncio.get_running_loop()  # the watcher attaches to the running loop
+        watcher = asyncio.PidfdChildWatcher()
+        asyncio.set_child_watcher(watcher)
+        watcher.attach_loop(asyncio.get_running_loop())
+    state_dir = secure_dir(config.state_dir)
+    sock = state_dir / "agent.sock"
+    app = build_app(config)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    if sock.exists():
+        sock.unlink()  # stale: ensure_server holds the lock and found nobody accepting on it
+    old_umask = os.umask(0o177)  # the socket is born 0600: no window where others can connect
+    try:
+        site = web.UnixSite(runner, os.fspath(sock))
+        await site.start()
+    finally:
+        os.umask(old_umask)
+    os.chmod(sock, 0o600)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    if ready_fd is not None:
+        os.write(ready_fd, b"ready\n")
+        os.close(ready_fd)
+    log.info("agent %s serving on %s", app["instance_id"], sock)
+    idle = asyncio.create_task(_idle_watch(app, config.idle_timeout, stop))
+    try:
+        await stop.wait()
+    finally:
+        idle.cancel()
+        try:
+            if sock.exists():
+                sock.unlink()
+        except OSError:
+            pass
+        await runner.cleanup()
+
+
+async def _idle_watch(app: web.Application, idle_timeout: float, stop: asyncio.Event) -> None:
+    if idle_timeout <= 0:
+        return
+    jobs: JobController = app["jobs"]
+    activity: _Activity = app["activity"]
+    while True:
+        # A timer, not synchronisation: nothing signals "time passed with nothing happening".
+        await asyncio.sleep(min(idle_timeout / 4, 5.0))
+        quiet = time.monotonic() - activity.last
+        if jobs.running_count == 0 and activity.in_flight == 0 and quiet >= idle_timeout:
+            log.info("idle for %.0f s with no jobs: exiting", quiet)
+            stop.set()
+            return

@@ -1,0 +1,234 @@
+"""The blocking twin of the async API, for scripts and plain notebook cells.
+
+Every blocking object wraps its async original and runs it on ONE background event-loop thread
+shared by all blocking sandboxes (an anyio blocking portal), so it works the same in a plain
+script, inside a running event loop (a notebook cell) and where ``nest_asyncio`` was applied.
+Methods are one-liners around ``portal.call``; nothing here is generated at run time.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from types import TracebackType
+from typing import Any, Literal, TypeVar, Unpack, overload
+
+from anyio.from_thread import BlockingPortal, BlockingPortalProvider
+
+from .client.process import ExecRemoteProcess
+from .client.sandbox import AsyncSandbox
+from .client.types import ExecRemoteEvent, ExecRemoteOptions, ExecResult, OptionOverrides
+from .protocol import JobInfo, ServerInfo
+from .sandboxes import open_sandbox
+
+__all__ = ["BlockingExecRemoteProcess", "Sandbox", "connect"]
+
+T = TypeVar("T")
+_provider = BlockingPortalProvider(backend="asyncio")
+_provider_lock = threading.Lock()
+
+
+def _interruptible(portal: BlockingPortal, fn: Callable[..., Any], *args: Any) -> Any:
+    """``portal.call`` that cancels the async call if the waiting thread is interrupted."""
+    future: Future[Any] = portal.start_task_soon(fn, *args)
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        future.cancel()  # the async side's cancellation path runs (e.g. it kills the job)
+        raise
+
+
+class BlockingExecRemoteProcess:
+    """Blocking twin of :class:`~remote_exec.ExecRemoteProcess`; iterate it for events.
+
+    Ctrl-C (``KeyboardInterrupt``) while iterating or waiting kills the job, as cancelling the
+    async iteration does.
+    """
+
+    def __init__(self, portal: BlockingPortal, proc: ExecRemoteProcess) -> None:
+        self._portal = portal
+        self.async_process = proc
+
+    @property
+    def job_id(self) -> str | None:
+        return self.async_process.job_id
+
+    @property
+    def pid(self) -> int | None:
+        return self.async_process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.async_process.returncode
+
+    @property
+    def done(self) -> bool:
+        return self.async_process.done
+
+    @property
+    def events(self) -> Iterator[ExecRemoteEvent]:
+        return self
+
+    def __iter__(self) -> Iterator[ExecRemoteEvent]:
+        return self
+
+    def __next__(self) -> ExecRemoteEvent:
+        try:
+            event: ExecRemoteEvent = _interruptible(self._portal, self.async_process.__anext__)
+        except StopAsyncIteration:
+            raise StopIteration from None
+        except KeyboardInterrupt:
+            self.kill()
+            raise
+        return event
+
+    def wait(self) -> ExecResult:
+        """Run to the end and return the result (see the async ``wait``)."""
+        try:
+            result: ExecResult = _interruptible(self._portal, self.async_process.wait)
+        except KeyboardInterrupt:
+            self.kill()
+            raise
+        return result
+
+    def write_stdin(self, data: str | bytes) -> None:
+        self._portal.call(self.async_process.write_stdin, data)
+
+    def close_stdin(self) -> None:
+        self._portal.call(self.async_process.close_stdin)
+
+    def signal(self, sig: int | str) -> None:
+        self._portal.call(self.async_process.signal, sig)
+
+    def kill(self, grace: float | None = None) -> None:
+        self._portal.call(self.async_process.kill, grace)
+
+    def release(self) -> None:
+        self._portal.call(self.async_process.release)
+
+    def detach(self) -> str | None:
+        return self.async_process.detach()
+
+    def __repr__(self) -> str:
+        return repr(self.async_process).replace("<ExecRemoteProcess", "<BlockingExecRemoteProcess", 1)
+
+
+class Sandbox:
+    """Blocking twin of :class:`~remote_exec.AsyncSandbox`: ``with rx.connect(url) as sb``."""
+
+    def __init__(self, url: str = "local://", *, response_margin: float | None = None) -> None:
+        with _provider_lock:
+            self._portal = _provider.__enter__()  # a lease on the shared loop thread
+        self._closed = False
+        try:
+            self.async_sandbox: AsyncSandbox = self._portal.call(self._open, url, response_margin)
+        except BaseException:
+            self._release_portal()
+            raise
+
+    @staticmethod
+    async def _open(url: str, response_margin: float | None) -> AsyncSandbox:
+        return await open_sandbox(url, response_margin=response_margin)
+
+    def _release_portal(self) -> None:
+        with _provider_lock:
+            _provider.__exit__(None, None, None)
+
+    @property
+    def url(self) -> str:
+        return self.async_sandbox.url
+
+    @property
+    def info(self) -> ServerInfo:
+        return self.async_sandbox.info
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the sandbox (see :meth:`AsyncSandbox.aclose`); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._portal.call(self.async_sandbox.aclose)
+        finally:
+            self._release_portal()
+
+    @overload
+    def exec_remote(
+        self, command: list[str] | str, options: ExecRemoteOptions | None = None, *,
+        stream: Literal[True] = True, **overrides: Unpack[OptionOverrides],
+    ) -> BlockingExecRemoteProcess: ...
+
+    @overload
+    def exec_remote(
+        self, command: list[str] | str, options: ExecRemoteOptions | None = None, *,
+        stream: Literal[False], **overrides: Unpack[OptionOverrides],
+    ) -> ExecResult: ...
+
+    def exec_remote(
+        self, command: list[str] | str, options: ExecRemoteOptions | None = None, *,
+        stream: bool = True, **overrides: Unpack[OptionOverrides],
+    ) -> BlockingExecRemoteProcess | ExecResult:
+        """Start ``command``; returns once the agent confirmed the start (see the async twin).
+
+        :raises SpawnError: the command could not be started.
+        """
+        if not stream:
+            return self.run(command, options, **overrides)
+        proc: ExecRemoteProcess = self._portal.call(self._start, command, options, overrides)
+        return BlockingExecRemoteProcess(self._portal, proc)
+
+    async def _start(
+        self, command: list[str] | str, options: ExecRemoteOptions | None, overrides: OptionOverrides
+    ) -> ExecRemoteProcess:
+        return await self.async_sandbox.exec_remote(command, options, **overrides).started()
+
+    def run(
+        self, command: list[str] | str, options: ExecRemoteOptions | None = None, **overrides: Unpack[OptionOverrides]
+    ) -> ExecResult:
+        """Run ``command`` to the end; Ctrl-C kills the job.
+
+        :raises ExecTimeoutError: the timeout expired.
+        :raises SpawnError: the command could not be started.
+        """
+        result: ExecResult = _interruptible(self._portal, self._run, command, options, overrides)
+        return result
+
+    async def _run(
+        self, command: list[str] | str, options: ExecRemoteOptions | None, overrides: OptionOverrides
+    ) -> ExecResult:
+        return await self.async_sandbox.run(command, options, **overrides)
+
+    def jobs(self) -> list[JobInfo]:
+        """Running and retained jobs in this sandbox, started by any client."""
+        result: list[JobInfo] = self._portal.call(self.async_sandbox.jobs)
+        return result
+
+    def attach(self, job_id: str, options: ExecRemoteOptions | None = None) -> BlockingExecRemoteProcess:
+        """A handle on a job started elsewhere; iterating replays retained output, then follows.
+
+        :raises JobNotFoundError: no such job.
+        """
+        proc: ExecRemoteProcess = self._portal.call(self.async_sandbox.attach, job_id, options)
+        return BlockingExecRemoteProcess(self._portal, proc)
+
+    def server_info(self) -> ServerInfo:
+        result: ServerInfo = self._portal.call(self.async_sandbox.server_info)
+        return result
+
+
+def connect(url: str = "local://", *, response_margin: float | None = None) -> Sandbox:
+    """Open the sandbox at ``url`` with the blocking API: ``with rx.connect(url) as sb``.
+
+    :raises SandboxError: bad URL or unknown scheme.
+    :raises AgentUnavailableError: the agent cannot be started or reached.
+    """
+    return Sandbox(url, response_margin=response_margin)

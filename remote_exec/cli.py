@@ -1,0 +1,139 @@
+"""``remote-exec``: run, list, follow and kill jobs in a sandbox from a terminal.
+
+``remote-exec run [--sandbox URL] -- CMD...``  stream stdout/stderr live, exit with the job's code;
+                                                Ctrl-C kills the remote job
+``remote-exec ps``                              list running and retained jobs
+``remote-exec attach JOB_ID``                   replay a job's retained output and follow it
+``remote-exec kill JOB_ID``                     kill a job's whole process group
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import os
+import sys
+from typing import TextIO
+
+from .client.process import ExecRemoteProcess
+from .client.sandbox import AsyncSandbox
+from .client.types import Completed, ExecRemoteOptions, StderrChunk, StdoutChunk
+from .errors import ExecTimeoutError, RemoteExecError
+from .sandboxes import open_sandbox
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="remote-exec", description="Run long-running commands in sandboxes.")
+    p.add_argument(
+        "--sandbox", "-s", default=os.environ.get("REMOTE_EXEC_SANDBOX", "local://"),
+        help="sandbox URL (default: $REMOTE_EXEC_SANDBOX or local://)",
+    )
+    sub = p.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="run a command, streaming its output")
+    run.add_argument("--cwd", help="working directory in the sandbox")
+    run.add_argument("--env", "-e", action="append", default=[], metavar="K=V", help="set a variable (repeatable)")
+    run.add_argument("--timeout", type=float, help="kill the job after this many seconds")
+    run.add_argument("--kill-grace", type=float, default=5.0, help="seconds from SIGTERM to SIGKILL")
+    run.add_argument("--label", help="a name for `ps`")
+    run.add_argument("--detach", "-d", action="store_true", help="print the job id and leave it running")
+    run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    sub.add_parser("ps", help="list jobs")
+    att = sub.add_parser("attach", help="follow a job's output")
+    att.add_argument("job_id")
+    kill = sub.add_parser("kill", help="kill a job")
+    kill.add_argument("job_id")
+    kill.add_argument("--grace", type=float, help="seconds from SIGTERM to SIGKILL")
+    return p
+
+
+def _write(stream: TextIO, data: str | bytes) -> None:
+    if isinstance(data, bytes):
+        stream.buffer.write(data)
+    else:
+        stream.write(data)
+    stream.flush()
+
+
+async def _follow(proc: ExecRemoteProcess) -> int:
+    """Print events as they come; return the exit status for this CLI."""
+    try:
+        async for ev in proc:
+            if isinstance(ev, StdoutChunk):
+                _write(sys.stdout, ev.data)
+            elif isinstance(ev, StderrChunk):
+                _write(sys.stderr, ev.data)
+            elif isinstance(ev, Completed):
+                code = ev.exit_code
+                return 128 - code if code < 0 else code  # killed by signal N -> 128+N, like a shell
+    except ExecTimeoutError as exc:
+        print(f"remote-exec: {exc}", file=sys.stderr)
+        return 124  # what coreutils' timeout(1) returns
+    return 1
+
+
+def _env(pairs: list[str]) -> dict[str, str] | None:
+    env = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"remote-exec: --env needs K=V, got {pair!r}")
+        env[key] = value
+    return env or None
+
+
+async def _main(args: argparse.Namespace) -> int:
+    async with open_sandbox(args.sandbox) as sb:
+        return await _dispatch(sb, args)
+
+
+async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
+    if args.cmd == "run":
+        command = args.command[1:] if args.command[:1] == ["--"] else args.command
+        if not command:
+            raise SystemExit("remote-exec run: no command (use: remote-exec run -- CMD ARGS...)")
+        opts = ExecRemoteOptions(
+            cwd=args.cwd, env=_env(args.env), timeout=args.timeout, kill_grace=args.kill_grace, label=args.label
+        )
+        proc = sb.exec_remote(command, opts)
+        if args.detach:
+            await proc.started()
+            print(proc.detach())
+            return 0
+        return await _follow(proc)
+    if args.cmd == "ps":
+        print(f"{'JOB ID':<14} {'PID':>7} {'STATE':<10} {'EXIT':>5} {'STARTED':<19} {'OUT':>9} {'ERR':>9}  COMMAND")
+        for j in await sb.jobs():
+            started = dt.datetime.fromtimestamp(j.started_at).strftime("%Y-%m-%d %H:%M:%S")
+            cmd = j.command if isinstance(j.command, str) else " ".join(j.command)
+            exit_code = "" if j.exit_code is None else str(j.exit_code)
+            label = f"[{j.label}] " if j.label else ""
+            print(f"{j.job_id:<14} {j.pid:>7} {j.state:<10} {exit_code:>5} {started:<19} "
+                  f"{j.stdout_bytes:>9} {j.stderr_bytes:>9}  {label}{cmd[:80]}")
+        return 0
+    if args.cmd == "attach":
+        return await _follow(await sb.attach(args.job_id))
+    proc = await sb.attach(args.job_id)
+    await proc.kill(args.grace)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``remote-exec``."""
+    args = _parser().parse_args(argv)
+    try:
+        return asyncio.run(_main(args))
+    except KeyboardInterrupt:
+        # asyncio.run cancelled the main task: a job `run` started was killed on the way out
+        # (cancellation kills it); one followed by `attach` is left running.
+        print("remote-exec: interrupted", file=sys.stderr)
+        return 130
+    except RemoteExecError as exc:
+        print(f"remote-exec: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

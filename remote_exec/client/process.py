@@ -1,0 +1,311 @@
+"""``ExecRemoteProcess``: the host's handle on one job, streaming its events by cursor polls."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import secrets
+import signal as _signal
+from collections import deque
+from collections.abc import AsyncIterator
+
+import anyio
+
+from ..errors import ExecTimeoutError, JobKilledError, ProtocolError
+from ..protocol import (
+    Empty,
+    JobIdParams,
+    KillParams,
+    KillResult,
+    Method,
+    PollParams,
+    PollResult,
+    SignalParams,
+    StartParams,
+    StartResult,
+    WriteStdinParams,
+    WriteStdinResult,
+)
+from .rpc import RpcClient
+from .tail import Tail
+from .types import Completed, ExecRemoteEvent, ExecRemoteOptions, ExecResult, StderrChunk, StdoutChunk
+
+__all__ = ["ExecRemoteProcess"]
+
+RESPONSE_MARGIN = 10.0  # seconds a long-poll response may lag its wait before we re-ask
+
+
+class ExecRemoteProcess:
+    """A job in the sandbox: iterate it for events, or ``await proc.wait()`` for the result.
+
+    It is "hot": the job starts when ``exec_remote()`` returns, before any ``await``.
+    Iterate once (``async for ev in proc`` or ``proc.events``); events arrive in order and end
+    with :class:`Completed`, or with :class:`~remote_exec.ExecTimeoutError` if the job's
+    ``timeout`` expired.
+
+    Cancelling the task that iterates (or waits on) the process kills the job (unless it was
+    detached, or ``kill_on_cancel`` is False, the default for :meth:`AsyncSandbox.attach`
+    handles). Breaking out of the loop does not: the job runs on until :meth:`kill`, or the
+    sandbox is closed.
+    """
+
+    def __init__(self, rpc: RpcClient, options: ExecRemoteOptions, *, response_margin: float = RESPONSE_MARGIN) -> None:
+        self._rpc = rpc
+        self.options = options
+        self._margin = response_margin
+        self._job_id: str | None = None
+        self._pid: int | None = None
+        self._start_task: asyncio.Task[StartResult] | None = None
+        self._offsets = [0, 0]
+        empty = b"" if options.encoding == "base64" else ""
+        self._tails = (Tail(options.output_limit, empty), Tail(options.output_limit, empty))
+        self._queue: deque[ExecRemoteEvent] = deque()
+        self._final: PollResult | None = None
+        self._timeout_error: ExecTimeoutError | None = None
+        self._killed = False
+        self._detached = False
+        self._ended = False
+        self._stdin_offset = 0
+        self._kill_task: asyncio.Task[None] | None = None
+        self.kill_on_cancel = True
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def _launch(cls, rpc: RpcClient, command: list[str] | str, options: ExecRemoteOptions, margin: float) -> ExecRemoteProcess:
+        proc = cls(rpc, options, response_margin=margin)
+        raw_input = options.input.encode() if isinstance(options.input, str) else options.input
+        if raw_input is not None and options.encoding == "base64":
+            wire_input: str | None = base64.b64encode(raw_input).decode()
+        else:
+            wire_input = _text(raw_input) if raw_input is not None else None
+        params = StartParams(
+            command=command,
+            cwd=options.cwd,
+            env=options.env,
+            user=options.user,
+            input=wire_input,
+            stdin_open=options.stdin_open,
+            timeout=options.timeout,
+            kill_grace=options.kill_grace,
+            encoding=options.encoding,
+            label=options.label,
+            idempotency_key=secrets.token_hex(8),
+        )
+        task = asyncio.get_running_loop().create_task(rpc.call(Method.EXEC_REMOTE_START, params, StartResult))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # raised on first use instead
+        proc._start_task = task
+        return proc
+
+    @classmethod
+    def _attach(cls, rpc: RpcClient, job_id: str, pid: int, options: ExecRemoteOptions, margin: float) -> ExecRemoteProcess:
+        proc = cls(rpc, options, response_margin=margin)
+        proc._job_id, proc._pid = job_id, pid
+        proc.kill_on_cancel = False  # someone else's job: interrupting the watcher must not kill it
+        return proc
+
+    async def started(self) -> ExecRemoteProcess:
+        """Wait until the agent has started the job; return ``self``.
+
+        :raises SpawnError: the command could not be started.
+        """
+        if self._job_id is None and self._start_task is not None:
+            res = await asyncio.shield(self._start_task)
+            self._job_id, self._pid = res.job_id, res.pid
+        return self
+
+    @property
+    def job_id(self) -> str | None:
+        """The agent's id for the job (``None`` until the start has been confirmed)."""
+        return self._job_id
+
+    @property
+    def pid(self) -> int | None:
+        """The job's PID inside the sandbox (``None`` until started)."""
+        return self._pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once the end has been read, else ``None``."""
+        return self._final.exit_code if self._final is not None else None
+
+    # -- events ---------------------------------------------------------------------------
+
+    @property
+    def events(self) -> AsyncIterator[ExecRemoteEvent]:
+        """The event iterator (the process itself)."""
+        return self
+
+    def __aiter__(self) -> ExecRemoteProcess:
+        return self
+
+    async def __anext__(self) -> ExecRemoteEvent:
+        while True:
+            if self._queue:
+                return self._queue.popleft()
+            if self._timeout_error is not None:
+                err, self._timeout_error = self._timeout_error, None
+                self._ended = True
+                raise err
+            if self._ended or self._killed or self._detached:
+                raise StopAsyncIteration
+            await self._poll_once()
+
+    async def _poll_once(self) -> None:
+        try:
+            await self.started()
+            assert self._job_id is not None
+            wait = self.options.poll_interval
+            params = PollParams(job_id=self._job_id, stdout_offset=self._offsets[0], stderr_offset=self._offsets[1], wait=wait)
+            result = await self._rpc.call(Method.EXEC_REMOTE_POLL, params, PollResult, timeout=wait + self._margin)
+        except anyio.get_cancelled_exc_class():
+            if self.kill_on_cancel and not self._detached:
+                with anyio.CancelScope(shield=True):
+                    await self._kill_quietly()
+            raise
+        self._apply(result)
+
+    def _apply(self, r: PollResult) -> None:
+        if r.stdout_offset < self._offsets[0] or r.stderr_offset < self._offsets[1]:
+            raise ProtocolError(f"agent moved a cursor backwards ({self._offsets} -> {r.stdout_offset}, {r.stderr_offset})")
+        self._offsets = [r.stdout_offset, r.stderr_offset]
+        b64 = self.options.encoding == "base64"
+        for text, dropped, tail, event in (
+            (r.stdout, r.stdout_dropped, self._tails[0], StdoutChunk),
+            (r.stderr, r.stderr_dropped, self._tails[1], StderrChunk),
+        ):
+            tail.dropped += dropped
+            if text:
+                data: str | bytes = base64.b64decode(text) if b64 else text
+                tail.add(data)
+                self._queue.append(event(data))
+        if r.state == "running":
+            return
+        self._final = r
+        if r.state == "timed_out":
+            self._timeout_error = ExecTimeoutError(
+                f"job {self._job_id} timed out after {self.options.timeout} s and was killed",
+                job_id=self._job_id,
+                result=self._result(),
+            )
+        else:
+            self._queue.append(Completed(self._exit_code(), self._tails[0].value(), self._tails[1].value()))
+            self._ended = True
+
+    def _exit_code(self) -> int:
+        return self._final.exit_code if self._final is not None and self._final.exit_code is not None else -1
+
+    def _result(self) -> ExecResult:
+        state = self._final.state if self._final is not None else "running"
+        code = self._exit_code()
+        return ExecResult(
+            success=code == 0 and state == "completed",
+            returncode=code,
+            stdout=self._tails[0].value(),
+            stderr=self._tails[1].value(),
+            stdout_truncated=self._tails[0].dropped,
+            stderr_truncated=self._tails[1].dropped,
+            job_id=self._job_id or "",
+            state=state,
+        )
+
+    async def wait(self) -> ExecResult:
+        """Run to the end, consuming the remaining events; return the result.
+
+        Cancelling ``wait()`` kills the job.
+
+        :raises ExecTimeoutError: the job's timeout expired (``.result`` holds the partial output).
+        :raises JobKilledError: this handle killed the job.
+        """
+        async for _ in self:
+            pass
+        if self._killed:
+            raise JobKilledError(f"job {self._job_id} was killed by this handle", job_id=self._job_id)
+        return self._result()
+
+    # -- control --------------------------------------------------------------------------
+
+    async def write_stdin(self, data: str | bytes) -> None:
+        """Write to the job's stdin (needs ``stdin_open=True``). A retried write is never doubled.
+
+        :raises JobNotRunningError: stdin is closed or the job ended.
+        """
+        await self._write(data, eof=False)
+
+    async def close_stdin(self) -> None:
+        """Close the job's stdin (EOF)."""
+        await self._write(b"", eof=True)
+
+    async def _write(self, data: str | bytes, eof: bool) -> None:
+        await self.started()
+        assert self._job_id is not None
+        raw = data.encode() if isinstance(data, str) else data
+        wire = base64.b64encode(raw).decode() if self.options.encoding == "base64" else _text(raw)
+        params = WriteStdinParams(job_id=self._job_id, data=wire, offset=self._stdin_offset, eof=eof)
+        await self._rpc.call(Method.EXEC_REMOTE_WRITE_STDIN, params, WriteStdinResult)
+        self._stdin_offset += len(raw)
+
+    async def signal(self, sig: int | str) -> None:
+        """Send a signal (``"SIGINT"``, ``signal.SIGUSR1``...) to the job's process group."""
+        await self.started()
+        assert self._job_id is not None
+        name: int | str = sig.name if isinstance(sig, _signal.Signals) else sig
+        await self._rpc.call(Method.EXEC_REMOTE_SIGNAL, SignalParams(job_id=self._job_id, signal=name), Empty)
+
+    async def kill(self, grace: float | None = None) -> None:
+        """Stop the job: SIGTERM to its group, SIGKILL after ``grace`` (default ``kill_grace``).
+
+        Means "not interested": iteration stops and buffered output is discarded. Returns once
+        the whole group is gone. Killing an ended job does nothing; a second ``kill()`` waits
+        for the first. Cancelling ``kill()`` does not stop the kill, which completes in the agent.
+        """
+        if self._kill_task is None:
+            if self._ended:
+                return
+            self._killed = True
+            self._queue.clear()
+            self._kill_task = asyncio.get_running_loop().create_task(self._do_kill(grace))
+        await asyncio.shield(self._kill_task)
+
+    async def _do_kill(self, grace: float | None) -> None:
+        await self.started()
+        assert self._job_id is not None
+        grace = self.options.kill_grace if grace is None else grace
+        await self._rpc.call(
+            Method.EXEC_REMOTE_KILL, KillParams(job_id=self._job_id, grace=grace), KillResult, timeout=grace + self._margin
+        )
+
+    async def _kill_quietly(self) -> None:
+        try:
+            with anyio.move_on_after(self.options.kill_grace + self._margin):
+                await self.kill()
+        except Exception:  # the cancellation that brought us here matters more
+            pass
+
+    async def release(self) -> None:
+        """Tell the agent to forget the job (killing it if it still runs)."""
+        await self.started()
+        assert self._job_id is not None
+        self._killed = self._killed or not self._ended
+        await self._rpc.call(Method.EXEC_REMOTE_RELEASE, JobIdParams(job_id=self._job_id), Empty)
+
+    def detach(self) -> str | None:
+        """Stop tracking the job and leave it running; return its id (for ``attach`` later)."""
+        self._detached = True
+        return self._job_id
+
+    @property
+    def done(self) -> bool:
+        """True once the end was read, or the job was killed or detached through this handle."""
+        return self._ended or self._killed or self._detached
+
+    def __repr__(self) -> str:
+        state = "killed" if self._killed else self._final.state if self._final else "running"
+        return f"<ExecRemoteProcess job_id={self._job_id!r} pid={self._pid} {state}>"
+
+
+def _text(raw: bytes) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise ValueError("input is not valid UTF-8: use encoding='base64' to send bytes") from None

@@ -1,0 +1,195 @@
+"""``AsyncSandbox``: the async face of one sandbox, over one persistent agent channel."""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Coroutine
+from types import TracebackType
+from typing import Any, Literal, Unpack, overload
+
+import anyio
+
+from ..errors import ExecTimeoutError, JobNotFoundError, SandboxError
+from ..protocol import PROTOCOL_VERSION, Empty, JobInfo, ListResult, Method, ServerInfo
+from .channel import Channel
+from .process import RESPONSE_MARGIN, ExecRemoteProcess
+from .rpc import RpcClient
+from .types import ExecRemoteOptions, ExecResult, OptionOverrides
+
+__all__ = ["AsyncSandbox", "SandboxTransport"]
+
+
+class SandboxTransport(ABC):
+    """The seam every sandbox implements: how to reach its agent.
+
+    :ivar url: the sandbox URL this transport was made from.
+    """
+
+    url: str
+
+    @abstractmethod
+    async def open_channel(self) -> Channel:
+        """Make sure an agent runs in the sandbox and return a channel to it."""
+
+    async def aclose(self) -> None:
+        """Tear down whatever the transport set up (containers, connections...)."""
+
+
+class AsyncSandbox:
+    """A sandbox with an agent in it. Use ``async with rx.open_sandbox(url) as sb``.
+
+    Closing the sandbox kills the jobs this object started that still run and were not
+    detached (:meth:`ExecRemoteProcess.detach`); other jobs, and the agent, live on.
+    """
+
+    def __init__(self, transport: SandboxTransport, *, response_margin: float = RESPONSE_MARGIN) -> None:
+        self.transport = transport
+        self.response_margin = response_margin
+        self._rpc: RpcClient | None = None
+        self._info: ServerInfo | None = None
+        self._procs: list[ExecRemoteProcess] = []
+        self._state: Literal["new", "open", "closed"] = "new"
+
+    @property
+    def url(self) -> str:
+        return self.transport.url
+
+    @property
+    def info(self) -> ServerInfo:
+        """The agent's ``server_info`` as seen when the sandbox opened."""
+        if self._info is None:
+            raise RuntimeError("the sandbox is not open yet")
+        return self._info
+
+    async def open(self) -> AsyncSandbox:
+        """Start (or find) the agent and open the channel. Called by ``async with``.
+
+        :raises AgentUnavailableError: the agent cannot be started or reached.
+        :raises SandboxError: the agent speaks another protocol version.
+        """
+        if self._state != "new":
+            raise RuntimeError(f"this sandbox is {self._state}; open a new one with rx.open_sandbox()")
+        channel = await self.transport.open_channel()
+        self._rpc = RpcClient(channel)
+        self._state = "open"
+        try:
+            self._info = await self.server_info()
+        except BaseException:
+            await self.aclose()
+            raise
+        if self._info.protocol_version != PROTOCOL_VERSION:
+            await self.aclose()
+            raise SandboxError(
+                f"agent in {self.url} speaks protocol {self._info.protocol_version}, this client {PROTOCOL_VERSION}"
+            )
+        return self
+
+    def _client(self) -> RpcClient:
+        if self._state != "open" or self._rpc is None:
+            raise RuntimeError(f"the sandbox is {self._state}: use it inside `async with rx.open_sandbox(...)`")
+        return self._rpc
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return await self.open() if self._state == "new" else self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Kill this object's running, undetached jobs; close the channel and the transport.
+
+        Idempotent. Shielded from cancellation so nothing leaks.
+        """
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        with anyio.CancelScope(shield=True):
+            live = [p for p in self._procs if not p.done]
+            if live and self._rpc is not None:
+                await asyncio.gather(*(p._kill_quietly() for p in live))
+            if self._rpc is not None:
+                await self._rpc.channel.aclose()
+            await self.transport.aclose()
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    @overload
+    def exec_remote(
+        self, command: list[str] | str, options: ExecRemoteOptions | None = None, *,
+        stream: Literal[True] = True, **overrides: Unpack[OptionOverrides],
+    ) -> ExecRemoteProcess: ...
+
+    @overload
+    def exec_remote(
+        self, command: list[str] | str, options: ExecRemoteOptions | None = None, *,
+        stream: Literal[False], **overrides: Unpack[OptionOverrides],
+    ) -> Coroutine[Any, Any, ExecResult]: ...
+
+    def exec_remote(
+        self, command: list[str] | str, options: ExecRemoteOptions | None = None, *,
+        stream: bool = True, **overrides: Unpack[OptionOverrides],
+    ) -> ExecRemoteProcess | Coroutine[Any, Any, ExecResult]:
+        """Start ``command`` in the sandbox.
+
+        A list runs directly; a string runs under ``/bin/sh -c``. With ``stream=True`` (the
+        default) the job starts at once and the process handle is returned without awaiting;
+        with ``stream=False`` this returns a coroutine: ``await`` it for the :class:`ExecResult`.
+        Options come from ``options`` and/or keywords (``timeout=5``, ``cwd="/tmp"``...).
+        """
+        opts = (options or ExecRemoteOptions()).merged(overrides)
+        if not stream:
+            return self._run(command, opts)
+        proc = ExecRemoteProcess._launch(self._client(), command, opts, self.response_margin)
+        self._procs = [p for p in self._procs if not p.done]
+        self._procs.append(proc)
+        return proc
+
+    async def run(
+        self, command: list[str] | str, options: ExecRemoteOptions | None = None, **overrides: Unpack[OptionOverrides]
+    ) -> ExecResult:
+        """Run ``command`` to the end: ``exec_remote(command, stream=False)``.
+
+        Cancelling ``run()`` kills the job.
+
+        :raises ExecTimeoutError: the timeout expired (on the last try, with ``timeout_retry``).
+        :raises SpawnError: the command could not be started.
+        """
+        return await self._run(command, (options or ExecRemoteOptions()).merged(overrides))
+
+    async def _run(self, command: list[str] | str, opts: ExecRemoteOptions) -> ExecResult:
+        timeouts: list[float | None] = [opts.timeout]
+        if opts.timeout_retry and opts.timeout is not None:
+            timeouts += [min(opts.timeout, 60.0), min(opts.timeout, 30.0)]
+        for i, timeout in enumerate(timeouts):
+            proc = self.exec_remote(command, opts.merged({"timeout": timeout}))
+            try:
+                return await proc.wait()
+            except ExecTimeoutError:
+                if i == len(timeouts) - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def jobs(self) -> list[JobInfo]:
+        """Running and retained jobs in this sandbox, started by any client, oldest first."""
+        return (await self._client().call(Method.EXEC_REMOTE_LIST, Empty(), ListResult)).jobs
+
+    async def attach(self, job_id: str, options: ExecRemoteOptions | None = None) -> ExecRemoteProcess:
+        """A handle on a job started elsewhere (another client, a previous kernel).
+
+        Iterating it replays what the agent still retains from the start, then follows live.
+
+        :raises JobNotFoundError: no such job (or it was released / expired).
+        """
+        for info in await self.jobs():
+            if info.job_id == job_id:
+                opts = (options or ExecRemoteOptions()).merged({"encoding": info.encoding})
+                # Not tracked in _procs: closing this sandbox leaves a job it did not start alone.
+                return ExecRemoteProcess._attach(self._client(), job_id, info.pid, opts, self.response_margin)
+        raise JobNotFoundError(f"no job {job_id} in {self.url}", job_id=job_id)
+
+    async def server_info(self) -> ServerInfo:
+        """The agent's version, protocol, pid, instance id and capabilities."""
+        return await self._client().call(Method.SERVER_INFO, Empty(), ServerInfo)

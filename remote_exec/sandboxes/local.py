@@ -1,0 +1,104 @@
+"""``local://``: the agent as a detached process on this machine (no isolation at all).
+
+The agent keeps running when the host process ends, so a job survives a kernel restart and can
+be re-attached; it exits by itself after ``idle_timeout`` seconds with no jobs and no requests.
+
+URL query options: ``dir`` (state directory), ``channel`` (``socket``, the default, talks to the
+agent's socket directly; ``stdio`` and ``call`` go through the agent CLI as remote sandboxes
+do), ``idle_timeout`` (seconds, 0 = never).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import Literal
+from urllib.parse import parse_qs, urlsplit
+
+from ..client.channel import MAX_RESPONSE, CallChannel, Channel, SocketChannel, StdioChannel
+from ..client.sandbox import SandboxTransport
+from ..errors import AgentUnavailableError, SandboxError
+from ..protocol import default_agent_dir
+
+__all__ = ["LocalTransport"]
+
+ChannelKind = Literal["socket", "stdio", "call"]
+
+
+class LocalTransport(SandboxTransport):
+    """Runs the agent with this interpreter, as ``python -m remote_exec.agent``."""
+
+    def __init__(self, state_dir: Path | None = None, channel: ChannelKind = "socket", idle_timeout: float = 900.0) -> None:
+        self.state_dir = state_dir or default_agent_dir()
+        self.channel_kind = channel
+        self.idle_timeout = idle_timeout
+        self.url = f"local://?dir={self.state_dir}" if state_dir else "local://"
+
+    @classmethod
+    def from_url(cls, url: str) -> LocalTransport:
+        parts = urlsplit(url)
+        if parts.netloc or parts.path not in ("", "/"):
+            raise SandboxError(f"local:// takes no host or path, only ?dir=...: {url!r}")
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        unknown = set(query) - {"dir", "channel", "idle_timeout"}
+        if unknown:
+            raise SandboxError(f"unknown local:// option(s) {sorted(unknown)} in {url!r}")
+        channel = query.get("channel", "socket")
+        if channel not in ("socket", "stdio", "call"):
+            raise SandboxError(f"channel must be socket, stdio or call, not {channel!r}")
+        try:
+            idle = float(query.get("idle_timeout", 900.0))
+        except ValueError:
+            raise SandboxError(f"idle_timeout must be a number: {url!r}") from None
+        transport = cls(Path(query["dir"]) if "dir" in query else None, channel, idle)  # type: ignore[arg-type]
+        transport.url = url
+        return transport
+
+    def agent_argv(self, subcommand: str) -> list[str]:
+        return [
+            sys.executable, "-m", "remote_exec.agent", subcommand,
+            "--dir", os.fspath(self.state_dir), "--idle-timeout", str(self.idle_timeout),
+        ]
+
+    @property
+    def socket_path(self) -> Path:
+        return self.state_dir / "agent.sock"
+
+    async def _socket_accepts(self) -> bool:
+        try:
+            _, writer = await asyncio.open_unix_connection(os.fspath(self.socket_path))
+        except OSError:
+            return False
+        writer.close()
+        await writer.wait_closed()
+        return True
+
+    async def ensure_agent(self) -> None:
+        """Start the agent unless its socket accepts connections already."""
+        if await self._socket_accepts():
+            return
+        proc = await asyncio.create_subprocess_exec(
+            *self.agent_argv("ensure"), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        out, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise AgentUnavailableError(f"cannot start the local agent: {(err or out).decode(errors='replace').strip()}")
+
+    async def _spawn(self, subcommand: str) -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            *self.agent_argv(subcommand),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            limit=MAX_RESPONSE,
+        )
+
+    async def open_channel(self) -> Channel:
+        await self.ensure_agent()
+        if self.channel_kind == "stdio":
+            return StdioChannel(lambda: self._spawn("stdio"))
+        if self.channel_kind == "call":
+            return CallChannel(lambda: self._spawn("call"))
+        return SocketChannel(self.socket_path, self.ensure_agent)

@@ -1,0 +1,284 @@
+"""The exec_remote contract, against the real agent, over every channel kind."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+
+import anyio
+import pytest
+
+import remote_exec as rx
+from remote_exec.agent.jobs.proctable import group_members
+
+pytestmark = pytest.mark.anyio
+
+
+async def collect(proc: rx.ExecRemoteProcess) -> list[rx.ExecRemoteEvent]:
+    return [ev async for ev in proc]
+
+
+def joined(events: list[rx.ExecRemoteEvent], kind: type) -> str:
+    return "".join(e.data for e in events if isinstance(e, kind))  # type: ignore[attr-defined]
+
+
+async def test_events_order_streams_and_exit_code(url: str) -> None:
+    script = "echo out1; echo err1 >&2; sleep 0.1; echo out2; echo err2 >&2; exit 3"
+    async with rx.open_sandbox(url) as sb:
+        events = await collect(sb.exec_remote(["sh", "-c", script]))
+    assert isinstance(events[-1], rx.Completed)
+    assert all(not isinstance(e, rx.Completed) for e in events[:-1])
+    assert joined(events, rx.StdoutChunk) == "out1\nout2\n"
+    assert joined(events, rx.StderrChunk) == "err1\nerr2\n"
+    done = events[-1]
+    assert (done.exit_code, done.success, done.stdout, done.stderr) == (3, False, "out1\nout2\n", "err1\nerr2\n")
+    # out1 arrived before out2 was written: streaming, not buffering to the end
+    first_out = next(i for i, e in enumerate(events) if isinstance(e, rx.StdoutChunk))
+    assert events[first_out].data == "out1\n"  # type: ignore[union-attr]
+
+
+async def test_awaitable_mode_and_run(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        res = await sb.exec_remote(["sh", "-c", "printf abc; printf xyz >&2; exit 7"], stream=False)
+        assert (res.success, res.returncode, res.stdout, res.stderr, res.truncated) == (False, 7, "abc", "xyz", False)
+        ok = await sb.run(["true"])
+        assert ok.success and ok.returncode == 0 and ok.state == "completed"
+
+
+async def test_string_command_runs_in_shell_and_signal_exit_code(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        res = await sb.run("echo $((6*7)); kill -USR1 $$")
+    assert res.stdout == "42\n"
+    assert res.returncode == -10  # killed by SIGUSR1
+
+
+async def test_input_and_cwd_env(url: str, tmp_path: object) -> None:
+    async with rx.open_sandbox(url) as sb:
+        res = await sb.run(["sh", "-c", "cat; pwd; echo $FOO"], input="from stdin\n", cwd="/tmp", env={"FOO": "bar"})
+    assert res.stdout == "from stdin\n/tmp\nbar\n"
+
+
+async def test_stdin_streaming(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        proc = sb.exec_remote(["sh", "-c", 'while read l; do echo "got $l"; done; echo eof'], stdin_open=True)
+        await proc.write_stdin("one\n")
+        it = aiter(proc)
+        assert await anext(it) == rx.StdoutChunk("got one\n")  # answered before stdin closed
+        await proc.write_stdin(b"two\n")
+        await proc.close_stdin()
+        res = await proc.wait()
+    assert res.stdout == "got one\ngot two\neof\n"
+    assert res.success
+
+
+async def test_stdin_closed_by_default_and_write_without_stdin_open(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        res = await sb.run(["cat"], timeout=10)  # would hang if stdin were left open
+        assert res.stdout == "" and res.success
+        proc = sb.exec_remote(["sleep", "5"])
+        with pytest.raises(rx.JobNotRunningError, match="stdin"):
+            await proc.write_stdin("x")
+        await proc.kill(grace=0)
+
+
+async def test_timeout_streaming_keeps_partial_output(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        proc = sb.exec_remote(["sh", "-c", "echo partial; sleep 30"], timeout=0.5, kill_grace=0.5)
+        seen = []
+        with pytest.raises(rx.ExecTimeoutError) as info:
+            async for ev in proc:
+                seen.append(ev)
+        assert seen == [rx.StdoutChunk("partial\n")]
+        assert isinstance(info.value, TimeoutError)
+        assert info.value.result.stdout == "partial\n" and info.value.result.state == "timed_out"
+        assert group_members(proc.pid or 0) == []
+
+
+async def test_timeout_awaitable_and_retry(url: str, tmp_path: object) -> None:
+    async with rx.open_sandbox(url) as sb:
+        t0 = time.monotonic()
+        with pytest.raises(rx.ExecTimeoutError) as info:
+            await sb.run(["sh", "-c", "echo before; sleep 30"], timeout=0.4, kill_grace=0.1)
+        assert info.value.result.stdout == "before\n"
+        assert time.monotonic() - t0 < 5
+        # timeout_retry: the first try hangs, the retry (a fresh job) succeeds
+        marker = f"{tmp_path}/marker"
+        script = f"if [ -e {marker} ]; then echo second; else touch {marker}; sleep 30; fi"
+        res = await sb.run(["sh", "-c", script], timeout=0.5, kill_grace=0.1, timeout_retry=True)
+        assert res.stdout == "second\n"
+        # and gives up after 3 tries in all
+        t0 = time.monotonic()
+        with pytest.raises(rx.ExecTimeoutError):
+            await sb.run(["sleep", "30"], timeout=0.3, kill_grace=0.1, timeout_retry=True)
+        assert 0.9 <= time.monotonic() - t0 < 6
+
+
+async def test_kill_term_ignoring_tree_leaves_no_process(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        proc = sb.exec_remote(["sh", "-c", "trap '' TERM; sleep 300 & echo started; wait"], kill_grace=0.3)
+        assert await anext(aiter(proc)) == rx.StdoutChunk("started\n")
+        pgid = proc.pid
+        assert pgid is not None and len(group_members(pgid)) == 2  # sh and sleep
+        t0 = time.monotonic()
+        await proc.kill()
+        assert time.monotonic() - t0 < 0.3 + 1.0
+        assert group_members(pgid) == []
+        assert [ev async for ev in proc] == []  # killed: not interested in more events
+        with pytest.raises(rx.JobKilledError):
+            await proc.wait()
+        info = {j.job_id: j for j in await sb.jobs()}[proc.job_id or ""]
+        assert info.state == "killed" and info.exit_code == -9
+
+
+async def test_kill_reaches_group_after_leader_exits(url: str) -> None:
+    # The leader exits on SIGTERM at once; its TERM-ignoring child must still get SIGKILL.
+    async with rx.open_sandbox(url) as sb:
+        proc = sb.exec_remote(["sh", "-c", "(trap '' TERM; exec sleep 300) & echo up; sleep 300"], kill_grace=0.3)
+        assert await anext(aiter(proc)) == rx.StdoutChunk("up\n")
+        pgid = proc.pid or 0
+        await proc.kill()
+        assert group_members(pgid) == []
+
+
+async def test_cancelled_iteration_kills_job(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        proc = sb.exec_remote(["sh", "-c", "echo go; sleep 300"], kill_grace=0.2)
+        got = []
+        with anyio.move_on_after(1.0):
+            async for ev in proc:
+                got.append(ev)
+        assert got == [rx.StdoutChunk("go\n")]
+        assert group_members(proc.pid or 0) == []
+        info = {j.job_id: j for j in await sb.jobs()}[proc.job_id or ""]
+        assert info.state == "killed"
+
+
+async def test_closing_sandbox_kills_its_jobs_but_not_detached(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        owned = await sb.exec_remote(["sleep", "300"], kill_grace=0.1).started()
+        kept = await sb.exec_remote(["sleep", "300"]).started()
+        kept_id = kept.detach()
+    assert group_members(owned.pid or 0) == []
+    assert group_members(kept.pid or 0) != []
+    async with rx.open_sandbox(url) as sb:
+        again = await sb.attach(kept_id or "")
+        await again.kill(grace=0)
+    assert group_members(kept.pid or 0) == []
+
+
+async def test_utf8_split_across_writes(url: str) -> None:
+    # "é" and "€" and an emoji, each written one byte at a time with pauses in between.
+    script = r"for b in '\303' '\251' '\342' '\202' '\254' '\360' '\237' '\230' '\200'; do printf $b; sleep 0.05; done"
+    async with rx.open_sandbox(url) as sb:
+        events = await collect(sb.exec_remote(["bash", "-c", script], poll_interval=0.02))
+    chunks = [e.data for e in events if isinstance(e, rx.StdoutChunk)]
+    assert "".join(chunks) == "é€😀"  # type: ignore[arg-type]
+    assert "\ufffd" not in "".join(chunks)  # type: ignore[arg-type]
+    assert len(chunks) >= 2  # it really streamed in pieces
+
+
+async def test_invalid_utf8_is_replaced_deterministically(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        res = await sb.run(["printf", r"a\377b\300"])
+        again = await sb.run(["printf", r"a\377b\300"])
+    assert res.stdout == again.stdout == "a\ufffdb\ufffd"
+
+
+@pytest.fixture(scope="module")
+def big_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str, bytes, str]:
+    """50 MB of random bytes, and the same as base64 text (lines of 76 characters)."""
+    import base64
+    import os
+
+    d = tmp_path_factory.mktemp("big")
+    raw = os.urandom(50 * 1024 * 1024)
+    text = base64.encodebytes(raw).decode()
+    (d / "raw.bin").write_bytes(raw)
+    (d / "text.txt").write_text(text)
+    return str(d / "raw.bin"), str(d / "text.txt"), raw, text
+
+
+async def test_50mb_text_byte_exact(url: str, big_files: tuple[str, str, bytes, str]) -> None:
+    _, text_path, _, text = big_files
+    async with rx.open_sandbox(url) as sb:
+        digest, total, chunks = hashlib.sha256(), 0, 0
+        async for ev in sb.exec_remote(["cat", text_path], output_limit=1024):
+            if isinstance(ev, rx.StdoutChunk):
+                assert isinstance(ev.data, str)
+                digest.update(ev.data.encode())
+                total += len(ev.data)
+                chunks += 1
+    assert total == len(text) > 50 * 1024 * 1024
+    assert digest.hexdigest() == hashlib.sha256(text.encode()).hexdigest()
+    assert chunks > 10  # bounded polls, not one giant message
+
+
+async def test_50mb_binary_byte_exact(url: str, big_files: tuple[str, str, bytes, str]) -> None:
+    raw_path, _, raw, _ = big_files
+    async with rx.open_sandbox(url) as sb:
+        res = await sb.run(["cat", raw_path], encoding="base64", output_limit=len(raw))
+    assert isinstance(res.stdout, bytes)
+    assert len(res.stdout) == len(raw) and hashlib.sha256(res.stdout).digest() == hashlib.sha256(raw).digest()
+    assert not res.truncated
+
+
+async def test_binary_base64_exact(url: str) -> None:
+    data = bytes(range(256)) * 4096 + b"\x00\xff\xfe"
+    async with rx.open_sandbox(url) as sb:
+        res = await sb.run(["cat"], input=data, encoding="base64")
+    assert isinstance(res.stdout, bytes)
+    assert res.stdout == data
+
+
+async def test_output_limit_keeps_tail_and_counts(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        res = await sb.run(["sh", "-c", "seq 1 100000"], output_limit=1000)
+    assert res.stdout.endswith("99999\n100000\n")  # type: ignore[union-attr]
+    assert len(res.stdout) == 1000
+    assert res.stdout_truncated == len("".join(f"{i}\n" for i in range(1, 100001))) - 1000
+    assert res.truncated
+
+
+async def test_spawn_errors(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        with pytest.raises(rx.SpawnError, match="no-such-program"):
+            await sb.run(["no-such-program-xyz"])
+        with pytest.raises(rx.SpawnError, match="/no/such/dir"):
+            await sb.run(["true"], cwd="/no/such/dir")
+        with pytest.raises(rx.SpawnError, match="unknown user"):
+            await sb.run(["true"], user="no-such-user-xyz")
+
+
+async def test_signal_and_unknown_job(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        proc = sb.exec_remote(["sh", "-c", "trap 'echo caught; exit 5' INT; echo ready; while :; do sleep 0.05; done"])
+        assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
+        await proc.signal("SIGINT")
+        res = await proc.wait()
+        assert (res.stdout, res.returncode) == ("ready\ncaught\n", 5)
+        with pytest.raises(rx.JobNotFoundError):
+            await sb.attach(f"{sb.info.instance_id}-999999")
+
+
+async def test_attach_from_second_client_sees_same_bytes(url: str) -> None:
+    script = "for i in $(seq 1 200); do echo line $i; echo err $i >&2; done; sleep 0.3; echo tail"
+    async with rx.open_sandbox(url) as a, rx.open_sandbox(url) as b:
+        proc = a.exec_remote(["sh", "-c", script])
+        await proc.started()
+        watcher = await b.attach(proc.job_id or "")
+        first, second = await proc.wait(), await watcher.wait()
+    assert first.stdout == second.stdout and first.stderr == second.stderr
+    assert first.stdout.endswith("line 200\ntail\n")  # type: ignore[union-attr]
+    assert second.returncode == 0
+
+
+async def test_jobs_lists_running_and_finished(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        done = await sb.run(["echo", "x"], label="finished-one")
+        running = await sb.exec_remote(["sleep", "30"], label="running-one").started()
+        rows = {j.job_id: j for j in await sb.jobs()}
+        assert rows[done.job_id].state == "completed" and rows[done.job_id].stdout_bytes == 2
+        assert rows[done.job_id].label == "finished-one"
+        assert rows[running.job_id or ""].state == "running"
+        await running.release()
+        assert running.job_id not in {j.job_id for j in await sb.jobs()}
