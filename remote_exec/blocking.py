@@ -163,19 +163,31 @@ class Sandbox:
 
     @overload
     def exec_remote(
-        self, command: list[str] | str, options: ExecRemoteOptions | None = None, *,
-        stream: Literal[True] = True, **overrides: Unpack[OptionOverrides],
+        self,
+        command: list[str] | str,
+        options: ExecRemoteOptions | None = None,
+        *,
+        stream: Literal[True] = True,
+        **overrides: Unpack[OptionOverrides],
     ) -> BlockingExecRemoteProcess: ...
 
     @overload
     def exec_remote(
-        self, command: list[str] | str, options: ExecRemoteOptions | None = None, *,
-        stream: Literal[False], **overrides: Unpack[OptionOverrides],
+        self,
+        command: list[str] | str,
+        options: ExecRemoteOptions | None = None,
+        *,
+        stream: Literal[False],
+        **overrides: Unpack[OptionOverrides],
     ) -> ExecResult: ...
 
     def exec_remote(
-        self, command: list[str] | str, options: ExecRemoteOptions | None = None, *,
-        stream: bool = True, **overrides: Unpack[OptionOverrides],
+        self,
+        command: list[str] | str,
+        options: ExecRemoteOptions | None = None,
+        *,
+        stream: bool = True,
+        **overrides: Unpack[OptionOverrides],
     ) -> BlockingExecRemoteProcess | ExecResult:
         """Start ``command``; returns once the agent confirmed the start (see the async twin).
 

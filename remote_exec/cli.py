@@ -28,7 +28,9 @@ __all__ = ["main"]
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="remote-exec", description="Run long-running commands in sandboxes.")
     p.add_argument(
-        "--sandbox", "-s", default=os.environ.get("REMOTE_EXEC_SANDBOX", "local://"),
+        "--sandbox",
+        "-s",
+        default=os.environ.get("REMOTE_EXEC_SANDBOX", "local://"),
         help="sandbox URL (default: $REMOTE_EXEC_SANDBOX or local://)",
     )
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -110,8 +112,10 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
             cmd = j.command if isinstance(j.command, str) else " ".join(j.command)
             exit_code = "" if j.exit_code is None else str(j.exit_code)
             label = f"[{j.label}] " if j.label else ""
-            print(f"{j.job_id:<14} {j.pid:>7} {j.state:<10} {exit_code:>5} {started:<19} "
-                  f"{j.stdout_bytes:>9} {j.stderr_bytes:>9}  {label}{cmd[:80]}")
+            print(
+                f"{j.job_id:<14} {j.pid:>7} {j.state:<10} {exit_code:>5} {started:<19} "
+                f"{j.stdout_bytes:>9} {j.stderr_bytes:>9}  {label}{cmd[:80]}"
+            )
         return 0
     if args.cmd == "attach":
         return await _follow(await sb.attach(args.job_id))

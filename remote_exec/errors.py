@@ -166,9 +166,7 @@ class ExecTimeoutError(JobError, TimeoutError):
 
     code = -32007
 
-    def __init__(
-        self, message: str, *, data: Any = None, job_id: str | None = None, result: Any = None
-    ) -> None:
+    def __init__(self, message: str, *, data: Any = None, job_id: str | None = None, result: Any = None) -> None:
         super().__init__(message, data=data, job_id=job_id)
         self.result = result
 

@@ -14,9 +14,8 @@ from __future__ import annotations
 import os
 import signal as _signal
 from enum import StrEnum
-from typing import Annotated, Literal
-
 from pathlib import Path
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -110,9 +109,10 @@ class StartParams(WireModel):
     ``idempotency_key`` makes a retried start return the job the first attempt created.
     """
 
-    command: Annotated[list[Annotated[str, Field(max_length=1 << 20)]], Field(min_length=1)] | Annotated[
-        str, Field(min_length=1, max_length=1 << 20)
-    ]
+    command: (
+        Annotated[list[Annotated[str, Field(max_length=1 << 20)]], Field(min_length=1)]
+        | Annotated[str, Field(min_length=1, max_length=1 << 20)]
+    )
     cwd: str | None = None
     env: dict[str, str] | None = None
     user: str | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -49,10 +50,8 @@ def fresh_agent_dir(tmp_path: Path) -> Iterator[Path]:
     """A state dir for one test's own agent (for tests that kill or reconfigure it)."""
     d = tmp_path / "state"
     yield d
-    try:
+    with contextlib.suppress(rx.RemoteExecError):
         stop_agent(d)
-    except rx.RemoteExecError:
-        pass
 
 
 @pytest.fixture(params=CHANNELS)
@@ -62,4 +61,6 @@ def url(request: pytest.FixtureRequest, agent_dir: Path) -> str:
 
 
 def run_cli(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "remote_exec.cli", *args], capture_output=True, text=True, timeout=60, **kwargs)  # type: ignore[call-overload, no-any-return]
+    return subprocess.run(
+        [sys.executable, "-m", "remote_exec.cli", *args], capture_output=True, text=True, timeout=60, **kwargs
+    )  # type: ignore[call-overload, no-any-return]

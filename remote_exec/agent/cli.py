@@ -18,8 +18,8 @@ import os
 import sys
 from pathlib import Path
 
-from .relay import relay_call, relay_stdio
 from ..protocol import default_agent_dir
+from .relay import relay_call, relay_stdio
 from .statedir import ensure_server
 
 __all__ = ["main"]

@@ -73,7 +73,7 @@ class Dispatcher:
         if not isinstance(msg, dict):
             return _error(None, InvalidRequestError("a request must be a JSON object"))
         id_ = msg.get("id", _NO_ID)
-        if id_ is not _NO_ID and not (id_ is None or isinstance(id_, (str, int)) and not isinstance(id_, bool)):
+        if id_ is not _NO_ID and not (id_ is None or (isinstance(id_, (str, int)) and not isinstance(id_, bool))):
             return _error(None, InvalidRequestError("id must be a string, an integer or null"))
         reply_id = None if id_ is _NO_ID else id_
         method = msg.get("method")
@@ -107,5 +107,7 @@ class Dispatcher:
             model = spec.params.model_validate(params)
         except ValidationError as exc:
             details = json.loads(exc.json(include_url=False, include_context=False, include_input=False))
-            raise InvalidParamsError(f"invalid params for {method}: {exc.error_count()} error(s)", data=details) from None
+            raise InvalidParamsError(
+                f"invalid params for {method}: {exc.error_count()} error(s)", data=details
+            ) from None
         return await handler(model)

@@ -13,8 +13,8 @@ and a missing response as :class:`TimeoutError` (retry as is); :class:`RpcClient
 from __future__ import annotations
 
 import asyncio
-import io
 import contextlib
+import io
 import os
 import re
 from abc import ABC, abstractmethod
@@ -78,10 +78,16 @@ class SocketChannel(Channel):
     async def request(self, body: bytes, request_id: int, timeout: float) -> bytes:
         try:
             async with asyncio.timeout(timeout):
-                async with self._get_session().post("http://agent/rpc", data=body if len(body) < 1 << 20 else io.BytesIO(body)) as resp:
+                async with self._get_session().post(
+                    "http://agent/rpc", data=body if len(body) < 1 << 20 else io.BytesIO(body)
+                ) as resp:
                     if resp.content_length is not None and resp.content_length > MAX_RESPONSE:
                         raise ProtocolError(f"response of {resp.content_length} bytes is over the limit")
-                    return await resp.content.readexactly(resp.content_length) if resp.content_length else await resp.read()
+                    return (
+                        await resp.content.readexactly(resp.content_length)
+                        if resp.content_length
+                        else await resp.read()
+                    )
         except (aiohttp.ClientConnectionError, asyncio.IncompleteReadError, ConnectionError) as exc:
             raise ChannelBroken(f"agent socket {self._path}: {exc or type(exc).__name__}") from exc
 

@@ -72,7 +72,9 @@ class ExecRemoteProcess:
     # -- construction -------------------------------------------------------------------
 
     @classmethod
-    def _launch(cls, rpc: RpcClient, command: list[str] | str, options: ExecRemoteOptions, margin: float) -> ExecRemoteProcess:
+    def _launch(
+        cls, rpc: RpcClient, command: list[str] | str, options: ExecRemoteOptions, margin: float
+    ) -> ExecRemoteProcess:
         proc = cls(rpc, options, response_margin=margin)
         raw_input = options.input.encode() if isinstance(options.input, str) else options.input
         if raw_input is not None and options.encoding == "base64":
@@ -98,7 +100,9 @@ class ExecRemoteProcess:
         return proc
 
     @classmethod
-    def _attach(cls, rpc: RpcClient, job_id: str, pid: int, options: ExecRemoteOptions, margin: float) -> ExecRemoteProcess:
+    def _attach(
+        cls, rpc: RpcClient, job_id: str, pid: int, options: ExecRemoteOptions, margin: float
+    ) -> ExecRemoteProcess:
         proc = cls(rpc, options, response_margin=margin)
         proc._job_id, proc._pid = job_id, pid
         proc.kill_on_cancel = False  # someone else's job: interrupting the watcher must not kill it
@@ -156,7 +160,9 @@ class ExecRemoteProcess:
             await self.started()
             assert self._job_id is not None
             wait = self.options.poll_interval
-            params = PollParams(job_id=self._job_id, stdout_offset=self._offsets[0], stderr_offset=self._offsets[1], wait=wait)
+            params = PollParams(
+                job_id=self._job_id, stdout_offset=self._offsets[0], stderr_offset=self._offsets[1], wait=wait
+            )
             result = await self._rpc.call(Method.EXEC_REMOTE_POLL, params, PollResult, timeout=wait + self._margin)
         except anyio.get_cancelled_exc_class():
             if self.kill_on_cancel and not self._detached:
@@ -167,7 +173,9 @@ class ExecRemoteProcess:
 
     def _apply(self, r: PollResult) -> None:
         if r.stdout_offset < self._offsets[0] or r.stderr_offset < self._offsets[1]:
-            raise ProtocolError(f"agent moved a cursor backwards ({self._offsets} -> {r.stdout_offset}, {r.stderr_offset})")
+            raise ProtocolError(
+                f"agent moved a cursor backwards ({self._offsets} -> {r.stdout_offset}, {r.stderr_offset})"
+            )
         self._offsets = [r.stdout_offset, r.stderr_offset]
         b64 = self.options.encoding == "base64"
         for text, dropped, tail, event in (
@@ -272,7 +280,10 @@ class ExecRemoteProcess:
         assert self._job_id is not None
         grace = self.options.kill_grace if grace is None else grace
         await self._rpc.call(
-            Method.EXEC_REMOTE_KILL, KillParams(job_id=self._job_id, grace=grace), KillResult, timeout=grace + self._margin
+            Method.EXEC_REMOTE_KILL,
+            KillParams(job_id=self._job_id, grace=grace),
+            KillResult,
+            timeout=grace + self._margin,
         )
 
     async def _kill_quietly(self) -> None:

@@ -118,19 +118,31 @@ class AsyncSandbox:
 
     @overload
     def exec_remote(
-        self, command: list[str] | str, options: ExecRemoteOptions | None = None, *,
-        stream: Literal[True] = True, **overrides: Unpack[OptionOverrides],
+        self,
+        command: list[str] | str,
+        options: ExecRemoteOptions | None = None,
+        *,
+        stream: Literal[True] = True,
+        **overrides: Unpack[OptionOverrides],
     ) -> ExecRemoteProcess: ...
 
     @overload
     def exec_remote(
-        self, command: list[str] | str, options: ExecRemoteOptions | None = None, *,
-        stream: Literal[False], **overrides: Unpack[OptionOverrides],
+        self,
+        command: list[str] | str,
+        options: ExecRemoteOptions | None = None,
+        *,
+        stream: Literal[False],
+        **overrides: Unpack[OptionOverrides],
     ) -> Coroutine[Any, Any, ExecResult]: ...
 
     def exec_remote(
-        self, command: list[str] | str, options: ExecRemoteOptions | None = None, *,
-        stream: bool = True, **overrides: Unpack[OptionOverrides],
+        self,
+        command: list[str] | str,
+        options: ExecRemoteOptions | None = None,
+        *,
+        stream: bool = True,
+        **overrides: Unpack[OptionOverrides],
     ) -> ExecRemoteProcess | Coroutine[Any, Any, ExecResult]:
         """Start ``command`` in the sandbox.
 

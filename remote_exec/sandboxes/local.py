@@ -30,7 +30,9 @@ ChannelKind = Literal["socket", "stdio", "call"]
 class LocalTransport(SandboxTransport):
     """Runs the agent with this interpreter, as ``python -m remote_exec.agent``."""
 
-    def __init__(self, state_dir: Path | None = None, channel: ChannelKind = "socket", idle_timeout: float = 900.0) -> None:
+    def __init__(
+        self, state_dir: Path | None = None, channel: ChannelKind = "socket", idle_timeout: float = 900.0
+    ) -> None:
         self.state_dir = state_dir or default_agent_dir()
         self.channel_kind = channel
         self.idle_timeout = idle_timeout
@@ -58,8 +60,14 @@ class LocalTransport(SandboxTransport):
 
     def agent_argv(self, subcommand: str) -> list[str]:
         return [
-            sys.executable, "-m", "remote_exec.agent", subcommand,
-            "--dir", os.fspath(self.state_dir), "--idle-timeout", str(self.idle_timeout),
+            sys.executable,
+            "-m",
+            "remote_exec.agent",
+            subcommand,
+            "--dir",
+            os.fspath(self.state_dir),
+            "--idle-timeout",
+            str(self.idle_timeout),
         ]
 
     @property
@@ -84,7 +92,9 @@ class LocalTransport(SandboxTransport):
         )
         out, err = await proc.communicate()
         if proc.returncode != 0:
-            raise AgentUnavailableError(f"cannot start the local agent: {(err or out).decode(errors='replace').strip()}")
+            raise AgentUnavailableError(
+                f"cannot start the local agent: {(err or out).decode(errors='replace').strip()}"
+            )
 
     async def _spawn(self, subcommand: str) -> asyncio.subprocess.Process:
         return await asyncio.create_subprocess_exec(

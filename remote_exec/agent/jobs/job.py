@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import pwd
 import signal
@@ -226,9 +227,7 @@ class Job:
             err = self.streams[2].read(p.stderr_offset, p.max_bytes, self.encoding)
             if self._paused and not any(self.streams[fd].wants_pause(READ_CHUNK) for fd in self._paused):
                 self._resume_all()
-            finished = (
-                self._done.is_set() and out.end == self.streams[1].end and err.end == self.streams[2].end
-            )
+            finished = self._done.is_set() and out.end == self.streams[1].end and err.end == self.streams[2].end
             remaining = deadline - loop.time()
             if out.data or err.data or out.dropped or err.dropped or finished or remaining <= 0:
                 return PollResult(
@@ -241,10 +240,8 @@ class Job:
                     stdout_dropped=out.dropped,
                     stderr_dropped=err.dropped,
                 )
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), remaining)
-            except TimeoutError:
-                pass
 
     def _decode_input(self, data: str) -> bytes:
         return base64.b64decode(data, validate=True) if self.encoding == "base64" else data.encode()
@@ -304,13 +301,12 @@ class Job:
         if self._stdin_open:
             self.write_stdin(b"", None, eof=True)
         self._resume_all()  # a paused pipe would keep a dying writer blocked
-        try:
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._exit_event.wait(), grace)
-        except TimeoutError:
-            pass
         # The leader may be gone while a TERM-ignoring child lives on in the group: look for it.
-        while loop.time() < deadline and await asyncio.to_thread(group_alive, self.pid):
-            await asyncio.sleep(0.02)  # no event exists for "the group emptied"; poll the table
+        # No event exists for "the group emptied", so this one place polls the process table.
+        while loop.time() < deadline and await asyncio.to_thread(group_alive, self.pid):  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
         if await asyncio.to_thread(group_alive, self.pid):
             _killpg(self.pid, signal.SIGKILL)
         await self._exit_event.wait()
@@ -337,8 +333,5 @@ class Job:
 
 
 def _killpg(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
