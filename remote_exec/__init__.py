@@ -11,36 +11,90 @@ Blocking::
         print(sb.run(["echo", "hi"]).stdout)
 """
 
+from typing import TYPE_CHECKING
+
 from ._version import __version__ as __version__
-from .blocking import BlockingExecRemoteProcess as BlockingExecRemoteProcess
-from .blocking import Sandbox as Sandbox
-from .blocking import connect as connect
-from .client.process import ExecRemoteProcess as ExecRemoteProcess
-from .client.sandbox import AsyncSandbox as AsyncSandbox
-from .client.sandbox import SandboxTransport as SandboxTransport
-from .client.types import Completed as Completed
-from .client.types import ExecRemoteEvent as ExecRemoteEvent
-from .client.types import ExecRemoteOptions as ExecRemoteOptions
-from .client.types import ExecResult as ExecResult
-from .client.types import StderrChunk as StderrChunk
-from .client.types import StdoutChunk as StdoutChunk
-from .errors import AgentLostError as AgentLostError
-from .errors import AgentUnavailableError as AgentUnavailableError
-from .errors import ExecTimeoutError as ExecTimeoutError
-from .errors import InvalidParamsError as InvalidParamsError
-from .errors import JobError as JobError
-from .errors import JobKilledError as JobKilledError
-from .errors import JobNotFoundError as JobNotFoundError
-from .errors import JobNotRunningError as JobNotRunningError
-from .errors import ProtocolError as ProtocolError
-from .errors import RemoteExecError as RemoteExecError
-from .errors import SandboxError as SandboxError
-from .errors import ServerBusyError as ServerBusyError
-from .errors import SpawnError as SpawnError
-from .errors import TransportError as TransportError
-from .protocol import JobInfo as JobInfo
-from .protocol import ServerInfo as ServerInfo
-from .sandboxes import open_sandbox as open_sandbox
+
+if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ below)
+    from .blocking import BlockingExecRemoteProcess as BlockingExecRemoteProcess
+    from .blocking import Sandbox as Sandbox
+    from .blocking import connect as connect
+    from .client.process import ExecRemoteProcess as ExecRemoteProcess
+    from .client.sandbox import AsyncSandbox as AsyncSandbox
+    from .client.sandbox import SandboxTransport as SandboxTransport
+    from .client.types import Completed as Completed
+    from .client.types import ExecRemoteEvent as ExecRemoteEvent
+    from .client.types import ExecRemoteOptions as ExecRemoteOptions
+    from .client.types import ExecResult as ExecResult
+    from .client.types import StderrChunk as StderrChunk
+    from .client.types import StdoutChunk as StdoutChunk
+    from .errors import AgentLostError as AgentLostError
+    from .errors import AgentUnavailableError as AgentUnavailableError
+    from .errors import ExecTimeoutError as ExecTimeoutError
+    from .errors import InvalidParamsError as InvalidParamsError
+    from .errors import JobError as JobError
+    from .errors import JobKilledError as JobKilledError
+    from .errors import JobNotFoundError as JobNotFoundError
+    from .errors import JobNotRunningError as JobNotRunningError
+    from .errors import ProtocolError as ProtocolError
+    from .errors import RemoteExecError as RemoteExecError
+    from .errors import SandboxError as SandboxError
+    from .errors import ServerBusyError as ServerBusyError
+    from .errors import SpawnError as SpawnError
+    from .errors import TransportError as TransportError
+    from .protocol import JobInfo as JobInfo
+    from .protocol import ServerInfo as ServerInfo
+    from .sandboxes import open_sandbox as open_sandbox
+
+# Names load on first use, so `import remote_exec.agent` inside a sandbox pulls in only the
+# protocol and the agent (no host client, no blocking portal): the agent bundles small.
+_LAZY: dict[str, str] = {
+    "BlockingExecRemoteProcess": ".blocking",
+    "Sandbox": ".blocking",
+    "connect": ".blocking",
+    "ExecRemoteProcess": ".client.process",
+    "AsyncSandbox": ".client.sandbox",
+    "SandboxTransport": ".client.sandbox",
+    "Completed": ".client.types",
+    "ExecRemoteEvent": ".client.types",
+    "ExecRemoteOptions": ".client.types",
+    "ExecResult": ".client.types",
+    "StderrChunk": ".client.types",
+    "StdoutChunk": ".client.types",
+    "AgentLostError": ".errors",
+    "AgentUnavailableError": ".errors",
+    "ExecTimeoutError": ".errors",
+    "InvalidParamsError": ".errors",
+    "JobError": ".errors",
+    "JobKilledError": ".errors",
+    "JobNotFoundError": ".errors",
+    "JobNotRunningError": ".errors",
+    "ProtocolError": ".errors",
+    "RemoteExecError": ".errors",
+    "SandboxError": ".errors",
+    "ServerBusyError": ".errors",
+    "SpawnError": ".errors",
+    "TransportError": ".errors",
+    "JobInfo": ".protocol",
+    "ServerInfo": ".protocol",
+    "open_sandbox": ".sandboxes",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'remote_exec' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "AgentLostError",

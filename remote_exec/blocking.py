@@ -8,8 +8,9 @@ Methods are one-liners around ``portal.call``; nothing here is generated at run 
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Literal, TypeVar, Unpack, overload
@@ -29,14 +30,30 @@ _provider = BlockingPortalProvider(backend="asyncio")
 _provider_lock = threading.Lock()
 
 
-def _interruptible(portal: BlockingPortal, fn: Callable[..., Any], *args: Any) -> Any:
-    """``portal.call`` that cancels the async call if the waiting thread is interrupted."""
-    future: Future[Any] = portal.start_task_soon(fn, *args)
+def _interruptible(portal: BlockingPortal, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``portal.call`` that, on Ctrl-C, cancels the async call and waits for its cleanup.
+
+    Cancellation runs the async side's cancellation path (which kills the job) to completion
+    before ``KeyboardInterrupt`` propagates, so the job is gone when the caller sees it.
+    """
+    tasks: list[asyncio.Task[Any]] = []
+
+    async def runner() -> T:
+        tasks.append(asyncio.current_task())  # type: ignore[arg-type]
+        return await fn(*args)
+
+    future: Future[T] = portal.start_task_soon(runner)
     try:
         return future.result()
     except KeyboardInterrupt:
-        future.cancel()  # the async side's cancellation path runs (e.g. it kills the job)
+        future.cancel()
+        portal.call(_wait_done, tasks)
         raise
+
+
+async def _wait_done(tasks: list[asyncio.Task[Any]]) -> None:
+    if tasks:
+        await asyncio.wait(tasks)
 
 
 class BlockingExecRemoteProcess:
@@ -75,22 +92,13 @@ class BlockingExecRemoteProcess:
 
     def __next__(self) -> ExecRemoteEvent:
         try:
-            event: ExecRemoteEvent = _interruptible(self._portal, self.async_process.__anext__)
+            return _interruptible(self._portal, self.async_process.__anext__)
         except StopAsyncIteration:
             raise StopIteration from None
-        except KeyboardInterrupt:
-            self.kill()
-            raise
-        return event
 
     def wait(self) -> ExecResult:
         """Run to the end and return the result (see the async ``wait``)."""
-        try:
-            result: ExecResult = _interruptible(self._portal, self.async_process.wait)
-        except KeyboardInterrupt:
-            self.kill()
-            raise
-        return result
+        return _interruptible(self._portal, self.async_process.wait)
 
     def write_stdin(self, data: str | bytes) -> None:
         self._portal.call(self.async_process.write_stdin, data)
@@ -134,6 +142,11 @@ class Sandbox:
     def _release_portal(self) -> None:
         with _provider_lock:
             _provider.__exit__(None, None, None)
+
+    def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        if self._closed:
+            raise RuntimeError("this sandbox is closed; open a new one with rx.connect()")
+        return self._portal.call(fn, *args)
 
     @property
     def url(self) -> str:
@@ -195,7 +208,7 @@ class Sandbox:
         """
         if not stream:
             return self.run(command, options, **overrides)
-        proc: ExecRemoteProcess = self._portal.call(self._start, command, options, overrides)
+        proc: ExecRemoteProcess = self._call(self._start, command, options, overrides)
         return BlockingExecRemoteProcess(self._portal, proc)
 
     async def _start(
@@ -211,8 +224,9 @@ class Sandbox:
         :raises ExecTimeoutError: the timeout expired.
         :raises SpawnError: the command could not be started.
         """
-        result: ExecResult = _interruptible(self._portal, self._run, command, options, overrides)
-        return result
+        if self._closed:
+            raise RuntimeError("this sandbox is closed; open a new one with rx.connect()")
+        return _interruptible(self._portal, self._run, command, options, overrides)
 
     async def _run(
         self, command: list[str] | str, options: ExecRemoteOptions | None, overrides: OptionOverrides
@@ -221,20 +235,18 @@ class Sandbox:
 
     def jobs(self) -> list[JobInfo]:
         """Running and retained jobs in this sandbox, started by any client."""
-        result: list[JobInfo] = self._portal.call(self.async_sandbox.jobs)
-        return result
+        return self._call(self.async_sandbox.jobs)
 
     def attach(self, job_id: str, options: ExecRemoteOptions | None = None) -> BlockingExecRemoteProcess:
         """A handle on a job started elsewhere; iterating replays retained output, then follows.
 
         :raises JobNotFoundError: no such job.
         """
-        proc: ExecRemoteProcess = self._portal.call(self.async_sandbox.attach, job_id, options)
+        proc = self._call(self.async_sandbox.attach, job_id, options)
         return BlockingExecRemoteProcess(self._portal, proc)
 
     def server_info(self) -> ServerInfo:
-        result: ServerInfo = self._portal.call(self.async_sandbox.server_info)
-        return result
+        return self._call(self.async_sandbox.server_info)
 
 
 def connect(url: str = "local://", *, response_margin: float | None = None) -> Sandbox:

@@ -18,6 +18,10 @@
     │   ├── SpawnError              the command could not be started
     │   ├── JobKilledError          waited on a job that was killed on purpose
     │   └── ExecTimeoutError        the job's timeout expired (also a ``TimeoutError``)
+    ├── ShellError                  something about one shell session
+    │   ├── ShellNotFoundError      unknown (or long closed) session id
+    │   ├── ShellClosedError        the session's shell has ended (exit, close, idle expiry)
+    │   └── ShellBusyError          the session is already running a command
     ├── ServerBusyError             the agent refuses more jobs (limit reached)
     └── SandboxError                bad sandbox URL, unsupported scheme, setup failure
 
@@ -47,6 +51,10 @@ __all__ = [
     "RemoteExecError",
     "SandboxError",
     "ServerBusyError",
+    "ShellBusyError",
+    "ShellClosedError",
+    "ShellError",
+    "ShellNotFoundError",
     "SpawnError",
     "TransportError",
     "error_from_wire",
@@ -171,6 +179,40 @@ class ExecTimeoutError(JobError, TimeoutError):
         self.result = result
 
 
+class ShellError(RemoteExecError):
+    """Base class for errors about one shell session.
+
+    :ivar session_id: the session concerned, when known (also sent as ``data["session_id"]``).
+    """
+
+    code = -32040
+
+    def __init__(self, message: str, *, data: Any = None, session_id: str | None = None) -> None:
+        if session_id is not None:
+            data = {**(data if isinstance(data, dict) else {}), "session_id": session_id}
+        super().__init__(message, data=data)
+        sid = data.get("session_id") if isinstance(data, dict) else None
+        self.session_id: str | None = sid if isinstance(sid, str) else None
+
+
+class ShellNotFoundError(ShellError):
+    """No shell session with that id (never opened, or closed long enough ago to be forgotten)."""
+
+    code = -32041
+
+
+class ShellClosedError(ShellError):
+    """The session's shell has ended (``exit``, ``close()``, idle expiry); open a new one."""
+
+    code = -32042
+
+
+class ShellBusyError(ShellError):
+    """The session is running a command; a shell runs one at a time (``data["run_id"]`` is it)."""
+
+    code = -32043
+
+
 class ServerBusyError(RemoteExecError):
     """The agent is at its job limit; retry after some jobs end or are released."""
 
@@ -195,9 +237,14 @@ ERROR_CLASSES: dict[int, type[RemoteExecError]] = {
         JobNotRunningError,
         SpawnError,
         ServerBusyError,
+        TransportError,
+        AgentUnavailableError,
         AgentLostError,
         ExecTimeoutError,
         JobKilledError,
+        ShellNotFoundError,
+        ShellClosedError,
+        ShellBusyError,
     )
 }
 

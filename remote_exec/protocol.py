@@ -45,6 +45,13 @@ __all__ = [
     "PollResult",
     "RemoteExecError",
     "ServerInfo",
+    "ShellIdParams",
+    "ShellInfo",
+    "ShellListParams",
+    "ShellListResult",
+    "ShellOpenParams",
+    "ShellRunParams",
+    "ShellState",
     "SignalParams",
     "StartParams",
     "StartResult",
@@ -82,6 +89,11 @@ class Method(StrEnum):
     EXEC_REMOTE_LIST = "exec_remote_list"
     EXEC_REMOTE_RELEASE = "exec_remote_release"
     SERVER_INFO = "server_info"
+    SHELL_OPEN = "shell_open"
+    SHELL_RUN = "shell_run"
+    SHELL_LIST = "shell_list"
+    SHELL_CLOSE = "shell_close"
+    SHELL_INTERRUPT = "shell_interrupt"
 
 
 class WireModel(BaseModel):
@@ -235,6 +247,8 @@ class JobInfo(WireModel):
     ended_at: float | None
     stdout_bytes: int
     stderr_bytes: int
+    stdin_open: bool
+    stdin_bytes: int
     encoding: Encoding
 
 
@@ -259,6 +273,80 @@ class ServerInfo(WireModel):
     capabilities: list[str]
 
 
+ShellState = Literal["open", "closed"]
+SessionId = Annotated[str, Field(min_length=1, max_length=128)]
+
+
+class ShellOpenParams(WireModel):
+    """Params of ``shell_open``: where the shell starts and what it adds to the environment."""
+
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+
+
+class ShellInfo(WireModel):
+    """A shell session, as ``shell_open``, ``shell_list`` and ``shell_close`` report it.
+
+    ``cwd`` is the shell's working directory now (``None`` once closed); ``run_id`` is the job id
+    of the run in progress (``busy``); ``exit_code`` and ``closed_reason`` say how it ended.
+    """
+
+    session_id: str
+    pid: int
+    program: str
+    state: ShellState
+    cwd: str | None
+    busy: bool
+    run_id: str | None
+    run_command: str | None
+    created_at: float
+    last_used_at: float
+    exit_code: int | None = None
+    closed_reason: str | None = None
+
+
+class ShellRunParams(WireModel):
+    """Params of ``shell_run``: a command line for the session's shell, run to its end.
+
+    The result is a :class:`StartResult`: the run's job id (poll it with ``exec_remote_poll``)
+    and the shell's pid. ``input`` becomes the command's stdin (else ``/dev/null``).
+    ``timeout`` interrupts the command (SIGINT, then SIGKILL after ``kill_grace``) and keeps
+    the shell. ``idempotency_key`` makes a retried call return the run the first one started.
+    """
+
+    session_id: SessionId
+    command: Annotated[str, Field(min_length=1, max_length=1 << 20)]
+    input: Annotated[str, Field(max_length=64 * 1024 * 1024)] | None = None
+    timeout: Annotated[float, Field(gt=0)] | None = None
+    kill_grace: Annotated[float, Field(ge=0, le=3600)] = 5.0
+    idempotency_key: Annotated[str, Field(max_length=128)] | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _no_nul(cls, v: str) -> str:
+        if "\x00" in v:
+            raise ValueError("command must not contain NUL characters")
+        return v
+
+
+class ShellIdParams(WireModel):
+    """Params naming one shell session."""
+
+    session_id: SessionId
+
+
+class ShellListParams(WireModel):
+    """Params of ``shell_list``: every session, or just ``session_id`` (an error if unknown)."""
+
+    session_id: SessionId | None = None
+
+
+class ShellListResult(WireModel):
+    """Open and recently closed shell sessions, oldest first."""
+
+    shells: list[ShellInfo]
+
+
 class MethodSpec(WireModel):
     """A method's params and result models."""
 
@@ -275,6 +363,11 @@ METHODS: dict[str, MethodSpec] = {
     Method.EXEC_REMOTE_LIST: MethodSpec(params=Empty, result=ListResult),
     Method.EXEC_REMOTE_RELEASE: MethodSpec(params=JobIdParams, result=Empty),
     Method.SERVER_INFO: MethodSpec(params=Empty, result=ServerInfo),
+    Method.SHELL_OPEN: MethodSpec(params=ShellOpenParams, result=ShellInfo),
+    Method.SHELL_RUN: MethodSpec(params=ShellRunParams, result=StartResult),
+    Method.SHELL_LIST: MethodSpec(params=ShellListParams, result=ShellListResult),
+    Method.SHELL_CLOSE: MethodSpec(params=ShellIdParams, result=ShellInfo),
+    Method.SHELL_INTERRUPT: MethodSpec(params=ShellIdParams, result=Empty),
 }
 """Every method the agent serves, with its params and result models."""
 

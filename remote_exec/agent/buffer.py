@@ -61,10 +61,16 @@ class StreamBuffer:
         """Absolute offset one past the newest byte."""
         return self.base + len(self._buf)
 
-    def append(self, data: bytes) -> None:
-        """Add bytes at the end, letting the oldest fall out beyond ``limit``."""
+    def append(self, data: bytes, keep_unread: bool = False) -> None:
+        """Add bytes at the end, letting the oldest fall out beyond ``limit``.
+
+        With ``keep_unread`` (somebody is reading), only bytes a reader already has may fall out,
+        so the buffer can exceed ``limit`` by what arrives while the producer is being paused.
+        """
         self._buf += data
         excess = len(self._buf) - self.limit
+        if keep_unread:
+            excess = min(excess, self.read_cursor - self.base)
         if excess > 0:
             del self._buf[:excess]  # O(1): bytearray advances its start pointer
             self.base += excess
@@ -73,9 +79,9 @@ class StreamBuffer:
         """Bytes written but not yet returned to any reader."""
         return self.end - max(self.read_cursor, self.base)
 
-    def wants_pause(self, chunk: int) -> bool:
-        """True when reading ``chunk`` more bytes would push unread bytes out of the buffer."""
-        return self.end + chunk - self.read_cursor > self.limit
+    def wants_pause(self) -> bool:
+        """True when half the buffer is unread: time to stop reading from the producer."""
+        return self.unread() >= max(self.limit // 2, 1)
 
     def read(self, offset: int, max_bytes: int, encoding: str) -> Slice:
         """Return the data from ``offset`` on, at most ``max_bytes`` raw bytes of it.

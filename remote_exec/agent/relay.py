@@ -11,7 +11,7 @@ from pathlib import Path
 
 import aiohttp
 
-from ..errors import AgentLostError, RemoteExecError
+from ..errors import AgentUnavailableError, RemoteExecError
 from .server import MAX_REQUEST
 
 __all__ = ["relay_call", "relay_stdio"]
@@ -43,7 +43,7 @@ async def relay_call(sock: Path, body: bytes) -> int:
             async with session.post(_URL, data=body if len(body) < 1 << 20 else io.BytesIO(body)) as resp:
                 answer = await resp.read()
         except aiohttp.ClientError as exc:
-            sys.stdout.buffer.write(_error_line(body, AgentLostError(f"agent server unreachable: {exc}")) + b"\n")
+            sys.stdout.buffer.write(_error_line(body, AgentUnavailableError(f"agent server unreachable: {exc}")) + b"\n")
             return 3
     if answer:
         sys.stdout.buffer.write(answer + b"\n")
@@ -91,7 +91,8 @@ async def relay_stdio(sock: Path) -> int:
     """Relay request lines from stdin to the server and response lines back, concurrently.
 
     Ends with status 0 at EOF on stdin (after answering what is in flight), or 3 once the server
-    is gone (every request then gets an ``AgentLostError`` answer, so the host never hangs).
+    is gone (every request then gets an ``AgentUnavailableError`` answer, so the host never
+    hangs: it reconnects, which starts a new server, and learns there what became of its jobs).
     """
     reader, out = await _stdio_streams()
     gone = asyncio.Event()
@@ -103,7 +104,7 @@ async def relay_stdio(sock: Path) -> int:
                 answer = await resp.read()
         except aiohttp.ClientError as exc:
             gone.set()
-            answer = _error_line(line, AgentLostError(f"agent server connection failed: {exc}"))
+            answer = _error_line(line, AgentUnavailableError(f"agent server connection failed: {exc}"))
         if answer:
             await out.line(answer)
 

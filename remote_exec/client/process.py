@@ -15,6 +15,7 @@ from ..errors import ExecTimeoutError, JobKilledError, ProtocolError
 from ..protocol import (
     Empty,
     JobIdParams,
+    JobInfo,
     KillParams,
     KillResult,
     Method,
@@ -100,11 +101,10 @@ class ExecRemoteProcess:
         return proc
 
     @classmethod
-    def _attach(
-        cls, rpc: RpcClient, job_id: str, pid: int, options: ExecRemoteOptions, margin: float
-    ) -> ExecRemoteProcess:
+    def _attach(cls, rpc: RpcClient, info: JobInfo, options: ExecRemoteOptions, margin: float) -> ExecRemoteProcess:
         proc = cls(rpc, options, response_margin=margin)
-        proc._job_id, proc._pid = job_id, pid
+        proc._job_id, proc._pid = info.job_id, info.pid
+        proc._stdin_offset = info.stdin_bytes  # our writes continue where the job's stdin is
         proc.kill_on_cancel = False  # someone else's job: interrupting the watcher must not kill it
         return proc
 

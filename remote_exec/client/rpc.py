@@ -77,7 +77,13 @@ class RpcClient:
                 why = str(exc)
                 await self._reconnect(generation)
                 continue
-            return self._decode(raw, request_id, result)
+            try:
+                return self._decode(raw, request_id, result)
+            except AgentUnavailableError as exc:
+                if type(exc) is not AgentUnavailableError:
+                    raise  # AgentLostError: the job is gone, retrying cannot help
+                why = f"the relay lost the agent server: {exc}"
+                await self._reconnect(generation)
         raise TransportError(f"{method} failed after {self.attempts} attempts: {why}")
 
     async def _reconnect(self, generation: int) -> None:

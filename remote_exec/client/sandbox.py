@@ -199,7 +199,7 @@ class AsyncSandbox:
             if info.job_id == job_id:
                 opts = (options or ExecRemoteOptions()).merged({"encoding": info.encoding})
                 # Not tracked in _procs: closing this sandbox leaves a job it did not start alone.
-                return ExecRemoteProcess._attach(self._client(), job_id, info.pid, opts, self.response_margin)
+                return ExecRemoteProcess._attach(self._client(), info, opts, self.response_margin)
         raise JobNotFoundError(f"no job {job_id} in {self.url}", job_id=job_id)
 
     async def server_info(self) -> ServerInfo:

@@ -5,7 +5,8 @@ be re-attached; it exits by itself after ``idle_timeout`` seconds with no jobs a
 
 URL query options: ``dir`` (state directory), ``channel`` (``socket``, the default, talks to the
 agent's socket directly; ``stdio`` and ``call`` go through the agent CLI as remote sandboxes
-do), ``idle_timeout`` (seconds, 0 = never).
+do), ``idle_timeout`` (seconds, 0 = never), ``buffer_limit`` (bytes kept per stream per job).
+The last two apply when this call starts the agent.
 """
 
 from __future__ import annotations
@@ -31,11 +32,16 @@ class LocalTransport(SandboxTransport):
     """Runs the agent with this interpreter, as ``python -m remote_exec.agent``."""
 
     def __init__(
-        self, state_dir: Path | None = None, channel: ChannelKind = "socket", idle_timeout: float = 900.0
+        self,
+        state_dir: Path | None = None,
+        channel: ChannelKind = "socket",
+        idle_timeout: float = 900.0,
+        buffer_limit: int = 8 * 1024 * 1024,
     ) -> None:
         self.state_dir = state_dir or default_agent_dir()
         self.channel_kind = channel
         self.idle_timeout = idle_timeout
+        self.buffer_limit = buffer_limit
         self.url = f"local://?dir={self.state_dir}" if state_dir else "local://"
 
     @classmethod
@@ -44,7 +50,7 @@ class LocalTransport(SandboxTransport):
         if parts.netloc or parts.path not in ("", "/"):
             raise SandboxError(f"local:// takes no host or path, only ?dir=...: {url!r}")
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        unknown = set(query) - {"dir", "channel", "idle_timeout"}
+        unknown = set(query) - {"dir", "channel", "idle_timeout", "buffer_limit"}
         if unknown:
             raise SandboxError(f"unknown local:// option(s) {sorted(unknown)} in {url!r}")
         channel = query.get("channel", "socket")
@@ -52,9 +58,11 @@ class LocalTransport(SandboxTransport):
             raise SandboxError(f"channel must be socket, stdio or call, not {channel!r}")
         try:
             idle = float(query.get("idle_timeout", 900.0))
+            buffer_limit = int(query.get("buffer_limit", 8 * 1024 * 1024))
         except ValueError:
-            raise SandboxError(f"idle_timeout must be a number: {url!r}") from None
-        transport = cls(Path(query["dir"]) if "dir" in query else None, channel, idle)  # type: ignore[arg-type]
+            raise SandboxError(f"idle_timeout and buffer_limit must be numbers: {url!r}") from None
+        state_dir = Path(query["dir"]) if "dir" in query else None
+        transport = cls(state_dir, channel, idle, buffer_limit)  # type: ignore[arg-type]
         transport.url = url
         return transport
 
@@ -68,6 +76,8 @@ class LocalTransport(SandboxTransport):
             os.fspath(self.state_dir),
             "--idle-timeout",
             str(self.idle_timeout),
+            "--buffer-limit",
+            str(self.buffer_limit),
         ]
 
     @property

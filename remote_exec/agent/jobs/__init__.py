@@ -1,0 +1,3 @@
+"""The exec_remote_* feature of the agent: jobs, their controller and methods."""
+
+__all__: list[str] = []

@@ -5,7 +5,9 @@ from __future__ import annotations
 import signal
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, ServerBusyError
 from ...protocol import (
@@ -25,6 +27,8 @@ from ...protocol import (
 from .job import Job
 
 __all__ = ["JobController", "JobLimits"]
+
+J = TypeVar("J", bound=Job)
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,8 @@ class JobController:
         instance, sep, _ = job_id.rpartition("-")
         if sep and instance != self.instance_id:
             raise AgentLostError(
-                f"job {job_id} belonged to another agent instance ({instance}); this agent "
-                f"({self.instance_id}) started after it, and jobs die with their agent",
+                f"job {job_id} belonged to agent instance {instance}, which is gone; this agent "
+                f"({self.instance_id}) started after it and knows nothing of that job's state or output",
                 data={"job_id": job_id},
             )
         raise JobNotFoundError(f"no job {job_id} (never started, released, or expired)", job_id=job_id)
@@ -103,6 +107,21 @@ class JobController:
         if p.idempotency_key is not None:
             self._by_key[p.idempotency_key] = job.job_id
         return StartResult(job_id=job.job_id, pid=job.pid)
+
+    def adopt(self, make: Callable[[str, int, Callable[[Job], None]], J]) -> J:
+        """Register a job made elsewhere (a shell run) so the job methods serve it too.
+
+        ``make(job_id, buffer_limit, on_done)`` builds it; it counts against ``max_running``.
+
+        :raises ServerBusyError: the agent is at its limit of running jobs.
+        """
+        self._expire()
+        if self.running_count >= self.limits.max_running:
+            raise ServerBusyError(f"{self.running_count} jobs are running, the limit of this agent")
+        self._counter += 1
+        job = make(f"{self.instance_id}-{self._counter}", self.limits.buffer_limit, self._job_done)
+        self._jobs[job.job_id] = job
+        return job
 
     async def poll(self, p: PollParams) -> PollResult:
         job = self._get(p.job_id)

@@ -24,7 +24,6 @@ from .proctable import group_alive
 
 __all__ = ["Job"]
 
-READ_CHUNK = 256 * 1024  # asyncio's pipe transports read at most this much per callback
 WATCH_TTL = 5.0  # a stream polled within this many seconds is "watched": pause, don't drop
 LINGER = 0.5  # after the leader exits, wait this long with no output for inherited pipes to close
 
@@ -68,7 +67,7 @@ class Job:
         self._done = asyncio.Event()
         self._changed = asyncio.Event()
         self._paused: set[int] = set()
-        self._last_poll = 0.0
+        self._last_poll = time.monotonic()  # the starter is about to poll: count it as watching
         self._data_since_linger = False
         self._stdin_written = 0
         self._stdin_open = False
@@ -137,6 +136,8 @@ class Job:
             ended_at=self.ended_at,
             stdout_bytes=self.streams[1].end,
             stderr_bytes=self.streams[2].end,
+            stdin_open=self._stdin_open,
+            stdin_bytes=self._stdin_written,
             encoding=self.encoding,
         )
 
@@ -144,9 +145,10 @@ class Job:
 
     def _on_data(self, fd: int, data: bytes) -> None:
         buf = self.streams[fd]
-        buf.append(data)
+        watched = self._watched()
+        buf.append(data, keep_unread=watched)
         self._data_since_linger = True
-        if buf.wants_pause(READ_CHUNK) and self._watched() and self._transport is not None:
+        if watched and buf.wants_pause() and self._transport is not None:
             pipe = self._transport.get_pipe_transport(fd)
             if pipe is not None and fd not in self._paused:
                 pipe.pause_reading()  # type: ignore[attr-defined]
@@ -225,7 +227,7 @@ class Job:
             changed = self._changed
             out = self.streams[1].read(p.stdout_offset, p.max_bytes, self.encoding)
             err = self.streams[2].read(p.stderr_offset, p.max_bytes, self.encoding)
-            if self._paused and not any(self.streams[fd].wants_pause(READ_CHUNK) for fd in self._paused):
+            if self._paused and not any(self.streams[fd].wants_pause() for fd in self._paused):
                 self._resume_all()
             finished = self._done.is_set() and out.end == self.streams[1].end and err.end == self.streams[2].end
             remaining = deadline - loop.time()

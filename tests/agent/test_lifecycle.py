@@ -1,0 +1,58 @@
+"""The agent's own lifecycle: idle exit, one server per state dir, clean shutdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import remote_exec as rx
+from remote_exec.agent.jobs.proctable import group_members
+
+
+def wait_exit(pid: int, timeout: float) -> bool:
+    """Wait (on a pidfd, not a sleep loop) for process ``pid`` to exit; True if it did."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])
+    finally:
+        os.close(fd)
+
+
+def test_idle_agent_exits_but_not_while_a_job_runs(fresh_agent_dir: Path) -> None:
+    url = f"local://?dir={fresh_agent_dir}&idle_timeout=1"
+    with rx.connect(url) as sb:
+        pid = sb.info.pid
+        sb.exec_remote(["sleep", "3"]).detach()
+    t0 = time.monotonic()
+    assert wait_exit(pid, 20)
+    assert time.monotonic() - t0 >= 2.5  # it waited for the job to end first
+    assert not (fresh_agent_dir / "agent.sock").exists()
+
+
+def test_concurrent_starts_make_one_server(fresh_agent_dir: Path) -> None:
+    argv = [sys.executable, "-m", "remote_exec.agent", "ensure", "--dir", str(fresh_agent_dir)]
+    procs = [subprocess.Popen(argv, stdout=subprocess.PIPE) for _ in range(4)]
+    outs = [p.communicate(timeout=60)[0] for p in procs]
+    pids = {json.loads(o)["result"]["pid"] for o in outs}
+    assert len(pids) == 1
+
+
+def test_sigterm_kills_running_jobs(fresh_agent_dir: Path) -> None:
+    with rx.connect(f"local://?dir={fresh_agent_dir}") as sb:
+        pid = sb.info.pid
+        proc = sb.exec_remote(["sh", "-c", "sleep 300 & wait"])
+        job_pid = proc.pid or 0
+        proc.detach()
+        assert group_members(job_pid)
+        os.kill(pid, signal.SIGTERM)
+        assert wait_exit(pid, 20)
+    assert group_members(job_pid) == []

@@ -1,0 +1,120 @@
+"""Faults: lost responses, a killed channel, a killed agent. Nothing is lost, nothing hangs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+import anyio
+import pytest
+
+import remote_exec as rx
+from remote_exec.agent.jobs.proctable import group_members
+from remote_exec.client.channel import SocketChannel, StdioChannel
+
+pytestmark = pytest.mark.anyio
+
+SLOW_LINES = "for i in $(seq 1 300); do echo line $i; echo err $i >&2; [ $((i % 30)) = 0 ] && sleep 0.05; done; exit 4"
+EXPECTED_OUT = "".join(f"line {i}\n" for i in range(1, 301))
+EXPECTED_ERR = "".join(f"err {i}\n" for i in range(1, 301))
+
+
+def _is_poll_with_data(raw: bytes) -> bool:
+    return b'"stdout_offset"' in raw and (b'"stdout":""' not in raw or b'"stderr":""' not in raw)
+
+
+def drop_poll_responses(sb: rx.AsyncSandbox, which: set[int]) -> list[int]:
+    """Make the channel lose the n-th poll responses that carry data (1-based); return a log."""
+    channel = sb._client().channel
+    seen: list[int] = []
+    if isinstance(channel, StdioChannel):
+        deliver = channel._deliver
+
+        def lossy_deliver(line: bytes) -> None:
+            if _is_poll_with_data(line):
+                seen.append(len(seen) + 1)
+                if seen[-1] in which:
+                    return  # the response vanishes on its way back
+            deliver(line)
+
+        channel._deliver = lossy_deliver  # type: ignore[method-assign]
+    else:
+        assert isinstance(channel, SocketChannel)
+        request = channel.request
+
+        async def lossy_request(body: bytes, request_id: int, timeout: float) -> bytes:
+            raw = await request(body, request_id, timeout)
+            if _is_poll_with_data(raw):
+                seen.append(len(seen) + 1)
+                if seen[-1] in which:
+                    await anyio.sleep(timeout)  # as if the response never came
+                    raise TimeoutError
+            return raw
+
+        channel.request = lossy_request  # type: ignore[method-assign]
+    return seen
+
+
+async def test_dropped_poll_responses_lose_and_duplicate_nothing(url: str) -> None:
+    async with rx.open_sandbox(url, response_margin=0.3) as sb:
+        seen = drop_poll_responses(sb, {2, 4, 5})
+        proc = sb.exec_remote(["bash", "-c", SLOW_LINES], poll_interval=0.1)
+        with anyio.fail_after(30):
+            res = await proc.wait()
+    assert {2, 4, 5} <= set(seen)  # the faults really happened
+    assert res.stdout == EXPECTED_OUT
+    assert res.stderr == EXPECTED_ERR
+    assert res.returncode == 4
+
+
+async def test_killed_stdio_channel_reconnects_without_loss(agent_dir: Path) -> None:
+    async with rx.open_sandbox(f"local://?dir={agent_dir}&channel=stdio") as sb:
+        channel = sb._client().channel
+        assert isinstance(channel, StdioChannel)
+        proc = sb.exec_remote(["bash", "-c", "echo first; read x < /dev/null; sleep 0.3; " + SLOW_LINES])
+        first = await anext(aiter(proc))
+        assert first == rx.StdoutChunk("first\n")
+        relay = channel.process
+        assert relay is not None
+        relay.kill()  # kill -9 of the host-side channel process
+        with anyio.fail_after(30):
+            res = await proc.wait()
+        assert channel.process is not None and channel.process.pid != relay.pid  # a new relay
+    assert res.stdout == "first\n" + EXPECTED_OUT
+    assert res.stderr == EXPECTED_ERR
+    assert res.returncode == 4
+
+
+@pytest.mark.parametrize("channel", ["socket", "stdio"])
+async def test_agent_killed_mid_job_raises_agent_lost(fresh_agent_dir: Path, channel: str) -> None:
+    url = f"local://?dir={fresh_agent_dir}&channel={channel}"
+    async with rx.open_sandbox(url, response_margin=1.0) as sb:
+        proc = sb.exec_remote(["sh", "-c", "echo up; sleep 300"])
+        assert await anext(aiter(proc)) == rx.StdoutChunk("up\n")
+        os.kill(sb.info.pid, signal.SIGKILL)
+        try:
+            with anyio.fail_after(20), pytest.raises(rx.AgentLostError, match="gone"):
+                await anext(aiter(proc))
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid or 0, signal.SIGKILL)  # nobody else will: its agent is dead
+        # the sandbox keeps working: a new agent took over
+        assert (await sb.run(["echo", "again"])).stdout == "again\n"
+        assert sb.info.instance_id != (await sb.server_info()).instance_id
+
+
+async def test_job_survives_client_and_is_reattached(agent_dir: Path) -> None:
+    url = f"local://?dir={agent_dir}"
+    async with rx.open_sandbox(url) as sb:
+        proc = sb.exec_remote(["sh", "-c", "read a; echo one $a; read b; echo two $b"], stdin_open=True)
+        await proc.write_stdin("A\n")
+        assert await anext(aiter(proc)) == rx.StdoutChunk("one A\n")
+        job_id = proc.detach()
+    async with rx.open_sandbox(url) as sb:  # as a restarted kernel would
+        again = await sb.attach(job_id or "")
+        await again.write_stdin("B\n")  # continues after the 2 bytes the first client wrote
+        res = await again.wait()
+    assert res.stdout == "one A\ntwo B\n"
+    assert group_members(again.pid or 0) == []

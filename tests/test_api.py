@@ -1,0 +1,86 @@
+"""The public surface: controlled exports, honest docstrings, layering that keeps the agent small."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+import re
+import subprocess
+import sys
+
+import pytest
+
+import remote_exec as rx
+import remote_exec.errors
+
+MODULES = sorted(m.name for m in pkgutil.walk_packages(rx.__path__, "remote_exec.") if not m.name.endswith("__main__"))
+
+
+def test_top_level_all_is_sorted_and_importable() -> None:
+    assert rx.__all__ == sorted(rx.__all__)
+    for name in rx.__all__:
+        assert getattr(rx, name) is not None
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_every_module_declares_all(name: str) -> None:
+    module = importlib.import_module(name)
+    assert isinstance(getattr(module, "__all__", None), list), f"{name} has no __all__"
+    for exported in module.__all__:
+        assert hasattr(module, exported), f"{name}.__all__ names missing {exported}"
+
+
+def test_raises_in_docstrings_name_real_exceptions() -> None:
+    known = {n for n, v in vars(remote_exec.errors).items() if isinstance(v, type) and issubclass(v, BaseException)}
+    known |= {n for n in dir(__builtins__) if isinstance(getattr(__builtins__, n, None), type)} | {"TimeoutError"}
+    for name in MODULES:
+        known |= {
+            n
+            for n, v in vars(importlib.import_module(name)).items()
+            if isinstance(v, type) and issubclass(v, Exception)
+        }
+    for name in MODULES:
+        for _, obj in inspect.getmembers(importlib.import_module(name)):
+            if getattr(obj, "__module__", None) != name:
+                continue  # only what our own modules define
+            for member in [obj, *vars(obj).values()] if inspect.isclass(obj) else [obj]:
+                doc = inspect.getdoc(member) if callable(member) or isinstance(member, property) else None
+                for raised in re.findall(r":raises (\w+):", doc or ""):
+                    assert raised in known, f"{name}: {member!r} documents :raises {raised}: which does not exist"
+
+
+def test_public_coroutines_have_docstrings() -> None:
+    for cls in (rx.AsyncSandbox, rx.ExecRemoteProcess, rx.Sandbox, rx.BlockingExecRemoteProcess):
+        for name, member in inspect.getmembers(cls):
+            if not name.startswith("_") and inspect.iscoroutinefunction(member):
+                assert inspect.getdoc(member), f"{cls.__name__}.{name} has no docstring"
+
+
+def test_agent_imports_nothing_host_side() -> None:
+    code = (
+        "import sys, remote_exec.agent.cli, remote_exec.agent.server, remote_exec.agent.relay\n"
+        "host = {'ipywidgets', 'IPython', 'anywidget', 'asyncssh'}\n"
+        "ours = ('remote_exec.client', 'remote_exec.sandboxes', 'remote_exec.jupyter', 'remote_exec.blocking')\n"
+        "bad = sorted(m for m in sys.modules if m.split('.')[0] in host or m.startswith(ours))\n"
+        "print(bad)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_error_codes_round_trip() -> None:
+    for code, cls in rx.errors.ERROR_CLASSES.items():
+        err = rx.errors.error_from_wire(code, "m", {"job_id": "a-1"})
+        assert type(err) is cls and err.code == code
+        if isinstance(err, rx.JobError):
+            assert err.job_id == "a-1"
+    assert isinstance(rx.errors.error_from_wire(-32099, "x"), rx.ProtocolError)
+    assert issubclass(rx.ExecTimeoutError, TimeoutError) and issubclass(rx.AgentLostError, rx.TransportError)
+
+
+def test_bad_urls() -> None:
+    for url, match in [("nope://x", "unsupported"), ("local://host", "no host"), ("local://?channel=tcp", "channel"),
+                       ("local://?colour=1", "unknown local")]:  # fmt: skip
+        with pytest.raises(rx.SandboxError, match=match):
+            rx.open_sandbox(url)
