@@ -20,17 +20,58 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Protocol
 
 import aiohttp
 
 from ..errors import ProtocolError, TransportError
 
-__all__ = ["CallChannel", "Channel", "ChannelBroken", "SocketChannel", "SpawnFn", "StdioChannel"]
+__all__ = [
+    "CallChannel",
+    "Channel",
+    "ChannelBroken",
+    "PipeProcess",
+    "PipeReader",
+    "PipeWriter",
+    "SocketChannel",
+    "SpawnFn",
+    "StdioChannel",
+]
 
 MAX_RESPONSE = 160 * 1024 * 1024
 """Largest response accepted from a sandbox (a 64 MiB poll of worst-case escaped text fits)."""
 
-SpawnFn = Callable[[], Awaitable[asyncio.subprocess.Process]]
+
+class PipeWriter(Protocol):
+    """The writing end of a process's stdin (an asyncio ``StreamWriter`` is one)."""
+
+    def write(self, data: bytes) -> None: ...
+    async def drain(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class PipeReader(Protocol):
+    """The reading end of a process's stdout (an asyncio ``StreamReader`` is one)."""
+
+    async def readline(self) -> bytes: ...
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class PipeProcess(Protocol):
+    """A process in the sandbox with pipes: ``asyncio.subprocess.Process`` or an SSH channel.
+
+    Its stdout reader must accept lines up to :data:`MAX_RESPONSE` bytes.
+    """
+
+    @property
+    def stdin(self) -> PipeWriter | None: ...
+    @property
+    def stdout(self) -> PipeReader | None: ...
+    def kill(self) -> None: ...
+    async def wait(self) -> int: ...
+
+
+SpawnFn = Callable[[], Awaitable[PipeProcess]]
 _ID_PREFIX = re.compile(rb'^\{"jsonrpc":"2\.0","id":(\d+),')
 
 
@@ -107,7 +148,7 @@ class StdioChannel(Channel):
 
     def __init__(self, spawn: SpawnFn) -> None:
         self._spawn = spawn
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: PipeProcess | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._pending: dict[int, asyncio.Future[bytes]] = {}
         self._write_lock = asyncio.Lock()
@@ -115,11 +156,11 @@ class StdioChannel(Channel):
         self._broken: str | None = None
 
     @property
-    def process(self) -> asyncio.subprocess.Process | None:
+    def process(self) -> PipeProcess | None:
         """The relay process currently in use (tests kill it to simulate a dropped channel)."""
         return self._proc
 
-    async def _ensure_open(self) -> asyncio.subprocess.Process:
+    async def _ensure_open(self) -> PipeProcess:
         async with self._open_lock:
             if self._proc is None:
                 self._proc = await self._spawn()
@@ -162,7 +203,7 @@ class StdioChannel(Channel):
         if fut is not None and not fut.done():
             fut.set_result(line)
 
-    async def _read_loop(self, proc: asyncio.subprocess.Process) -> None:
+    async def _read_loop(self, proc: PipeProcess) -> None:
         assert proc.stdout is not None
         why = "channel closed by the sandbox"
         try:
@@ -209,13 +250,18 @@ class CallChannel(Channel):
 
     async def request(self, body: bytes, request_id: int, timeout: float) -> bytes:
         proc = await self._spawn()
+        assert proc.stdin is not None and proc.stdout is not None
         try:
             async with asyncio.timeout(timeout):
-                out, _ = await proc.communicate(body)
+                proc.stdin.write(body)
+                await proc.stdin.drain()
+                proc.stdin.close()
+                out = await proc.stdout.read()
+                code = await proc.wait()
         finally:
-            if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
                 proc.kill()
-                await proc.wait()
+            await proc.wait()
         if not out.strip():
-            raise ChannelBroken(f"agent call exited {proc.returncode} without a response")
+            raise ChannelBroken(f"agent call exited {code} without a response")
         return out.strip()

@@ -1,0 +1,116 @@
+"""``ExecTransport``: the shared base of sandboxes reached by running a process in them.
+
+Docker, Podman, Kubernetes, the bubblewrap jail and SSH all reduce to one primitive,
+:meth:`ExecTransport.spawn`: run argv inside the sandbox with stdin/stdout pipes. On top of it
+this class finds (or injects) the agent, starts it once, and opens ONE persistent
+``remote-exec-agent stdio`` channel that every RPC is multiplexed over. Killing the host-side
+process of that channel (``docker exec``, ``nsenter``, ``ssh``) leaves jobs running in the
+sandbox; the channel is simply re-spawned and polls resume from their cursors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from abc import abstractmethod
+from collections.abc import Sequence
+
+from ..client.channel import MAX_RESPONSE, Channel, PipeProcess, StdioChannel
+from ..client.sandbox import SandboxTransport
+from ..errors import AgentUnavailableError, SandboxError
+from ..protocol import PROTOCOL_VERSION
+
+__all__ = ["ExecTransport", "spawn_local"]
+
+
+async def spawn_local(argv: Sequence[str], *, stderr_to_devnull: bool = True) -> asyncio.subprocess.Process:
+    """Start a host process (``docker exec ...``, ``nsenter ...``) with stdin/stdout pipes."""
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL if stderr_to_devnull else asyncio.subprocess.PIPE,
+        limit=MAX_RESPONSE,
+        start_new_session=True,  # a Ctrl-C meant for the host must not hit the channel process
+    )
+
+
+class ExecTransport(SandboxTransport):
+    """A sandbox reached by spawning processes in it; subclasses implement :meth:`spawn`.
+
+    :ivar agent_argv: how to run the agent CLI inside the sandbox, once known (found on the
+        image, or injected by :meth:`locate_agent`).
+    :ivar agent_state_dir: the agent's state directory inside the sandbox (None: its default).
+    """
+
+    agent_argv: list[str] | None = None
+    agent_state_dir: str | None = None
+
+    @abstractmethod
+    async def spawn(self, argv: Sequence[str]) -> PipeProcess:
+        """Run ``argv`` inside the sandbox with stdin and stdout pipes (stderr discarded)."""
+
+    async def exec_capture(self, argv: Sequence[str], input: bytes = b"", timeout: float = 120.0) -> tuple[int, bytes]:
+        """Run ``argv`` in the sandbox to completion; return (exit status, stdout).
+
+        :raises SandboxError: it did not finish within ``timeout`` seconds.
+        """
+        proc = await self.spawn(argv)
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            async with asyncio.timeout(timeout):
+                if input:
+                    proc.stdin.write(input)
+                    await proc.stdin.drain()
+                proc.stdin.close()
+                out = await proc.stdout.read()
+                return await proc.wait(), out
+        except TimeoutError:
+            raise SandboxError(f"{' '.join(argv)[:200]} did not finish within {timeout} s in {self.url}") from None
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+
+    def _agent_args(self, subcommand: str) -> list[str]:
+        assert self.agent_argv is not None
+        extra = ["--dir", self.agent_state_dir] if self.agent_state_dir else []
+        return [*self.agent_argv, subcommand, *extra]
+
+    async def locate_agent(self) -> list[str]:
+        """Find an agent in the sandbox that speaks our protocol; return its argv.
+
+        Tries ``remote-exec-agent`` on PATH, then ``python3 -m remote_exec.agent``; subclasses
+        extend this (e.g. injecting the bundled agent).
+
+        :raises AgentUnavailableError: no usable agent.
+        """
+        for argv in (["remote-exec-agent"], ["python3", "-m", "remote_exec.agent"]):
+            if await self._agent_works(argv):
+                return argv
+        raise AgentUnavailableError(
+            f"no remote_exec agent in {self.url}: install the remote-exec package in the sandbox, "
+            "or use a sandbox kind that injects the bundled agent"
+        )
+
+    async def _agent_works(self, argv: list[str]) -> bool:
+        self.agent_argv = argv
+        try:
+            code, out = await self.exec_capture(self._agent_args("ensure"))
+        except (OSError, SandboxError):
+            return False
+        finally:
+            self.agent_argv = None
+        if code != 0:
+            return False
+        try:
+            info = json.loads(out)["result"]
+        except (ValueError, KeyError, TypeError):
+            return False
+        return isinstance(info, dict) and info.get("protocol_version") == PROTOCOL_VERSION
+
+    async def open_channel(self) -> Channel:
+        """Locate or inject the agent, start it, and return the persistent stdio channel."""
+        if self.agent_argv is None:
+            self.agent_argv = await self.locate_agent()
+        return StdioChannel(lambda: self.spawn(self._agent_args("stdio")))
