@@ -9,6 +9,7 @@ While somebody is actively reading, the job applies back-pressure instead of dro
 from __future__ import annotations
 
 import base64
+import bisect
 from dataclasses import dataclass
 
 __all__ = ["Slice", "StreamBuffer", "utf8_safe_end"]
@@ -45,13 +46,20 @@ class Slice:
 
 
 class StreamBuffer:
-    """The retained tail of one stream plus the cursor bookkeeping for back-pressure."""
+    """The retained tail of one stream plus the cursor bookkeeping for back-pressure.
 
-    __slots__ = ("_buf", "base", "eof", "limit", "read_cursor")
+    Bytes are kept as the chunks the pipe delivered (a list, with their start offsets), so an
+    append is O(1) and trimming drops whole chunks: a full bytearray would be copied on every
+    append once its head had been trimmed.
+    """
+
+    __slots__ = ("_chunks", "_size", "_starts", "base", "eof", "limit", "read_cursor")
 
     def __init__(self, limit: int) -> None:
-        self._buf = bytearray()
-        self.base = 0  # absolute offset of _buf[0]
+        self._chunks: list[bytes] = []
+        self._starts: list[int] = []  # absolute offset of each chunk
+        self._size = 0  # bytes held
+        self.base = 0  # absolute offset of the oldest byte held
         self.eof = False
         self.limit = limit
         self.read_cursor = 0  # highest offset returned to any reader
@@ -59,7 +67,7 @@ class StreamBuffer:
     @property
     def end(self) -> int:
         """Absolute offset one past the newest byte."""
-        return self.base + len(self._buf)
+        return self.base + self._size
 
     def append(self, data: bytes, keep_unread: bool = False) -> None:
         """Add bytes at the end, letting the oldest fall out beyond ``limit``.
@@ -67,13 +75,30 @@ class StreamBuffer:
         With ``keep_unread`` (somebody is reading), only bytes a reader already has may fall out,
         so the buffer can exceed ``limit`` by what arrives while the producer is being paused.
         """
-        self._buf += data
-        excess = len(self._buf) - self.limit
+        if not data:
+            return
+        self._starts.append(self.end)
+        self._chunks.append(bytes(data))
+        self._size += len(data)
+        excess = self._size - self.limit
         if keep_unread:
             excess = min(excess, self.read_cursor - self.base)
         if excess > 0:
-            del self._buf[:excess]  # O(1): bytearray advances its start pointer
-            self.base += excess
+            self._trim(excess)
+
+    def _trim(self, n: int) -> None:
+        """Drop the oldest ``n`` bytes (``n`` ≤ bytes held)."""
+        end = self.end
+        drop = 0  # whole chunks to drop
+        while drop < len(self._chunks) and len(self._chunks[drop]) <= n:
+            n -= len(self._chunks[drop])
+            drop += 1
+        del self._chunks[:drop], self._starts[:drop]
+        if n:  # and a part of the new first chunk
+            self._chunks[0] = self._chunks[0][n:]
+            self._starts[0] += n
+        self.base = self._starts[0] if self._chunks else end
+        self._size = end - self.base
 
     def unread(self) -> int:
         """Bytes written but not yet returned to any reader."""
@@ -83,11 +108,22 @@ class StreamBuffer:
         """True when half the buffer is unread: time to stop reading from the producer."""
         return self.unread() >= max(self.limit // 2, 1)
 
+    def _bytes(self, start: int, stop: int) -> bytes:
+        i = bisect.bisect_right(self._starts, start) - 1
+        parts: list[bytes | memoryview] = []
+        while start < stop:
+            chunk, first = self._chunks[i], self._starts[i]
+            lo, hi = start - first, min(len(chunk), stop - first)
+            parts.append(chunk if lo == 0 and hi == len(chunk) else memoryview(chunk)[lo:hi])
+            start = first + hi
+            i += 1
+        return parts[0] if len(parts) == 1 and isinstance(parts[0], bytes) else b"".join(parts)
+
     def read(self, offset: int, max_bytes: int, encoding: str) -> Slice:
         """Return the data from ``offset`` on, at most ``max_bytes`` raw bytes of it.
 
         Text (``utf-8``) is cut on a character boundary while the stream is open; invalid bytes
-        become U+FFFD. ``base64`` is byte-exact. A cursor past the end reads as empty.
+        become U+FFFD. ``base64`` is byte-exact. A cursor past the end is a caller bug: :class:`ValueError`.
         """
         if offset > self.end:
             raise ValueError(f"offset {offset} is past the end of the stream ({self.end} bytes)")
@@ -96,17 +132,13 @@ class StreamBuffer:
         if start == self.end:
             return Slice("", start, start, dropped)
         stop = min(self.end, start + max_bytes)
-        view = memoryview(self._buf)[start - self.base : stop - self.base]
-        try:
-            if encoding == "base64":
-                data = base64.b64encode(view).decode("ascii")
-            else:
-                final = self.eof and stop == self.end
-                cut = utf8_safe_end(view, final)
-                stop = start + cut
-                data = str(view[:cut], "utf-8", "replace")
-        finally:
-            view.release()
+        raw = self._bytes(start, stop)
+        if encoding == "base64":
+            data = base64.b64encode(raw).decode("ascii")
+        else:
+            cut = utf8_safe_end(raw, self.eof and stop == self.end)
+            stop = start + cut
+            data = str(raw[:cut] if cut < len(raw) else raw, "utf-8", "replace")
         if stop > self.read_cursor:
             self.read_cursor = stop
         return Slice(data, start, stop, dropped)

@@ -7,12 +7,14 @@ import base64
 import secrets
 import signal as _signal
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import anyio
 
 from ..errors import ExecTimeoutError, JobKilledError, ProtocolError
 from ..protocol import (
+    DEFAULT_MAX_BYTES,
     Empty,
     JobIdParams,
     JobInfo,
@@ -33,6 +35,7 @@ from .types import Completed, ExecRemoteEvent, ExecRemoteOptions, ExecResult, St
 
 __all__ = ["ExecRemoteProcess"]
 
+MAX_POLL_BYTES = 8 * 1024 * 1024  # the largest poll a busy job grows to (from the protocol's 1 MiB)
 RESPONSE_MARGIN = 10.0  # seconds a long-poll response may lag its wait before we re-ask
 
 
@@ -58,6 +61,7 @@ class ExecRemoteProcess:
         self._pid: int | None = None
         self._start_task: asyncio.Task[StartResult] | None = None
         self._offsets = [0, 0]
+        self._max_bytes = DEFAULT_MAX_BYTES
         empty = b"" if options.encoding == "base64" else ""
         self._tails = (Tail(options.output_limit, empty), Tail(options.output_limit, empty))
         self._queue: deque[ExecRemoteEvent] = deque()
@@ -76,7 +80,6 @@ class ExecRemoteProcess:
     def _launch(
         cls, rpc: RpcClient, command: list[str] | str, options: ExecRemoteOptions, margin: float
     ) -> ExecRemoteProcess:
-        proc = cls(rpc, options, response_margin=margin)
         raw_input = options.input.encode() if isinstance(options.input, str) else options.input
         if raw_input is not None and options.encoding == "base64":
             wire_input: str | None = base64.b64encode(raw_input).decode()
@@ -95,7 +98,15 @@ class ExecRemoteProcess:
             label=options.label,
             idempotency_key=secrets.token_hex(8),
         )
-        task = asyncio.get_running_loop().create_task(rpc.call(Method.EXEC_REMOTE_START, params, StartResult))
+        return cls._starting(rpc, rpc.call(Method.EXEC_REMOTE_START, params, StartResult), options, margin)
+
+    @classmethod
+    def _starting(
+        cls, rpc: RpcClient, start: Coroutine[Any, Any, StartResult], options: ExecRemoteOptions, margin: float
+    ) -> ExecRemoteProcess:
+        """A handle on the job that ``start`` (an RPC answering with its id) is starting now."""
+        proc = cls(rpc, options, response_margin=margin)
+        task = asyncio.get_running_loop().create_task(start)
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # raised on first use instead
         proc._start_task = task
         return proc
@@ -161,7 +172,11 @@ class ExecRemoteProcess:
             assert self._job_id is not None
             wait = self.options.poll_interval
             params = PollParams(
-                job_id=self._job_id, stdout_offset=self._offsets[0], stderr_offset=self._offsets[1], wait=wait
+                job_id=self._job_id,
+                stdout_offset=self._offsets[0],
+                stderr_offset=self._offsets[1],
+                wait=wait,
+                max_bytes=self._max_bytes,
             )
             result = await self._rpc.call(Method.EXEC_REMOTE_POLL, params, PollResult, timeout=wait + self._margin)
         except anyio.get_cancelled_exc_class():
@@ -176,6 +191,10 @@ class ExecRemoteProcess:
             raise ProtocolError(
                 f"agent moved a cursor backwards ({self._offsets} -> {r.stdout_offset}, {r.stderr_offset})"
             )
+        advanced = max(r.stdout_offset - self._offsets[0], r.stderr_offset - self._offsets[1])
+        if advanced * 10 >= self._max_bytes * 9:
+            # A fast producer: fewer, bigger polls halve the per-request overhead each step.
+            self._max_bytes = min(self._max_bytes * 2, MAX_POLL_BYTES)
         self._offsets = [r.stdout_offset, r.stderr_offset]
         b64 = self.options.encoding == "base64"
         for text, dropped, tail, event in (

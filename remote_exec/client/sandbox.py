@@ -11,10 +11,11 @@ from typing import Any, Literal, Unpack, overload
 import anyio
 
 from ..errors import ExecTimeoutError, JobNotFoundError, SandboxError
-from ..protocol import PROTOCOL_VERSION, Empty, JobInfo, ListResult, Method, ServerInfo
+from ..protocol import PROTOCOL_VERSION, Empty, JobInfo, ListResult, Method, ServerInfo, ShellInfo
 from .channel import Channel
 from .process import RESPONSE_MARGIN, ExecRemoteProcess
 from .rpc import RpcClient
+from .shell import ShellSession, list_shells
 from .types import ExecRemoteOptions, ExecResult, OptionOverrides
 
 __all__ = ["AsyncSandbox", "SandboxTransport"]
@@ -70,7 +71,13 @@ class AsyncSandbox:
         """
         if self._state != "new":
             raise RuntimeError(f"this sandbox is {self._state}; open a new one with rx.open_sandbox()")
-        channel = await self.transport.open_channel()
+        try:
+            channel = await self.transport.open_channel()
+        except BaseException:
+            self._state = "closed"
+            with anyio.CancelScope(shield=True):
+                await self.transport.aclose()  # whatever it set up before failing (a connection, a box)
+            raise
         self._rpc = RpcClient(channel)
         self._state = "open"
         try:
@@ -154,7 +161,10 @@ class AsyncSandbox:
         opts = (options or ExecRemoteOptions()).merged(overrides)
         if not stream:
             return self._run(command, opts)
-        proc = ExecRemoteProcess._launch(self._client(), command, opts, self.response_margin)
+        return self._track(ExecRemoteProcess._launch(self._client(), command, opts, self.response_margin))
+
+    def _track(self, proc: ExecRemoteProcess) -> ExecRemoteProcess:
+        """Kill ``proc`` when this sandbox closes, unless it ended or was detached first."""
         self._procs = [p for p in self._procs if not p.done]
         self._procs.append(proc)
         return proc
@@ -201,6 +211,33 @@ class AsyncSandbox:
                 # Not tracked in _procs: closing this sandbox leaves a job it did not start alone.
                 return ExecRemoteProcess._attach(self._client(), info, opts, self.response_margin)
         raise JobNotFoundError(f"no job {job_id} in {self.url}", job_id=job_id)
+
+    # -- shell sessions (see client/shell.py) ----------------------------------------------
+
+    async def shell(self, *, cwd: str | None = None, env: dict[str, str] | None = None) -> ShellSession:
+        """Open a stateful shell session (bash, else sh) in ``cwd`` with ``env`` added.
+
+        It outlives this sandbox handle: reattach with :meth:`reattach_shell`, end with
+        ``close()``. Cancelling the open may still leave a session in the agent (it idles out).
+
+        :raises SpawnError: the shell could not be started (e.g. no such ``cwd``).
+        """
+        return await ShellSession._open(self, cwd, env)
+
+    async def reattach_shell(self, session_id: str) -> ShellSession:
+        """A handle on a shell session opened elsewhere (another client, a previous kernel).
+
+        Only looks the session up: cancelling it changes nothing in the sandbox.
+
+        :raises ShellNotFoundError: no such session (or closed long ago).
+        :raises ShellClosedError: the session's shell has ended.
+        :raises AgentLostError: the session died with the agent that held it.
+        """
+        return await ShellSession._reattach(self, session_id)
+
+    async def shells(self) -> list[ShellInfo]:
+        """Open and recently closed shell sessions in this sandbox, oldest first (a read only)."""
+        return await list_shells(self._client())
 
     async def server_info(self) -> ServerInfo:
         """The agent's version, protocol, pid, instance id and capabilities."""

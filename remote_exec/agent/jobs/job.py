@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import fcntl
 import os
 import pwd
 import signal
@@ -25,6 +26,8 @@ from .proctable import group_alive
 __all__ = ["Job"]
 
 WATCH_TTL = 5.0  # a stream polled within this many seconds is "watched": pause, don't drop
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux; a no-op failure elsewhere
+PIPE_SIZE = 1 << 20  # the default /proc/sys/fs/pipe-max-size, allowed without privileges
 LINGER = 0.5  # after the leader exits, wait this long with no output for inherited pipes to close
 
 
@@ -110,6 +113,10 @@ class Job:
             raise SpawnError(f"cannot start {argv[0]!r}: {exc}", job_id=self.job_id) from None
         assert self._transport is not None
         self.pid = self._transport.get_pid()
+        for fd in (1, 2):
+            pipe = self._transport.get_pipe_transport(fd)
+            if pipe is not None:
+                widen_pipe(pipe.get_extra_info("pipe"))
         self._stdin_open = wants_stdin
         if p.input is not None:
             self.write_stdin(self._decode_input(p.input), offset=None, eof=not p.stdin_open)
@@ -332,6 +339,14 @@ class Job:
             _killpg(self.pid, signal.SIGKILL)
         for t in self._timers:
             t.cancel()
+
+
+def widen_pipe(f: object) -> None:
+    """Grow a pipe to 1 MiB: 16x fewer reads and wakeups than the 64 KiB default at full speed."""
+    fileno = getattr(f, "fileno", None)
+    if fileno is not None:
+        with contextlib.suppress(OSError, ValueError):
+            fcntl.fcntl(fileno(), F_SETPIPE_SZ, PIPE_SIZE)
 
 
 def _killpg(pgid: int, sig: int) -> None:
