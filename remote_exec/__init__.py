@@ -17,11 +17,13 @@ from ._version import __version__ as __version__
 
 if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ below)
     from .blocking import BlockingExecRemoteProcess as BlockingExecRemoteProcess
+    from .blocking import BlockingShellSession as BlockingShellSession
     from .blocking import Sandbox as Sandbox
     from .blocking import connect as connect
     from .client.process import ExecRemoteProcess as ExecRemoteProcess
     from .client.sandbox import AsyncSandbox as AsyncSandbox
     from .client.sandbox import SandboxTransport as SandboxTransport
+    from .client.shell import ShellSession as ShellSession
     from .client.types import Completed as Completed
     from .client.types import ExecRemoteEvent as ExecRemoteEvent
     from .client.types import ExecRemoteOptions as ExecRemoteOptions
@@ -40,21 +42,31 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .errors import RemoteExecError as RemoteExecError
     from .errors import SandboxError as SandboxError
     from .errors import ServerBusyError as ServerBusyError
+    from .errors import ShellBusyError as ShellBusyError
+    from .errors import ShellClosedError as ShellClosedError
+    from .errors import ShellError as ShellError
+    from .errors import ShellNotFoundError as ShellNotFoundError
     from .errors import SpawnError as SpawnError
     from .errors import TransportError as TransportError
+    from .fleet import Fleet as Fleet
+    from .fleet import FleetEvent as FleetEvent
+    from .fleet import gather as gather
     from .protocol import JobInfo as JobInfo
     from .protocol import ServerInfo as ServerInfo
+    from .protocol import ShellInfo as ShellInfo
     from .sandboxes import open_sandbox as open_sandbox
 
 # Names load on first use, so `import remote_exec.agent` inside a sandbox pulls in only the
 # protocol and the agent (no host client, no blocking portal): the agent bundles small.
 _LAZY: dict[str, str] = {
     "BlockingExecRemoteProcess": ".blocking",
+    "BlockingShellSession": ".blocking",
     "Sandbox": ".blocking",
     "connect": ".blocking",
     "ExecRemoteProcess": ".client.process",
     "AsyncSandbox": ".client.sandbox",
     "SandboxTransport": ".client.sandbox",
+    "ShellSession": ".client.shell",
     "Completed": ".client.types",
     "ExecRemoteEvent": ".client.types",
     "ExecRemoteOptions": ".client.types",
@@ -73,12 +85,34 @@ _LAZY: dict[str, str] = {
     "RemoteExecError": ".errors",
     "SandboxError": ".errors",
     "ServerBusyError": ".errors",
+    "ShellBusyError": ".errors",
+    "ShellClosedError": ".errors",
+    "ShellError": ".errors",
+    "ShellNotFoundError": ".errors",
     "SpawnError": ".errors",
     "TransportError": ".errors",
+    "Fleet": ".fleet",
+    "FleetEvent": ".fleet",
+    "gather": ".fleet",
     "JobInfo": ".protocol",
     "ServerInfo": ".protocol",
+    "ShellInfo": ".protocol",
     "open_sandbox": ".sandboxes",
 }
+
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext remote_exec``: register the notebook magics (imports the jupyter extra only now)."""
+    from .jupyter import load_ipython_extension as load
+
+    load(ipython)
+
+
+def unload_ipython_extension(ipython: object) -> None:
+    """``%unload_ext remote_exec``: close the notebook magics' sandboxes."""
+    from .jupyter import unload_ipython_extension as unload
+
+    unload(ipython)
 
 
 def __getattr__(name: str) -> object:
@@ -101,12 +135,15 @@ __all__ = [
     "AgentUnavailableError",
     "AsyncSandbox",
     "BlockingExecRemoteProcess",
+    "BlockingShellSession",
     "Completed",
     "ExecRemoteEvent",
     "ExecRemoteOptions",
     "ExecRemoteProcess",
     "ExecResult",
     "ExecTimeoutError",
+    "Fleet",
+    "FleetEvent",
     "InvalidParamsError",
     "JobError",
     "JobInfo",
@@ -120,11 +157,18 @@ __all__ = [
     "SandboxTransport",
     "ServerBusyError",
     "ServerInfo",
+    "ShellBusyError",
+    "ShellClosedError",
+    "ShellError",
+    "ShellInfo",
+    "ShellNotFoundError",
+    "ShellSession",
     "SpawnError",
     "StderrChunk",
     "StdoutChunk",
     "TransportError",
     "__version__",
     "connect",
+    "gather",
     "open_sandbox",
 ]

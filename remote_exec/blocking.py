@@ -19,11 +19,12 @@ from anyio.from_thread import BlockingPortal, BlockingPortalProvider
 
 from .client.process import ExecRemoteProcess
 from .client.sandbox import AsyncSandbox
+from .client.shell import ShellSession
 from .client.types import ExecRemoteEvent, ExecRemoteOptions, ExecResult, OptionOverrides
-from .protocol import JobInfo, ServerInfo
+from .protocol import JobInfo, ServerInfo, ShellInfo
 from .sandboxes import open_sandbox
 
-__all__ = ["BlockingExecRemoteProcess", "Sandbox", "connect"]
+__all__ = ["BlockingExecRemoteProcess", "BlockingShellSession", "Sandbox", "connect"]
 
 T = TypeVar("T")
 _provider = BlockingPortalProvider(backend="asyncio")
@@ -120,6 +121,89 @@ class BlockingExecRemoteProcess:
 
     def __repr__(self) -> str:
         return repr(self.async_process).replace("<ExecRemoteProcess", "<BlockingExecRemoteProcess", 1)
+
+
+class BlockingShellSession:
+    """Blocking twin of :class:`~remote_exec.ShellSession`: ``with sb.shell() as sh``.
+
+    Ctrl-C (``KeyboardInterrupt``) during :meth:`run` kills the run (SIGINT, then SIGKILL after
+    ``kill_grace``), as cancelling the async ``run()`` does; the shell survives.
+    """
+
+    def __init__(self, portal: BlockingPortal, session: ShellSession) -> None:
+        self._portal = portal
+        self.async_session = session
+
+    @property
+    def session_id(self) -> str:
+        return self.async_session.session_id
+
+    @property
+    def pid(self) -> int:
+        return self.async_session.pid
+
+    @property
+    def info(self) -> ShellInfo:
+        return self.async_session.info
+
+    @property
+    def closed(self) -> bool:
+        return self.async_session.closed
+
+    def start(
+        self, command: str, *, timeout: float | None = None, input: str | bytes | None = None, kill_grace: float = 5.0
+    ) -> BlockingExecRemoteProcess:
+        """Start ``command`` in the shell; returns once the agent confirmed it (see the async twin).
+
+        :raises ShellBusyError: another run is in progress in this session.
+        :raises ShellClosedError: the shell has ended.
+        """
+        proc = self._portal.call(self._start, command, timeout, input, kill_grace)
+        return BlockingExecRemoteProcess(self._portal, proc)
+
+    async def _start(
+        self, command: str, timeout: float | None, input: str | bytes | None, kill_grace: float
+    ) -> ExecRemoteProcess:
+        return await self.async_session.start(command, timeout=timeout, input=input, kill_grace=kill_grace).started()
+
+    def run(
+        self, command: str, *, timeout: float | None = None, input: str | bytes | None = None, kill_grace: float = 5.0
+    ) -> ExecResult:
+        """Run ``command`` in the shell to its end; Ctrl-C kills the run, not the shell.
+
+        :raises ShellBusyError: another run is in progress in this session.
+        :raises ShellClosedError: the shell has ended.
+        :raises ExecTimeoutError: ``timeout`` expired.
+        """
+        return _interruptible(self._portal, self._run, command, timeout, input, kill_grace)
+
+    async def _run(
+        self, command: str, timeout: float | None, input: str | bytes | None, kill_grace: float
+    ) -> ExecResult:
+        return await self.async_session.run(command, timeout=timeout, input=input, kill_grace=kill_grace)
+
+    def interrupt(self) -> None:
+        """Ctrl-C: SIGINT to the running command; the shell lives on."""
+        self._portal.call(self.async_session.interrupt)
+
+    def refresh(self) -> ShellInfo:
+        """Fetch the session's state from the agent."""
+        return self._portal.call(self.async_session.refresh)
+
+    def close(self) -> None:
+        """Kill the shell and everything still running in it, for every client."""
+        self._portal.call(self.async_session.close)
+
+    def __enter__(self) -> BlockingShellSession:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return repr(self.async_session).replace("<ShellSession", "<BlockingShellSession", 1)
 
 
 class Sandbox:
@@ -244,6 +328,29 @@ class Sandbox:
         """
         proc = self._call(self.async_sandbox.attach, job_id, options)
         return BlockingExecRemoteProcess(self._portal, proc)
+
+    def shell(self, *, cwd: str | None = None, env: dict[str, str] | None = None) -> BlockingShellSession:
+        """Open a stateful shell session (see :meth:`AsyncSandbox.shell`).
+
+        :raises SpawnError: the shell could not be started.
+        """
+        session = self._call(self._shell, cwd, env)
+        return BlockingShellSession(self._portal, session)
+
+    async def _shell(self, cwd: str | None, env: dict[str, str] | None) -> ShellSession:
+        return await self.async_sandbox.shell(cwd=cwd, env=env)
+
+    def reattach_shell(self, session_id: str) -> BlockingShellSession:
+        """A handle on a shell session opened elsewhere (another client, a previous kernel).
+
+        :raises ShellNotFoundError: no such session.
+        :raises ShellClosedError: the session's shell has ended.
+        """
+        return BlockingShellSession(self._portal, self._call(self.async_sandbox.reattach_shell, session_id))
+
+    def shells(self) -> list[ShellInfo]:
+        """Open and recently closed shell sessions in this sandbox."""
+        return self._call(self.async_sandbox.shells)
 
     def server_info(self) -> ServerInfo:
         return self._call(self.async_sandbox.server_info)

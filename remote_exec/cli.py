@@ -5,6 +5,7 @@
 ``remote-exec ps``                              list running and retained jobs
 ``remote-exec attach JOB_ID``                   replay a job's retained output and follow it
 ``remote-exec kill JOB_ID``                     kill a job's whole process group
+``remote-exec shell [--session ID]``            a prompt on a shell session (see cli_shell.py)
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import sys
 from typing import TextIO
 
+from .cli_shell import shell_repl
 from .client.process import ExecRemoteProcess
 from .client.sandbox import AsyncSandbox
 from .client.types import Completed, ExecRemoteOptions, StderrChunk, StdoutChunk
@@ -48,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     kill = sub.add_parser("kill", help="kill a job")
     kill.add_argument("job_id")
     kill.add_argument("--grace", type=float, help="seconds from SIGTERM to SIGKILL")
+    shell = sub.add_parser("shell", help="a prompt on a shell session (new, or --session ID)")
+    shell.add_argument("--session", help="join this session (default: open a new one and print its id)")
+    shell.add_argument("--keep", action="store_true", help="leave the new session open on exit")
     return p
 
 
@@ -128,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``remote-exec``."""
     args = _parser().parse_args(argv)
     try:
+        if args.cmd == "shell":  # blocking API: the prompt reads the terminal in this thread
+            return shell_repl(args.sandbox, args.session, keep=args.keep)
         return asyncio.run(_main(args))
     except KeyboardInterrupt:
         # asyncio.run cancelled the main task: a job `run` started was killed on the way out

@@ -38,6 +38,7 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--dir", type=Path, default=None, help="state directory (default: per-user)")
         s.add_argument("--idle-timeout", type=float, default=900.0, help="seconds idle before exiting (0: never)")
         s.add_argument("--buffer-limit", type=int, default=8 * 1024 * 1024, help="bytes kept per stream per job")
+        s.add_argument("--shell-ttl", type=float, default=3600.0, help="seconds a shell session may idle (0: forever)")
         if name == "serve":
             s.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     return p
@@ -48,12 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     state_dir: Path = args.dir or default_agent_dir()
     serve_args = ["--idle-timeout", str(args.idle_timeout), "--buffer-limit", str(args.buffer_limit)]
+    serve_args += ["--shell-ttl", str(args.shell_ttl)]
     if args.cmd == "serve":
         from .jobs.controller import JobLimits
         from .server import ServerConfig, serve
+        from .shell.controller import ShellLimits
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-        config = ServerConfig(state_dir, args.idle_timeout, JobLimits(buffer_limit=args.buffer_limit))
+        config = ServerConfig(
+            state_dir, args.idle_timeout, JobLimits(buffer_limit=args.buffer_limit), ShellLimits(ttl=args.shell_ttl)
+        )
         asyncio.run(serve(config, args.ready_fd))
         return 0
     from ..errors import AgentUnavailableError

@@ -43,7 +43,9 @@ async def relay_call(sock: Path, body: bytes) -> int:
             async with session.post(_URL, data=body if len(body) < 1 << 20 else io.BytesIO(body)) as resp:
                 answer = await resp.read()
         except aiohttp.ClientError as exc:
-            sys.stdout.buffer.write(_error_line(body, AgentUnavailableError(f"agent server unreachable: {exc}")) + b"\n")
+            sys.stdout.buffer.write(
+                _error_line(body, AgentUnavailableError(f"agent server unreachable: {exc}")) + b"\n"
+            )
             return 3
     if answer:
         sys.stdout.buffer.write(answer + b"\n")

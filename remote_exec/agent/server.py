@@ -20,26 +20,30 @@ from ..protocol import PROTOCOL_VERSION, Empty, Method, ServerInfo
 from .jobs.controller import JobController, JobLimits
 from .jobs.methods import job_methods
 from .rpc import Dispatcher
+from .shell.controller import ShellController, ShellLimits
+from .shell.methods import shell_methods
 from .statedir import secure_dir
 
 __all__ = ["ServerConfig", "build_app", "serve"]
 
 log = logging.getLogger("remote_exec.agent")
 MAX_REQUEST = 96 * 1024 * 1024  # a 64 MiB stdin write, base64'd, plus the envelope
-CAPABILITIES = ["exec_remote", "long_poll", "base64", "stdin_offset", "idempotent_start"]
+CAPABILITIES = ["exec_remote", "long_poll", "base64", "stdin_offset", "idempotent_start", "shell"]
 
 
 @dataclass
 class ServerConfig:
     """How ``serve`` runs: where, with which limits, and when to exit by itself.
 
-    :ivar idle_timeout: seconds with no running job and no request before the server exits;
-        0 means never.
+    :ivar idle_timeout: seconds with no running job, no open shell session and no request
+        before the server exits; 0 means never.
+    :ivar shell_limits: shell session bounds, the idle TTL of a session among them.
     """
 
     state_dir: Path
     idle_timeout: float = 900.0
     limits: JobLimits = field(default_factory=JobLimits)
+    shell_limits: ShellLimits = field(default_factory=ShellLimits)
 
 
 class _Activity:
@@ -55,6 +59,8 @@ def build_app(config: ServerConfig) -> web.Application:
     started_at = time.time()
     dispatcher = Dispatcher()
     dispatcher.register(job_methods(jobs))
+    shells = ShellController(jobs, config.shell_limits)
+    dispatcher.register(shell_methods(shells))
 
     async def server_info(_: Empty) -> ServerInfo:
         return ServerInfo(
@@ -81,12 +87,14 @@ def build_app(config: ServerConfig) -> web.Application:
         return web.Response(body=answer, content_type="application/json")
 
     async def on_cleanup(_: web.Application) -> None:
+        await shells.aclose()
         await jobs.aclose()
 
     app = web.Application(client_max_size=MAX_REQUEST)
     app.router.add_post("/rpc", rpc)
     app.on_cleanup.append(on_cleanup)
     app["jobs"] = jobs
+    app["shells"] = shells
     app["activity"] = activity
     app["instance_id"] = instance_id
     return app
@@ -147,12 +155,15 @@ async def _idle_watch(app: web.Application, idle_timeout: float, stop: asyncio.E
     if idle_timeout <= 0:
         return
     jobs: JobController = app["jobs"]
+    shells: ShellController = app["shells"]
     activity: _Activity = app["activity"]
     while True:
         # A timer, not synchronisation: nothing signals "time passed with nothing happening".
         await asyncio.sleep(min(idle_timeout / 4, 5.0))
         quiet = time.monotonic() - activity.last
-        if jobs.running_count == 0 and activity.in_flight == 0 and quiet >= idle_timeout:
+        # An open shell keeps the agent up: its state would die with it (the shell TTL bounds it).
+        busy = jobs.running_count or shells.open_count
+        if not busy and activity.in_flight == 0 and quiet >= idle_timeout:
             log.info("idle for %.0f s with no jobs: exiting", quiet)
             stop.set()
             return

@@ -71,6 +71,9 @@ class PipeProcess(Protocol):
     async def wait(self) -> int: ...
 
 
+CLOSE_GRACE = 1.0
+"""Seconds :meth:`StdioChannel.aclose` lets the relay finish after EOF before killing it."""
+
 SpawnFn = Callable[[], Awaitable[PipeProcess]]
 _ID_PREFIX = re.compile(rb'^\{"jsonrpc":"2\.0","id":(\d+),')
 
@@ -225,13 +228,19 @@ class StdioChannel(Channel):
     async def reconnect(self) -> None:
         await self._close_proc()
 
-    async def _close_proc(self) -> None:
+    async def _close_proc(self, grace: float = 0.0) -> None:
         async with self._open_lock:
             proc, self._proc = self._proc, None
             if proc is None:
                 return
             if proc.stdin is not None:
                 proc.stdin.close()
+            # At EOF the relay exits by itself and the host-side process (`nsenter`, `docker
+            # exec`) reaps it; killing that process first would orphan the relay in the sandbox.
+            if grace > 0:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(grace):
+                        await proc.wait()
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             await proc.wait()
@@ -239,7 +248,7 @@ class StdioChannel(Channel):
                 await self._reader_task
 
     async def aclose(self) -> None:
-        await self._close_proc()
+        await self._close_proc(grace=CLOSE_GRACE)
 
 
 class CallChannel(Channel):

@@ -7,12 +7,23 @@ from typing import Any
 
 from ..client.sandbox import AsyncSandbox, SandboxTransport
 from ..errors import SandboxError
+from .docker import DockerTransport, PodmanTransport
+from .docker_image import DockerImageTransport
+from .jail import JailTransport
+from .k8s import K8sTransport
 from .local import LocalTransport
+from .ssh import SSHTransport
 
 __all__ = ["SCHEMES", "SandboxOpener", "open_sandbox", "transport_for"]
 
 SCHEMES: dict[str, Callable[[str], SandboxTransport]] = {
+    "docker": DockerTransport.from_url,
+    "docker+image": DockerImageTransport.from_url,
+    "jail": JailTransport.from_url,
+    "k8s": K8sTransport.from_url,
     "local": LocalTransport.from_url,
+    "podman": PodmanTransport.from_url,
+    "ssh": SSHTransport.from_url,
 }
 """URL scheme -> factory of the transport for that kind of sandbox."""
 

@@ -15,11 +15,13 @@ import contextlib
 import json
 from abc import abstractmethod
 from collections.abc import Sequence
+from typing import Literal
 
 from ..client.channel import MAX_RESPONSE, Channel, PipeProcess, StdioChannel
 from ..client.sandbox import SandboxTransport
 from ..errors import AgentUnavailableError, SandboxError
 from ..protocol import PROTOCOL_VERSION
+from .inject import inject_agent
 
 __all__ = ["ExecTransport", "spawn_local"]
 
@@ -42,10 +44,14 @@ class ExecTransport(SandboxTransport):
     :ivar agent_argv: how to run the agent CLI inside the sandbox, once known (found on the
         image, or injected by :meth:`locate_agent`).
     :ivar agent_state_dir: the agent's state directory inside the sandbox (None: its default).
+    :ivar inject: when :meth:`locate_agent` injects the bundled agent (see
+        :mod:`~remote_exec.sandboxes.inject`): ``auto`` when no agent is installed, ``always``
+        without looking for one, ``never``.
     """
 
     agent_argv: list[str] | None = None
     agent_state_dir: str | None = None
+    inject: Literal["auto", "always", "never"] = "auto"
 
     @abstractmethod
     async def spawn(self, argv: Sequence[str]) -> PipeProcess:
@@ -80,18 +86,22 @@ class ExecTransport(SandboxTransport):
     async def locate_agent(self) -> list[str]:
         """Find an agent in the sandbox that speaks our protocol; return its argv.
 
-        Tries ``remote-exec-agent`` on PATH, then ``python3 -m remote_exec.agent``; subclasses
-        extend this (e.g. injecting the bundled agent).
+        Tries ``remote-exec-agent`` on PATH, then ``python3 -m remote_exec.agent``, then (unless
+        :attr:`inject` is ``never``) uploads the bundled agent, checksum-verified: see
+        :func:`~remote_exec.sandboxes.inject.inject_agent`.
 
         :raises AgentUnavailableError: no usable agent.
         """
-        for argv in (["remote-exec-agent"], ["python3", "-m", "remote_exec.agent"]):
-            if await self._agent_works(argv):
-                return argv
-        raise AgentUnavailableError(
-            f"no remote_exec agent in {self.url}: install the remote-exec package in the sandbox, "
-            "or use a sandbox kind that injects the bundled agent"
-        )
+        if self.inject != "always":
+            for argv in (["remote-exec-agent"], ["python3", "-m", "remote_exec.agent"]):
+                if await self._agent_works(argv):
+                    return argv
+        if self.inject == "never":
+            raise AgentUnavailableError(
+                f"no remote_exec agent in {self.url}: install the remote-exec package in the sandbox, "
+                "or let the bundled agent be injected"
+            )
+        return await inject_agent(self)
 
     async def _agent_works(self, argv: list[str]) -> bool:
         self.agent_argv = argv

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from typing import NamedTuple
 
-__all__ = ["group_alive", "group_members"]
+__all__ = ["SessionProcess", "group_alive", "group_members", "session_members", "session_processes"]
 
 
 def group_members(pgid: int) -> list[int]:
@@ -40,3 +41,60 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+class SessionProcess(NamedTuple):
+    """A live process of a session.
+
+    :ivar started: when it started, in seconds of ``CLOCK_BOOTTIME``.
+    :ivar caught: the mask of signals it has handlers for (``SigCgt``; 0 if unreadable).
+    """
+
+    pid: int
+    pgid: int
+    started: float
+    caught: int
+
+
+def session_processes(sid: int) -> list[SessionProcess]:
+    """Live (non-zombie) processes in session ``sid``, leader included; empty without /proc."""
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    found: list[SessionProcess] = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # exited while we looked
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) < 20 or fields[0] == b"Z" or int(fields[3]) != sid:
+            continue
+        found.append(SessionProcess(int(name), int(fields[2]), int(fields[19]) * tick, _caught(name)))
+    return found
+
+
+def _caught(pid: str) -> int:
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"SigCgt:"):
+                    return int(line.split()[1], 16)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def session_members(sid: int, started_after: float | None = None) -> list[int]:
+    """PIDs of live processes in session ``sid``, leader included.
+
+    With ``started_after`` (seconds of ``CLOCK_BOOTTIME``, the clock /proc start times count
+    in), only processes started since then, give or take one clock tick.
+    """
+    slack = 1.0 / os.sysconf("SC_CLK_TCK")
+    return [p.pid for p in session_processes(sid) if started_after is None or p.started >= started_after - slack]

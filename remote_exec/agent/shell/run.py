@@ -1,0 +1,110 @@
+"""One run of a command in a shell session, served to pollers exactly like a job.
+
+A :class:`ShellRun` is a :class:`~remote_exec.agent.jobs.job.Job` whose output comes from its
+session's shell instead of a process of its own. It lives in the job registry under a job id,
+so ``exec_remote_poll``, ``exec_remote_list``, ``exec_remote_kill`` and ``attach`` work on it
+unchanged, with the same cursors, long polls and back-pressure; only how it is signalled and
+how it ends differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ...errors import JobNotRunningError
+from ...protocol import StartParams
+from ..jobs.job import Job
+
+if TYPE_CHECKING:
+    from .session import ShellSession
+
+__all__ = ["ShellRun"]
+
+KILL_SETTLE = 1.0  # seconds after SIGKILL of a run's processes for the shell to report back
+
+
+class ShellRun(Job):
+    """A command running (or run) in a shell session; ``pid`` is the shell's.
+
+    :ivar session_id: the session it ran in.
+    :ivar started_boot: ``CLOCK_BOOTTIME`` when it began: its processes are those started since.
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        params: StartParams,
+        buffer_limit: int,
+        on_done: Callable[[Job], None],
+        session: ShellSession,
+    ) -> None:
+        super().__init__(job_id, params, buffer_limit, on_done)
+        assert isinstance(params.command, str)
+        self.command: str = params.command
+        self._session = session
+        self.session_id = session.session_id
+        self.pid = session.pid
+        self.started_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+
+    def begin(self, transport: asyncio.SubprocessTransport) -> None:
+        """The session wrote this run's frame: pause that shell's pipes when output piles up."""
+        self._transport = transport
+        timeout, grace = self.params.timeout, self.params.kill_grace
+        if timeout is not None:
+            self._timers.append(asyncio.get_running_loop().call_later(timeout, self._begin_end, "timed_out", grace))
+
+    def finish(self, exit_code: int | None) -> None:
+        """Both sentinels arrived (or the shell ended): the run is over with ``exit_code``."""
+        if self._done.is_set():
+            return
+        self.exit_code = exit_code
+        self._resume_all()  # the pipes go on to serve the session after this run
+        self._transport = None
+        self._state = self._ending or "completed"
+        self.ended_at = time.time()
+        for t in self._timers:
+            t.cancel()
+        self._timers.clear()
+        self._done.set()
+        self._notify()
+        self._on_done(self)
+
+    def write_stdin(self, data: bytes, offset: int | None, eof: bool) -> int:
+        raise JobNotRunningError(
+            f"run {self.job_id} has no open stdin: a shell run reads the input= given when it started",
+            job_id=self.job_id,
+        )
+
+    def send_signal(self, sig: int) -> None:
+        """SIGINT interrupts the command as Ctrl-C would; other signals go to its processes."""
+        if not self.running:
+            raise JobNotRunningError(f"run {self.job_id} is {self._state}", job_id=self.job_id)
+        self._session.signal_run(self, sig)
+
+    async def _terminate(self, grace: float) -> None:
+        # Job.kill() and the timeout land here. Escalate only as far as needed to keep the shell:
+        # Ctrl-C; then SIGKILL for what the run started; only then give the whole session up.
+        session = self._session
+        session.interrupt()
+        if await self._ended_within(grace):
+            return
+        await session.signal_processes(self, signal.SIGKILL)
+        session.interrupt()  # the shell ignores a SIGINT its child survived: make it abort the line
+        if await self._ended_within(KILL_SETTLE):
+            return
+        await session.close(f"run {self.job_id} could not be stopped, so its shell was killed")
+
+    async def _ended_within(self, seconds: float) -> bool:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._done.wait(), seconds)
+        return self._done.is_set()
+
+    async def aclose(self) -> None:
+        """Nothing of its own to stop: the session controller closes the shells at shutdown."""
+        for t in self._timers:
+            t.cancel()

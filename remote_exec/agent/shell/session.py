@@ -1,0 +1,382 @@
+"""One shell session: a long-lived interactive shell that runs framed commands one at a time.
+
+The shell is ``bash -i`` (``sh -i`` where bash is missing) without a terminal, in its own
+session and process group, with stdin, stdout and stderr on pipes to the agent. It is
+interactive because only an interactive shell treats SIGINT as Ctrl-C: abort the command line,
+keep the shell. With no terminal there is no job control, so commands share the shell's process
+group, SIGINT to that group reaches the foreground command, and background jobs ignore it.
+
+Output between runs (a background job writing late) is kept and handed to the next run, as a
+terminal would show it at the next prompt. A session dies with its agent: closing, idle expiry
+and agent shutdown kill the shell and everything left in its process group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from ...errors import SpawnError
+from ...protocol import ShellInfo
+from . import signals
+from .framing import Frame, finish_line, frame_script, init_script, new_nonce
+from .run import ShellRun
+
+__all__ = ["ShellSession", "default_shell"]
+
+log = logging.getLogger("remote_exec.agent")
+
+START_TIMEOUT = 10.0  # seconds for a new shell to answer its first frame
+LINGER = 0.5  # after the shell exits, seconds of quiet before pipes held by strays are closed
+STRAY_LIMIT = 1 << 20  # bytes of between-runs output kept for the next run, per stream
+MAX_KEYS = 64  # idempotency keys remembered per session
+
+
+def default_shell() -> list[str]:
+    """The shell command line: bash if installed, else the POSIX sh."""
+    bash = shutil.which("bash")
+    if bash:
+        return [bash, "--norc", "--noprofile", "--noediting", "-i"]
+    return [shutil.which("sh") or "/bin/sh", "-i"]
+
+
+class _ShellProtocol(asyncio.SubprocessProtocol):
+    def __init__(self, session: ShellSession) -> None:
+        self._session = session
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._session._transport = transport  # type: ignore[assignment]
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        self._session._on_data(fd, data)
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._session._on_pipe_closed(fd)
+
+    def process_exited(self) -> None:
+        self._session._on_exit()
+
+
+class ShellSession:
+    """A shell and its current run; ``pid`` is the shell's (also its process group and session).
+
+    :ivar closed_reason: why the session closed (``None`` while open).
+    :ivar keys: idempotency keys of recent ``shell_run`` calls, mapped to the runs they started.
+    :ivar runs: ids of its runs the job registry still holds, oldest first.
+    """
+
+    def __init__(self, session_id: str, argv: list[str], ttl: float, on_closed: Callable[[ShellSession], None]) -> None:
+        self.session_id = session_id
+        self.argv = argv
+        self.ttl = ttl
+        self.pid = 0
+        self.created_at = time.time()
+        self.last_used_at = self.created_at
+        self.exit_code: int | None = None
+        self.closed_reason: str | None = None
+        self.run: ShellRun | None = None
+        self.keys: OrderedDict[str, str] = OrderedDict()
+        self.runs: deque[str] = deque()  # ids of the runs still in the job registry, oldest first
+        self._bash = os.path.basename(argv[0]) == "bash"
+        self._on_closed = on_closed
+        self._transport: asyncio.SubprocessTransport | None = None
+        self._frame: Frame | None = None
+        self._ready: asyncio.Future[None] | None = None
+        self._startup_err = bytearray()
+        self._stray = {1: bytearray(), 2: bytearray()}
+        self._eof = {1: False, 2: False}
+        self._exited = False
+        self._quiet = True
+        self._closed = asyncio.Event()
+        self._interrupt_pending = False
+        self._frame_ended = asyncio.Event()
+        self._ttl_timer: asyncio.TimerHandle | None = None
+        self._linger: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._tmpdir: str | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self, cwd: str | None, env: dict[str, str] | None) -> None:
+        """Start the shell and wait until it ran a first frame; :class:`SpawnError` if it cannot."""
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.subprocess_exec(
+                lambda: _ShellProtocol(self),
+                *self.argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=cwd,
+                env=full_env,
+                start_new_session=True,  # its own group: SIGINT and kills reach its commands only
+                close_fds=True,
+            )
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            raise SpawnError(f"cannot start the shell {self.argv[0]!r}: {exc}") from None
+        assert self._transport is not None
+        self.pid = self._transport.get_pid()
+        self._tmpdir = tempfile.mkdtemp(prefix=f"rx-{self.session_id}-")
+        self._ready = loop.create_future()
+        nonce = new_nonce()
+        self._frame = Frame(nonce, self._bash)
+        self._frame_ended = asyncio.Event()
+        self._write(init_script(self._bash) + frame_script(nonce, ":", None))
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), START_TIMEOUT)
+        except TimeoutError:
+            await self.close("it did not start")
+            raise SpawnError(f"the shell {self.argv[0]!r} did not answer within {START_TIMEOUT:.0f} s") from None
+        self._touch()
+
+    @property
+    def open(self) -> bool:
+        return self.closed_reason is None and not self._closed.is_set()
+
+    def info(self) -> ShellInfo:
+        cwd = None
+        if self.open:
+            with contextlib.suppress(OSError):
+                cwd = os.readlink(f"/proc/{self.pid}/cwd")  # live: follows every `cd`
+        run = self.run
+        return ShellInfo(
+            session_id=self.session_id,
+            pid=self.pid,
+            program=self.argv[0],
+            state="open" if self.open else "closed",
+            cwd=cwd,
+            busy=run is not None,
+            run_id=run.job_id if run is not None else None,
+            run_command=run.command if run is not None else None,
+            created_at=self.created_at,
+            last_used_at=self.last_used_at,
+            exit_code=self.exit_code,
+            closed_reason=self.closed_reason,
+        )
+
+    def _touch(self) -> None:
+        self.last_used_at = time.time()
+        if self._ttl_timer is not None:
+            self._ttl_timer.cancel()
+            self._ttl_timer = None
+        if self.ttl > 0 and self.run is None and self.open:
+            self._ttl_timer = asyncio.get_running_loop().call_later(self.ttl, self._expire)
+
+    def _expire(self) -> None:
+        if self.run is None and self.open:
+            self._spawn(self.close(f"idle for {self.ttl:g} s"))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("shell %s: %s failed", self.session_id, task.get_coro(), exc_info=task.exception())
+
+    async def close(self, reason: str) -> None:
+        """Kill the shell and everything in its process group; return once it is gone."""
+        if self.closed_reason is None:
+            self.closed_reason = reason
+        if not self._exited:
+            signals.killpg(self.pid, signal.SIGKILL)
+        await self._closed.wait()
+
+    async def wait_closed(self) -> None:
+        """Return once the shell has ended and its pipes are drained (for any reason)."""
+        await self._closed.wait()
+
+    async def aclose(self) -> None:
+        """Agent shutdown: kill at once, wait briefly."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.close("the agent shut down"), 2.0)
+
+    # -- runs -----------------------------------------------------------------------------------
+
+    async def begin(self, run: ShellRun, input: bytes | None) -> None:
+        """Make ``run`` current and send its frame (the caller checked the session is idle)."""
+        assert self._transport is not None and self.run is None
+        self.run = run  # before any await: a concurrent shell_run now finds the session busy
+        if self._ttl_timer is not None:
+            self._ttl_timer.cancel()
+            self._ttl_timer = None
+        self.last_used_at = time.time()
+        stdin_path = None
+        if input is not None:
+            assert self._tmpdir is not None
+            stdin_path = os.path.join(self._tmpdir, f"{run.job_id}.in")
+            await asyncio.to_thread(_write_private, stdin_path, input)
+        if not self.open:
+            run.finish(self.exit_code)  # the shell died while the input was being written
+            return
+        for fd, stray in self._stray.items():
+            if stray:
+                run._on_data(fd, bytes(stray))
+                stray.clear()
+        nonce = new_nonce()
+        self._frame = Frame(nonce, self._bash)
+        self._frame_ended = asyncio.Event()
+        run.begin(self._transport)
+        self._write(frame_script(nonce, run.command, stdin_path))
+
+    def interrupt(self) -> None:
+        """Ctrl-C: SIGINT to the running command; the shell survives. Nothing runs: nothing to do.
+
+        Returns at once; the signal goes out from a task (see :func:`.signals.interrupt`).
+        """
+        frame = self._frame
+        if self.run is None or frame is None or not self.open:
+            return
+        if not frame.started:
+            self._interrupt_pending = True  # the shell still parses the frame and ignores SIGINT
+            return
+        resend = functools.partial(self._write, finish_line(frame.nonce))
+        self._spawn(signals.interrupt(self.pid, self.run.started_boot, self._frame_ended, resend))
+
+    def signal_run(self, run: ShellRun, sig: int) -> None:
+        """SIGINT is an interrupt; any other signal goes to the processes the run started."""
+        if sig == signal.SIGINT:
+            self.interrupt()
+        else:
+            self._spawn(self.signal_processes(run, sig))
+
+    async def signal_processes(self, run: ShellRun, sig: int) -> None:
+        """Send ``sig`` to the shell's processes started since ``run`` began (never the shell)."""
+        await signals.signal_run_processes(self.pid, run.started_boot, sig)
+
+    def _write(self, data: bytes) -> None:
+        pipe = self._transport.get_pipe_transport(0) if self._transport is not None else None
+        if pipe is not None and not pipe.is_closing():
+            pipe.write(data)  # type: ignore[attr-defined]
+
+    # -- pipe callbacks (event loop) --------------------------------------------------------------
+
+    def _on_data(self, fd: int, data: bytes) -> None:
+        self._quiet = False
+        frame = self._frame
+        if frame is None:
+            self._keep_stray(fd, data)
+            return
+        visible, rest = frame.feed(fd, data)
+        if visible:
+            self._deliver(fd, visible)
+        if frame.started and not frame.finish_sent:
+            frame.finish_sent = True
+            self._write(finish_line(frame.nonce))
+        if self._interrupt_pending and frame.started:
+            self._interrupt_pending = False
+            self.interrupt()
+        if rest:
+            self._keep_stray(fd, rest)
+        if frame.complete:
+            self._frame_complete(frame.exit_code)
+
+    def _deliver(self, fd: int, data: bytes) -> None:
+        if self.run is not None:
+            self.run._on_data(fd, data)
+        elif fd == 2 and len(self._startup_err) < 4096:
+            self._startup_err += data  # the first frame's output is startup noise, shown on failure
+
+    def _keep_stray(self, fd: int, data: bytes) -> None:
+        stray = self._stray[fd]
+        stray += data
+        if len(stray) > STRAY_LIMIT:
+            del stray[: len(stray) - STRAY_LIMIT]
+
+    def _frame_complete(self, exit_code: int | None) -> None:
+        self._frame = None
+        self._frame_ended.set()
+        self._interrupt_pending = False
+        run, self.run = self.run, None
+        self._touch()
+        if run is None:
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result(None)
+            return
+        self._remove_input(run)
+        run.finish(exit_code)
+
+    def _on_pipe_closed(self, fd: int) -> None:
+        if fd not in self._eof:
+            return
+        self._eof[fd] = True
+        if self._frame is not None:
+            held = self._frame.flush(fd)
+            if held:
+                self._deliver(fd, held)
+        self._maybe_finalize()
+
+    def _on_exit(self) -> None:
+        self._exited = True
+        if self._transport is not None:
+            self.exit_code = self._transport.get_returncode()
+        signals.killpg(self.pid, signal.SIGKILL)  # the tab closed: what it left running in its group goes too
+        if self.run is not None:
+            self.run._resume_all()  # the writer is gone; drain what is left in the pipes
+        self._maybe_finalize()
+        if not self._closed.is_set():
+            self._quiet = True
+            self._linger = asyncio.get_running_loop().call_later(LINGER, self._linger_check)
+
+    def _linger_check(self) -> None:
+        # Something that left the process group holds our pipes: stop waiting once they go quiet.
+        if self._closed.is_set() or self._transport is None:
+            return
+        if not self._quiet:
+            self._quiet = True
+            self._linger = asyncio.get_running_loop().call_later(LINGER, self._linger_check)
+            return
+        for fd in (1, 2):
+            pipe = self._transport.get_pipe_transport(fd)
+            if pipe is not None and not self._eof[fd]:
+                pipe.close()  # calls pipe_connection_lost -> _on_pipe_closed
+
+    def _maybe_finalize(self) -> None:
+        if self._closed.is_set() or not self._exited or not (self._eof[1] and self._eof[2]):
+            return
+        if self.closed_reason is None:
+            self.closed_reason = f"the shell exited with code {self.exit_code}"
+        for timer in (self._ttl_timer, self._linger):
+            if timer is not None:
+                timer.cancel()
+        if self._transport is not None:
+            self._transport.close()
+        self._frame = None
+        self._frame_ended.set()
+        run, self.run = self.run, None
+        if run is not None:
+            self._remove_input(run)
+            run.finish(self.exit_code)  # `exit N` in the run: the run resolves with N
+        elif self._ready is not None and not self._ready.done():
+            noise = self._startup_err.decode(errors="replace").strip()
+            self._ready.set_exception(SpawnError(f"the shell exited with code {self.exit_code} at start: {noise}"))
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+        self._closed.set()
+        self._on_closed(self)
+
+    def _remove_input(self, run: ShellRun) -> None:
+        if self._tmpdir is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(self._tmpdir, f"{run.job_id}.in"))
+
+
+def _write_private(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)

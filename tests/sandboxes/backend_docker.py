@@ -1,0 +1,76 @@
+"""Backends "docker", "docker-image" and "k8s": the contract suite through a real Docker engine.
+
+One private dockerd serves the whole session (see :mod:`.dockerd`); images are built offline.
+
+- ``docker``: ``docker://`` into a long-lived container with the host's /usr mounted read-only
+  (a Python, but not this package), so the agent is injected.
+- ``docker-image``: ``docker+image://`` of the Python-less image, hardened; named and kept so
+  the contract's reopening of the same URL finds the same container (``keep=0`` removal on
+  close is tested in test_docker.py).
+- ``k8s``: ``k8s://`` through the kubectl stand-in (``tests/sandboxes/kubectl``), into another
+  container of the Python-less image.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import backend, unavailable
+from .dockerd import Dockerd, DockerUnavailable, nopy_image, shared_dockerd, usr_image
+
+STANDIN = Path(__file__).parent / "kubectl"
+
+
+def docker_or_skip() -> Dockerd:
+    """The session's engine, or skip (fail when backends are required) saying why not."""
+    try:
+        return shared_dockerd()
+    except DockerUnavailable as exc:
+        unavailable(f"docker: {exc}")
+        raise AssertionError("unreachable") from None
+
+
+def image_or_skip(d: Dockerd, which: str) -> str:
+    """Build (once) and return ``usr`` or ``nopy``; skip if the bundle or busybox is missing."""
+    try:
+        return usr_image(d) if which == "usr" else nopy_image(d)
+    except DockerUnavailable as exc:
+        unavailable(f"docker: {exc}")
+        raise AssertionError("unreachable") from None
+
+
+def kubectl_standin(tmp: Path) -> str:
+    """The stand-in copied to ``tmp`` and made executable (the checkout's mode bits may be lost)."""
+    dest = tmp / "kubectl"
+    shutil.copy(STANDIN, dest)
+    dest.chmod(0o755)
+    return os.fspath(dest)
+
+
+@backend("docker")
+def _docker(tmp: pytest.TempPathFactory) -> Iterator[str]:
+    d = docker_or_skip()
+    name = d.run("rx-contract-usr", image_or_skip(d, "usr"), "-v", "/usr:/usr:ro")
+    yield f"docker://{name}"
+    d.docker("rm", "-f", name, check=False)
+
+
+@backend("docker-image")
+def _docker_image(tmp: pytest.TempPathFactory) -> Iterator[str]:
+    d = docker_or_skip()
+    image = image_or_skip(d, "nopy")
+    yield f"docker+image://{image}?name=rx-contract-image&keep=1&pull=never"
+    d.docker("rm", "-f", "rx-contract-image", check=False)
+
+
+@backend("k8s")
+def _k8s(tmp: pytest.TempPathFactory) -> Iterator[str]:
+    d = docker_or_skip()
+    name = d.run("k8s_rxtest_pod1_main", image_or_skip(d, "nopy"))
+    yield f"k8s://rxtest/pod1/main?kubectl={kubectl_standin(tmp.mktemp('kubectl'))}"
+    d.docker("rm", "-f", name, check=False)
