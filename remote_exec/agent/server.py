@@ -125,7 +125,9 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
         sock.unlink()  # stale: ensure_server holds the lock and found nobody accepting on it
     old_umask = os.umask(0o177)  # the socket is born 0600: no window where others can connect
     try:
-        site = web.UnixSite(runner, os.fspath(sock))
+        # A deep backlog: a burst of connections (1000 clients starting jobs at once) must queue,
+        # not fail with EAGAIN, which asyncio does not retry for Unix sockets.
+        site = web.UnixSite(runner, os.fspath(sock), backlog=4096)
         await site.start()
     finally:
         os.umask(old_umask)

@@ -35,7 +35,7 @@ from .types import Completed, ExecRemoteEvent, ExecRemoteOptions, ExecResult, St
 
 __all__ = ["ExecRemoteProcess"]
 
-MAX_POLL_BYTES = 8 * 1024 * 1024  # the largest poll a busy job grows to (from the protocol's 1 MiB)
+MAX_POLL_BYTES = 4 * 1024 * 1024  # the largest poll a busy job grows to (from the protocol's 1 MiB)
 RESPONSE_MARGIN = 10.0  # seconds a long-poll response may lag its wait before we re-ask
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -64,7 +65,7 @@ class RpcClient:
         """
         params_json = params.model_dump_json().encode()
         why = "no attempt made"
-        for _ in range(self.attempts):
+        for attempt in range(self.attempts):
             request_id = next(self._ids)
             body = b'{"jsonrpc":"2.0","id":%d,"method":"%s","params":%s}' % (request_id, method.encode(), params_json)
             generation = self._generation
@@ -75,6 +76,8 @@ class RpcClient:
                 continue
             except ChannelBroken as exc:
                 why = str(exc)
+                if attempt:  # a second failure in a row: back off (jittered) before hammering again
+                    await asyncio.sleep(random.uniform(0, min(0.05 * 2**attempt, 1.0)))
                 await self._reconnect(generation)
                 continue
             try:

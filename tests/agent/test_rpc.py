@@ -111,3 +111,12 @@ def test_stdin_offsets_make_writes_idempotent(agent_sock: Path) -> None:
     assert err["code"] == -32003
     rpc(agent_sock, "exec_remote_write_stdin", {"job_id": job, "eof": True})
     assert poll_to_end(agent_sock, job)["stdout"] == "abcde"
+
+
+def test_concurrent_retries_of_one_start_make_one_job(agent_sock: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    params = {"command": ["sleep", "0.2"], "idempotency_key": "k-concurrent"}
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda _: rpc(agent_sock, "exec_remote_start", params)["result"], range(8)))
+    assert len({a["job_id"] for a in answers}) == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from collections import OrderedDict
@@ -56,6 +57,7 @@ class JobController:
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._finished: OrderedDict[str, float] = OrderedDict()  # job_id -> ended (monotonic)
         self._by_key: dict[str, str] = {}
+        self._starting: dict[str, asyncio.Future[StartResult]] = {}
         self._counter = 0
 
     @property
@@ -94,19 +96,36 @@ class JobController:
         self._expire()
 
     async def start(self, p: StartParams) -> StartResult:
-        if p.idempotency_key is not None and p.idempotency_key in self._by_key:
-            job = self._jobs[self._by_key[p.idempotency_key]]
+        key = p.idempotency_key
+        if key is not None and key in self._starting:
+            # A retry while the first attempt is still spawning: answer with that attempt's job.
+            return await asyncio.shield(self._starting[key])
+        if key is not None and key in self._by_key:
+            job = self._jobs[self._by_key[key]]
             return StartResult(job_id=job.job_id, pid=job.pid)
         self._expire()
         if self.running_count >= self.limits.max_running:
             raise ServerBusyError(f"{self.running_count} jobs are running, the limit of this agent")
         self._counter += 1
         job = Job(f"{self.instance_id}-{self._counter}", p, self.limits.buffer_limit, self._job_done)
-        await job.spawn()  # SpawnError propagates; the job was never registered
+        pending: asyncio.Future[StartResult] = asyncio.get_running_loop().create_future()
+        if key is not None:
+            self._starting[key] = pending  # registered before the await: no duplicate spawns
+        try:
+            await job.spawn()  # SpawnError propagates; the job was never registered
+        except BaseException as exc:
+            pending.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+            pending.exception()  # retrieved: waiters re-raise it, nobody else needs to
+            raise
+        finally:
+            if key is not None:
+                self._starting.pop(key, None)
         self._jobs[job.job_id] = job
-        if p.idempotency_key is not None:
-            self._by_key[p.idempotency_key] = job.job_id
-        return StartResult(job_id=job.job_id, pid=job.pid)
+        if key is not None:
+            self._by_key[key] = job.job_id
+        result = StartResult(job_id=job.job_id, pid=job.pid)
+        pending.set_result(result)
+        return result
 
     def adopt(self, make: Callable[[str, int, Callable[[Job], None]], J]) -> J:
         """Register a job made elsewhere (a shell run) so the job methods serve it too.

@@ -250,7 +250,8 @@ class Job:
                     stderr_dropped=err.dropped,
                 )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), remaining)
+                async with asyncio.timeout(remaining):  # no task per wait, unlike wait_for
+                    await changed.wait()
 
     def _decode_input(self, data: str) -> bytes:
         return base64.b64decode(data, validate=True) if self.encoding == "base64" else data.encode()

@@ -32,15 +32,14 @@ def group_members(pgid: int) -> list[int]:
 
 def group_alive(pgid: int) -> bool:
     """True while any non-zombie process is left in group ``pgid``."""
-    if os.path.isdir("/proc/self"):
-        return bool(group_members(pgid))
-    try:  # no /proc: signal 0 cannot tell zombies from the living, but errs on the safe side
+    try:  # cheap first: no process at all in the group means no /proc scan
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    # Someone is there, maybe only zombies: /proc tells; without it, err on the side of "alive".
+    return bool(group_members(pgid)) if os.path.isdir("/proc/self") else True
 
 
 class SessionProcess(NamedTuple):

@@ -1,0 +1,212 @@
+"""``StreamWidget``: the base of the widgets that show streamed text (a job, a shell).
+
+Threading, by construction: after ``__init__`` every trait change and every message of a
+widget is made on the blocking API's loop thread. Messages from the front end arrive on the
+kernel's main thread and are only handed over (``Loop.call_soon`` / ``Loop.spawn``), so no two
+threads ever touch a widget's sync state at once.
+
+Traffic: output goes out as ``{kind, seq, data}`` custom messages holding only new text
+(``delta``), in rounds paced by :class:`~remote_exec.jupyter.transcript.RateLimit` (at most
+10 messages a second, state updates included). Nothing is sent until a view says ``hello``
+(or the widget is ``live``); a ``hello`` is answered with a ``replay`` of the kept tail,
+because messages sent before a view existed are lost to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from typing import Any, ClassVar
+
+import anywidget
+import traitlets
+
+from .display import widgets_enabled
+from .follow import Loop
+from .transcript import DEFAULT_TAIL_LINES, RateLimit, Transcript, strip_ansi
+
+__all__ = ["COUNTER_PERIOD", "StreamWidget"]
+
+COUNTER_PERIOD = 1.0
+"""Seconds between updates of live counters (byte counts) while output flows."""
+
+
+class StreamWidget(anywidget.AnyWidget):
+    """A widget fed with ``(stream, text)`` output on the loop thread; see the module docstring.
+
+    Subclasses set :attr:`PANES` (stream → pane), implement :meth:`_action` for their buttons
+    and :meth:`_plain_text` for front ends without widgets.
+    """
+
+    PANES: ClassVar[dict[str, str]] = {}
+
+    _uid = traitlets.Unicode("").tag(sync=True)  # the front end keys its per-model store by it
+    tail_lines = traitlets.Int(DEFAULT_TAIL_LINES).tag(sync=True)
+
+    def __init__(self, loop: Loop, *, live: bool = False, tail_lines: int = DEFAULT_TAIL_LINES, **traits: Any) -> None:
+        super().__init__(_uid=uuid.uuid4().hex, tail_lines=tail_lines, **traits)
+        self._loop = loop
+        self._transcript = Transcript(self.PANES)
+        self._rate = RateLimit()
+        self._live = live
+        self._seq = 0
+        self._replay_wanted = False
+        self._due: dict[str, Any] = {}
+        self._last_counters = float("-inf")
+        self._pacer: asyncio.Task[None] | None = None
+        self._drained = asyncio.Event()  # set while nothing is left to send
+        self._drained.set()
+        self._wake = asyncio.Event()  # set when something new is due
+        self.on_msg(self._on_front_end_msg)
+
+    # -- fed on the loop thread ---------------------------------------------------------------
+
+    def _emit(self, stream: str, text: str) -> None:
+        """New output (loop thread)."""
+        self._transcript.append(stream, text)
+        if not self._live:
+            self._transcript.take_pending()  # no view to send it to: a hello's replay will show it
+        self._kick()
+
+    def _set(self, **traits: Any) -> None:
+        """Trait changes for the next round (loop thread)."""
+        self._due.update(traits)
+        self._kick()
+
+    def _counters(self) -> dict[str, Any]:
+        """Live counter traits and their current values; sent at most every COUNTER_PERIOD."""
+        return {}
+
+    def _kick(self) -> None:
+        self._drained.clear()
+        self._wake.set()
+        if self._pacer is None:
+            self._pacer = asyncio.get_running_loop().create_task(self._pace())
+
+    async def _pace(self) -> None:
+        # Runs while something is due and ends when nothing is: an idle widget has no task.
+        try:
+            while True:
+                count = self._round(dry=True)
+                if count:
+                    delay = self._rate.delay(count)
+                    if delay <= 0:
+                        self._round(dry=False)
+                        continue
+                else:  # only counters changed: they go out once their period has passed,
+                    due_in = self._counters_due_in()  # or with the next output, if sooner
+                    if due_in is None:
+                        break
+                    self._wake.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wake.wait(), max(due_in, 0.01))
+                    continue
+                await asyncio.sleep(delay)  # then plan again: more may be due by now
+        finally:
+            self._pacer = None
+            self._drained.set()
+
+    def _counters_due_in(self) -> float | None:
+        """Seconds until changed counters may go out (``None``: they are all up to date)."""
+        if all(getattr(self, k) == v for k, v in self._counters().items()):
+            return None
+        return max(self._last_counters + COUNTER_PERIOD - time.monotonic(), 0.0)
+
+    def _round(self, *, dry: bool) -> int:
+        """Send what is due in one round (or, ``dry``, count the messages it would take)."""
+        now = time.monotonic()
+        counters = {k: v for k, v in self._counters().items() if getattr(self, k) != v}
+        traits = dict(self._due)
+        if counters and (traits or now - self._last_counters >= COUNTER_PERIOD):
+            traits.update(counters)
+        output = self._replay_wanted or (self._live and self._transcript.has_pending)
+        count = int(output) + int(bool(traits))
+        if dry:
+            return count
+        if self._replay_wanted:
+            self._replay_wanted = False
+            self._transcript.take_pending()  # the replay holds it
+            self._send_msg("replay", self._replay_data())
+        elif self._transcript.has_pending:
+            pending = self._transcript.take_pending()
+            if self._live:  # else no view exists yet: its hello will fetch a replay
+                self._send_msg("delta", pending)
+        if traits:
+            self._due.clear()
+            if counters:
+                self._last_counters = now
+            with self.hold_sync():
+                for name, value in traits.items():
+                    setattr(self, name, value)
+        self._rate.record(count, now)
+        return count
+
+    def _send_msg(self, kind: str, data: Any) -> None:
+        self._seq += 1
+        self.send({"kind": kind, "seq": self._seq, "data": data})
+
+    def _replay_data(self) -> dict[str, Any]:
+        panes: dict[str, Any] = {}
+        for pane in dict.fromkeys(self.PANES.values()):
+            pieces, hidden = self._transcript.tail(pane, self.tail_lines)
+            panes[pane] = {"pieces": pieces, "hidden": hidden}
+        return {"panes": panes, "now": time.time()}
+
+    def _idle(self) -> bool:
+        """Nothing left to send (loop thread)."""
+        return not (self._due or self._replay_wanted or (self._live and self._transcript.has_pending))
+
+    async def _drain(self, timeout: float = 5.0) -> None:
+        """Wait until the pacer has sent everything due (loop thread)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._drained.wait(), timeout)
+
+    # -- from the front end (kernel main thread) -----------------------------------------------
+
+    def _on_front_end_msg(self, _widget: object, content: object, _buffers: object) -> None:
+        if not isinstance(content, dict):
+            return
+        kind = content.get("type")
+        if kind == "hello":
+            self._loop.call_soon(self._hello)
+        elif kind == "fetch":
+            stream = content.get("stream")
+            self._loop.call_soon(self._fetch, stream if isinstance(stream, str) else None, content.get("purpose"))
+        elif isinstance(kind, str):
+            self._action(kind, content)
+
+    def _hello(self) -> None:
+        self._live = True
+        self._replay_wanted = True
+        self._kick()
+
+    def _fetch(self, stream: str | None, purpose: object) -> None:
+        """Answer Copy/Download with the whole kept text: a user's one-off request, not paced."""
+        if stream is not None and stream not in self.PANES:
+            return
+        dropped = sum(n for s, n in self._transcript.dropped.items() if stream is None or s == stream)
+        text = strip_ansi(self._transcript.text(stream))
+        data = {"stream": stream, "purpose": purpose if purpose in ("copy", "download") else "copy"}
+        self.send({"kind": "full", "seq": self._seq, "data": {**data, "text": text, "dropped": dropped}})
+
+    def _action(self, kind: str, content: dict[str, Any]) -> None:
+        """A button of the view was pressed (main thread: hand the work to the loop)."""
+
+    # -- plain text ------------------------------------------------------------------------------
+
+    def text(self, stream: str | None = None) -> str:
+        """The output kept so far: one stream, or all of it interleaved as it arrived."""
+        return self._transcript.text(stream)
+
+    def _plain_text(self) -> str:
+        return f"<{type(self).__name__}>"
+
+    def __repr__(self) -> str:
+        return self._plain_text()
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        if not widgets_enabled():
+            return {"text/plain": self._plain_text()}
+        return super()._repr_mimebundle_(**kwargs)

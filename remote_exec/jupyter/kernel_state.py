@@ -1,0 +1,118 @@
+"""What one kernel's magics remember: its defaults, its open sandboxes and its shell sessions.
+
+One :class:`KernelState` belongs to one magics instance (made by ``load_ipython_extension``),
+never to the module, so two shells in one process (tests) do not share anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ..blocking import BlockingExecRemoteProcess, BlockingShellSession, Sandbox, connect
+
+__all__ = ["DEFAULT_SANDBOX", "Defaults", "KernelState"]
+
+DEFAULT_SANDBOX = "local://"
+
+
+@dataclass
+class Defaults:
+    """``%exec_remote_config`` settings, used when a cell does not say otherwise.
+
+    :ivar widget: ``None``: a widget for ``--bg`` cells, text for foreground ones.
+    :ivar interrupt_grace: seconds between the SIGINT an interrupted cell sends and the kill.
+    """
+
+    sandbox: str = DEFAULT_SANDBOX
+    timeout: float | None = None
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    widget: bool | None = None
+    interrupt_grace: float = 2.0
+
+    def describe(self) -> str:
+        return "\n".join(f"{f.name} = {getattr(self, f.name)!r}" for f in dataclasses.fields(self))
+
+
+class KernelState:
+    """Defaults, sandboxes (one blocking connection per URL, kept open) and shells of a kernel."""
+
+    def __init__(self) -> None:
+        self.defaults = Defaults()
+        self._sandboxes: dict[str, Sandbox] = {}
+        self._shells: dict[str, tuple[str, BlockingShellSession]] = {}
+        self._last: tuple[str, BlockingShellSession] | None = None
+        self.background: list[BlockingExecRemoteProcess] = []
+        """Handles of the ``--bg`` jobs started here (left running when the kernel exits)."""
+
+    def sandbox(self, url: str) -> Sandbox:
+        """The kernel's connection to ``url``, opened on first use.
+
+        :raises SandboxError: bad URL or unknown scheme.
+        :raises AgentUnavailableError: the agent cannot be started or reached.
+        """
+        sb = self._sandboxes.get(url)
+        if sb is None:
+            sb = self._sandboxes[url] = connect(url)
+        return sb
+
+    @property
+    def sandboxes(self) -> list[Sandbox]:
+        """The sandboxes this kernel has open."""
+        return list(self._sandboxes.values())
+
+    def shell(
+        self, spec: str, url: str | None, cwd: str | None = None, env: dict[str, str] | None = None
+    ) -> tuple[Sandbox, BlockingShellSession]:
+        """The session ``spec`` names: ``new``, ``last`` (this kernel's most recent one, in ``url``
+        if given; a new one if there is none) or a session id.
+
+        :raises ShellNotFoundError: no session with that id.
+        :raises ShellClosedError: that session has ended.
+        """
+        if spec == "last":
+            found = self.last_shell(url)
+            if found is not None:
+                return self._remember(*found)
+            spec = "new"
+        url = url or (self._last[0] if self._last else self.defaults.sandbox)
+        sb = self.sandbox(url)
+        if spec == "new":
+            return self._remember(url, sb.shell(cwd=cwd, env=env))
+        known = self._shells.get(spec)
+        if known is not None and known[0] == url and not known[1].closed:
+            return self._remember(*known)
+        return self._remember(url, sb.reattach_shell(spec))
+
+    def last_shell(self, url: str | None = None) -> tuple[str, BlockingShellSession] | None:
+        """This kernel's most recently used open session (in ``url``, if given)."""
+        if url is None:
+            return self._last if self._last is not None and not self._last[1].closed else None
+        for u, s in reversed(self._shells.values()):
+            if u == url and not s.closed:
+                return u, s
+        return None
+
+    def _remember(self, url: str, session: BlockingShellSession) -> tuple[Sandbox, BlockingShellSession]:
+        self._shells.pop(session.session_id, None)  # re-insert: the dict's order is recency
+        self._shells[session.session_id] = (url, session)
+        self._last = (url, session)
+        return self.sandbox(url), session
+
+    def close(self, *, keep_background: bool = False) -> None:
+        """Close the kernel's sandboxes; idempotent.
+
+        Closing kills the jobs the sandboxes started that still run, except the ``--bg`` ones
+        with ``keep_background`` (what a kernel's exit does: they go on, and a later kernel
+        finds them with ``%remote_jobs``).
+        """
+        background, self.background = self.background, []
+        if keep_background:
+            for proc in background:
+                proc.detach()
+        sandboxes, self._sandboxes = list(self._sandboxes.values()), {}
+        self._shells.clear()
+        self._last = None
+        for sb in sandboxes:
+            sb.close()

@@ -1,0 +1,276 @@
+"""The IPython magics: ``%%exec_remote``, ``%exec_remote_config``, ``%remote_jobs``, ``%remote_shell``.
+
+They parse and delegate: options are read with ``magic_arguments`` (bad input raises
+``UsageError``), names are resolved in ``shell.user_ns`` (never ``eval``), the work is done by
+:mod:`~remote_exec.jupyter.runner` and the widgets, and what to show is decided by
+:mod:`~remote_exec.jupyter.display`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import keyword
+import shlex
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar, cast
+
+from IPython.core import magic_arguments as ma
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+
+from ..blocking import Sandbox
+from ..errors import RemoteExecError, SandboxError
+from .dashboard import Dashboard
+from .display import RemoteCommandError, jobs_table, show, widgets_enabled
+from .kernel_state import KernelState
+from .runner import CellJob, failure
+from .shell_view import ShellView
+
+__all__ = ["RemoteExecMagics"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Decorator(Protocol):
+    def __call__(self, fn: F, /) -> F: ...
+
+
+# IPython's argparse decorators carry no type information: these wrappers state what they do.
+def _argument(*args: Any, **kwargs: Any) -> _Decorator:
+    decorator: _Decorator = cast(Any, ma.argument)(*args, **kwargs)
+    return decorator
+
+
+def _magic_arguments() -> _Decorator:
+    decorator: _Decorator = cast(Any, ma.magic_arguments)()
+    return decorator
+
+
+def _cell_magic(fn: F) -> F:
+    return cast(F, cell_magic(fn))  # IPython types it as "F or a decorator" (it also takes a name)
+
+
+def _line_magic(fn: F) -> F:
+    return cast(F, line_magic(fn))
+
+
+def _parse(magic: object, line: str) -> argparse.Namespace:
+    """Split the line as a POSIX shell would (quotes removed, a trailing ``# comment`` dropped)."""
+    try:
+        argv = shlex.split(line, comments=True)
+    except ValueError as exc:  # e.g. an unclosed quote
+        raise UsageError(f"cannot parse the options: {exc}") from None
+    args: argparse.Namespace = cast(Any, magic).parser.parse_args(argv)  # its error() raises UsageError
+    return args
+
+
+def _options(*specs: tuple[tuple[str, ...], dict[str, Any]]) -> _Decorator:
+    """A reusable group of ``argument`` decorators (listed in the order --help shows them)."""
+
+    class Group:
+        def __call__(self, fn: F, /) -> F:
+            for args, kwargs in reversed(specs):
+                fn = _argument(*args, **kwargs)(fn)
+            return fn
+
+    return Group()
+
+
+_WHERE = _options(
+    (("--sandbox",), {"metavar": "URL", "help": "the sandbox to run in (default: %%exec_remote_config's)"}),
+    (("--timeout",), {"metavar": "S", "type": float, "help": "kill the job after S seconds"}),
+    (("--cwd",), {"metavar": "DIR", "help": "working directory in the sandbox"}),
+    (("--env",), {"metavar": "K=V", "nargs": "+", "action": "extend", "help": "environment variables to add"}),
+    (
+        ("--widget",),
+        {
+            "action": argparse.BooleanOptionalAction,
+            "default": None,
+            "help": "show a live job view (default: for --bg cells only)",
+        },
+    ),
+)
+
+
+def _env(pairs: list[str] | None) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise UsageError(f"--env takes K=V pairs, got {pair!r}")
+        env[key] = value
+    return env
+
+
+def _timeout(value: float | None) -> float | None:
+    if value is not None and value <= 0:
+        raise UsageError(f"--timeout must be positive, got {value:g}")
+    return value
+
+
+def _variable(name: str | None, option: str) -> str | None:
+    if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):
+        raise UsageError(f"{option} needs a Python variable name, got {name!r}")
+    return name
+
+
+@magics_class
+class RemoteExecMagics(Magics):
+    """The magics of ``%load_ext remote_exec``; one instance (and one :class:`KernelState`) per shell."""
+
+    def __init__(self, shell: InteractiveShell) -> None:
+        super().__init__(shell)
+        self.state = KernelState()
+
+    def _sandbox(self, url: str) -> Sandbox:
+        try:
+            return self.state.sandbox(url)
+        except SandboxError as exc:
+            raise UsageError(str(exc)) from None
+
+    def _store(self, name: str | None, value: object) -> None:
+        if name is not None:
+            assert self.shell is not None
+            self.shell.user_ns[name] = value
+
+    # -- %%exec_remote -------------------------------------------------------------------------
+
+    @_magic_arguments()
+    @_WHERE
+    @_argument("--bg", action="store_true", help="run in the background: return at once, show a live job view")
+    @_argument("--name", metavar="VAR", help="store the ExecResult (--bg: the process handle) in VAR")
+    @_argument("--shell", metavar="ID|new|last", help="run in a shell session (cwd and env persist)")
+    @_argument("--raise-error", action=argparse.BooleanOptionalAction, default=True, help="raise on failure")
+    @_argument("--out", metavar="VAR", help="store the stdout text in VAR")
+    @_argument("--err", metavar="VAR", help="store the stderr text in VAR")
+    @_cell_magic
+    def exec_remote(self, line: str, cell: str) -> None:
+        """Run the cell as a bash script in a sandbox, streaming its output live.
+
+        The notebook's interrupt sends SIGINT to the job, then kills it. A failure (non-zero
+        exit, timeout) raises ``RemoteCommandError`` unless ``--no-raise-error``.
+        """
+        args = _parse(self.exec_remote, line)
+        if not cell.strip():
+            raise UsageError("%%exec_remote needs a script in the cell body")
+        name, out, err = (_variable(args.name, "--name"), _variable(args.out, "--out"), _variable(args.err, "--err"))
+        if args.bg and (out or err):
+            raise UsageError("--out/--err need the output, which a --bg cell does not wait for: use --name and .wait()")
+        d = self.state.defaults
+        env = {**d.env, **_env(args.env)}
+        cwd = args.cwd if args.cwd is not None else d.cwd
+        timeout = _timeout(args.timeout) if args.timeout is not None else d.timeout
+        reused = args.shell not in (None, "new") and (args.shell != "last" or self.state.last_shell(args.sandbox))
+        if reused and (args.cwd is not None or args.env):
+            raise UsageError("--cwd/--env apply when a shell is opened (--shell new); an open one keeps its own")
+        job = self._job(cell, args.sandbox, args.shell, cwd, env, timeout)
+        plain = not widgets_enabled()
+        widget = (
+            args.widget if args.widget is not None else d.widget if d.widget is not None else args.bg
+        ) and not plain
+        try:
+            if args.bg:
+                proc = job.run_background(widget=widget, plain=plain)
+                self.state.background.append(proc)
+                self._store(name, proc)
+                return
+            outcome = job.run_foreground(widget=widget, plain=plain)
+        except RemoteExecError as exc:
+            raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc
+        result = outcome.result
+        self._store(name, result)
+        if result is not None:
+            self._store(out, result.stdout)
+            self._store(err, result.stderr)
+        error = failure(outcome, timeout)
+        if error is not None and args.raise_error:
+            raise error
+
+    def _job(
+        self, cell: str, url: str | None, shell: str | None, cwd: str | None, env: dict[str, str], timeout: float | None
+    ) -> CellJob:
+        grace = self.state.defaults.interrupt_grace
+        if shell is None:
+            sb = self._sandbox(url or self.state.defaults.sandbox)
+            return CellJob(cell, sb, timeout=timeout, cwd=cwd, env=env or None, interrupt_grace=grace)
+        try:
+            sb, session = self.state.shell(shell, url, cwd, env or None)
+        except SandboxError as exc:
+            raise UsageError(str(exc)) from None
+        except RemoteExecError as exc:
+            raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc
+        return CellJob(cell, sb, session=session, timeout=timeout, interrupt_grace=grace)
+
+    # -- %exec_remote_config -------------------------------------------------------------------
+
+    @_magic_arguments()
+    @_WHERE
+    @_argument("--interrupt-grace", metavar="S", type=float, help="seconds from an interrupt's SIGINT to the kill")
+    @_argument("--no-timeout", action="store_true", help="clear the default timeout")
+    @_argument("--reset", action="store_true", help="back to the built-in defaults")
+    @_line_magic
+    def exec_remote_config(self, line: str) -> None:
+        """Set this kernel's defaults for ``%%exec_remote``; with no options, show them."""
+        args = _parse(self.exec_remote_config, line)
+        if args.reset:
+            self.state.defaults = type(self.state.defaults)()
+        d = self.state.defaults
+        if args.sandbox is not None:
+            self._sandbox(args.sandbox)  # fail now, not in the next cell
+            d.sandbox = args.sandbox
+        if args.timeout is not None:
+            d.timeout = _timeout(args.timeout)
+        if args.no_timeout:
+            d.timeout = None
+        if args.cwd is not None:
+            d.cwd = args.cwd or None
+        if args.env is not None:
+            d.env = {**d.env, **_env(args.env)}
+        if args.widget is not None:
+            d.widget = args.widget
+        if args.interrupt_grace is not None:
+            if args.interrupt_grace < 0:
+                raise UsageError("--interrupt-grace must not be negative")
+            d.interrupt_grace = args.interrupt_grace
+        if not line.strip():
+            print(d.describe())
+
+    # -- %remote_jobs / %remote_shell ------------------------------------------------------------
+
+    @_magic_arguments()
+    @_argument("--sandbox", metavar="URL", action="append", help="a sandbox to show (repeat for a fleet)")
+    @_argument("--all", action="store_true", help="every sandbox this kernel has used")
+    @_line_magic
+    def remote_jobs(self, line: str) -> Dashboard | None:
+        """Show every job of the sandbox (or several: a fleet view), live."""
+        args = _parse(self.remote_jobs, line)
+        urls = list(args.sandbox or [])
+        sandboxes = [self._sandbox(u) for u in dict.fromkeys(urls or [self.state.defaults.sandbox])]
+        if args.all:
+            sandboxes += [sb for sb in self.state.sandboxes if sb not in sandboxes]
+        if not widgets_enabled():
+            try:
+                print(jobs_table([(sb.url, job) for sb in sandboxes for job in sb.jobs()]))
+            except RemoteExecError as exc:
+                raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc
+            return None
+        return Dashboard(sandboxes)
+
+    @_magic_arguments()
+    @_argument("--sandbox", metavar="URL", help="where to open the shell (default: %%exec_remote_config's)")
+    @_argument("--shell", metavar="ID|new|last", default="last", help="which session (default: last, else new)")
+    @_line_magic
+    def remote_shell(self, line: str) -> None:
+        """Open a shell widget on a session; ``%%exec_remote --shell last`` then runs there too."""
+        args = _parse(self.remote_shell, line)
+        try:
+            sb, session = self.state.shell(args.shell, args.sandbox)
+        except SandboxError as exc:
+            raise UsageError(str(exc)) from None
+        except RemoteExecError as exc:
+            raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc
+        if not widgets_enabled():
+            print(f"shell {session.session_id} in {sb.url}, cwd {session.info.cwd}")
+            return
+        show(ShellView(session))

@@ -1,0 +1,163 @@
+"""``ShellView``: a terminal-like view of a shell session — an input line, and its output.
+
+Commands typed in the view run in the session (its cwd and variables persist, as in a
+terminal); stdout and stderr are told apart, the prompt shows the cwd, ↑/↓ walk the history,
+Interrupt sends Ctrl-C, and another session can be picked up by id (``reattach``).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import traitlets
+
+from ..blocking import BlockingShellSession, Sandbox
+from ..client.sandbox import AsyncSandbox
+from ..errors import RemoteExecError
+from ._assets import css, esm
+from .base import StreamWidget
+from .follow import follow, loop_of
+from .transcript import DEFAULT_TAIL_LINES
+
+__all__ = ["ShellView"]
+
+HISTORY = 500  # commands remembered per view
+
+
+class ShellView(StreamWidget):
+    """A shell session in a widget: ``ShellView(sb)`` opens one, ``ShellView(session)`` shows one.
+
+    :param target: a blocking sandbox (a new session is opened there, or ``session_id`` is
+        reattached) or a session (``sb.shell()``).
+    :param session_id: with a sandbox: reattach to this session instead of opening one.
+    """
+
+    PANES = {"command": "main", "stdout": "main", "stderr": "main", "info": "main"}  # noqa: RUF012 - ClassVar
+    _esm = esm("shell_view")
+    _css = css("shell_view")
+
+    session_id = traitlets.Unicode("").tag(sync=True)
+    sandbox = traitlets.Unicode("").tag(sync=True)
+    cwd = traitlets.Unicode("").tag(sync=True)
+    state = traitlets.Unicode("open").tag(sync=True)
+    busy = traitlets.Bool(False).tag(sync=True)
+    history = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    error = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(
+        self,
+        target: Sandbox | BlockingShellSession,
+        *,
+        session_id: str | None = None,
+        tail_lines: int = DEFAULT_TAIL_LINES,
+    ) -> None:
+        if isinstance(target, Sandbox):
+            session = target.reattach_shell(session_id) if session_id else target.shell()
+            self._async_sandbox: AsyncSandbox = target.async_sandbox
+        else:
+            session = target
+            # A session knows the sandbox it came from; reattaching needs it.
+            self._async_sandbox = session.async_session._sandbox
+        info = session.info
+        super().__init__(
+            loop_of(session),
+            tail_lines=tail_lines,
+            session_id=info.session_id,
+            sandbox=self._async_sandbox.url,
+            cwd=info.cwd or "",
+            state=info.state,
+        )
+        self.session = session
+        """The session the view runs commands in (changes on reattach)."""
+        self._cwd = info.cwd or ""
+        self._running = False
+        self._idle_event = threading.Event()
+        self._idle_event.set()
+
+    # -- work (loop thread) ----------------------------------------------------------------------
+
+    async def _run(self, command: str) -> None:
+        if self._running:
+            self._emit("info", "busy: wait for the running command, or Interrupt it\n")
+            return
+        self._running = True
+        self._idle_event.clear()
+        self._set(busy=True, history=[*self.history, command][-HISTORY:], error="")
+        self._emit("command", f"{self._cwd}$ {command}\n")
+        try:
+            outcome = await follow(self.session.async_session.start(command), self._emit)
+            if outcome.state == "error":
+                self._emit("info", f"{outcome.error}\n")
+            elif outcome.state != "completed":
+                code = "" if outcome.exit_code is None else f" (exit {outcome.exit_code})"
+                self._emit("info", f"[{outcome.state}{code}]\n")
+            await self._refresh_info()
+        finally:
+            self._running = False
+            self._set(busy=False)
+            self._idle_event.set()
+
+    async def _refresh_info(self) -> None:
+        try:
+            info = await self.session.async_session.refresh()
+        except RemoteExecError as exc:
+            self._set(state="closed", error=str(exc))
+            return
+        self._cwd = info.cwd or self._cwd
+        self._set(cwd=self._cwd, state=info.state)
+        if info.state == "closed":
+            self._emit("info", f"[shell closed: {info.closed_reason or 'exited'}]\n")
+
+    async def _interrupt(self) -> None:
+        try:
+            await self.session.async_session.interrupt()
+        except RemoteExecError as exc:
+            self._set(error=str(exc))
+
+    async def _reattach(self, session_id: str) -> None:
+        if self._running:
+            self._emit("info", "busy: cannot switch sessions while a command runs\n")
+            return
+        try:
+            session = await self._async_sandbox.reattach_shell(session_id)
+        except RemoteExecError as exc:
+            self._emit("info", f"reattach failed: {exc}\n")
+            return
+        self.session = BlockingShellSession(self._loop.portal, session)
+        self._cwd = session.info.cwd or ""
+        self._set(session_id=session.session_id, cwd=self._cwd, state=session.info.state, error="")
+        self._emit("info", f"[reattached to {session.session_id}]\n")
+
+    def _action(self, kind: str, content: dict[str, Any]) -> None:
+        command, session_id = content.get("command"), content.get("session_id")
+        if kind == "run" and isinstance(command, str) and command.strip():
+            self._loop.spawn(self._run, command)
+        elif kind == "interrupt":
+            self._loop.spawn(self._interrupt)
+        elif kind == "reattach" and isinstance(session_id, str) and session_id.strip():
+            self._loop.spawn(self._reattach, session_id.strip())
+
+    # -- Python side -----------------------------------------------------------------------------
+
+    def run(self, command: str) -> None:
+        """Run ``command`` as if typed in the view, and wait for it to end."""
+        self._loop.call(self._run, command)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until no command runs in the view (``False`` if ``timeout`` passed first)."""
+        return self._idle_event.wait(timeout)
+
+    def interrupt(self) -> None:
+        """Ctrl-C: SIGINT to the running command; the shell lives on."""
+        self._loop.call(self._interrupt)
+
+    def reattach(self, session_id: str) -> None:
+        """Show (and run commands in) another session of the same sandbox."""
+        self._loop.call(self._reattach, session_id)
+
+    def _plain_text(self) -> str:
+        pieces, hidden = self._transcript.tail("main", 20)
+        head = f"[shell {self.session_id} {self.state}] {self.cwd}$"
+        body = "".join(t for _, t in pieces).rstrip("\n")
+        return head + (f"\n({hidden} earlier lines hidden)" if hidden else "") + (f"\n{body}" if body else "")
