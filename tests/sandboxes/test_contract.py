@@ -101,3 +101,20 @@ async def test_timeout_enforced_in_sandbox_with_host_gone(sandbox_url: str) -> N
         await sb.run(["sh", "-c", f"while kill -0 {pid} 2>/dev/null; do sleep 0.05; done"], timeout=30)
         rows = {j.job_id: j for j in await sb.jobs()}
         assert rows[job_id or ""].state == "timed_out"
+
+
+async def test_shell_sessions(sandbox_url: str) -> None:
+    async with rx.open_sandbox(sandbox_url) as sb:
+        sh = await sb.shell()
+        try:
+            assert (await sh.run("cd /tmp && export A=1 && f() { echo fn $1; }")).returncode == 0
+            res = await sh.run("pwd; echo $A; f x; echo oops >&2; false")
+            assert (res.stdout, res.stderr, res.returncode) == ("/tmp\n1\nfn x\n", "oops\n", 1)
+            async with rx.open_sandbox(sandbox_url) as other:  # a second client sees the same shell
+                again = await other.reattach_shell(sh.session_id)
+                assert (await again.run("echo $A; pwd")).stdout == "1\n/tmp\n"
+            assert (await sh.run("exit 7")).returncode == 7
+            with pytest.raises(rx.ShellClosedError):
+                await sh.run("true")
+        finally:
+            await sh.close()
