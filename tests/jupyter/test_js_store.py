@@ -1,0 +1,55 @@
+"""The front end's per-model store (widgets/common.js), run under Node without a browser.
+
+What every view renders from: replays reset it, deltas append (older ones are ignored), the
+tail is capped with a hidden-line count, ``\\r`` redraws a line, colours carry across chunks.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from remote_exec.jupyter._assets import widget_dir
+
+SCRIPT = r"""
+const out = {};
+const store = new RxStore((s) => s, 3);
+const msgs = [];
+store.listeners.add((m) => msgs.push(m.kind));
+store.handle({kind: "replay", seq: 4, now: 0, data: {now: Date.now() / 1000,
+  panes: {stdout: {pieces: [["stdout", "a\nb\n"]], hidden: 7}}}});
+store.handle({kind: "delta", seq: 3, data: [["stdout", "old\n"]]});  // before the replay: ignored
+store.handle({kind: "delta", seq: 5, data: [["stdout", "c\nprogress 1\rprogress 2"], ["stderr", "e\n"]]});
+const pane = store.pane("stdout");
+out.lines = pane.lines.map((l) => l.map((p) => p.text).join(""));
+out.hidden = pane.hidden;
+out.base = pane.base;
+out.stderr = store.pane("stderr").text();
+out.msgs = msgs;
+const colours = new RxPane(10);
+colours.feed("stdout", "\x1b[31mred ");
+colours.feed("stdout", "line\nstill red\x1b[0m");
+out.sgr = colours.lines.map((l) => l.map((p) => p.sgr.fg));
+const v = colours.version;
+colours.feed("stdout", " more");
+out.changed = colours.lines.map((l) => l.v > v);
+console.log(JSON.stringify(out));
+"""
+
+
+def test_store_replay_delta_tail_and_colours() -> None:
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    code = (widget_dir() / "common.js").read_text() + SCRIPT
+    proc = subprocess.run([node, "-e", code], capture_output=True, text=True, timeout=30, check=True)
+    out = json.loads(proc.stdout)
+    assert out["lines"] == ["b", "c", "progress 2"]  # 3 lines kept; the \r redrew the last one
+    assert out["hidden"] == 7 + 1 and out["base"] == 1  # "a" fell off the top
+    assert out["stderr"] == "e\n"
+    assert out["msgs"] == ["replay", "delta"]  # the stale delta never reaches a view
+    assert out["sgr"] == [[None], [1]]  # each part starts in the colour in force: red carries into line 2
+    assert out["changed"] == [False, True]  # only the line that changed is re-rendered

@@ -1,0 +1,230 @@
+"""The magics in an IPython shell (``run_cell_magic`` + ``capture_output``), on the real agent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+import remote_exec as rx
+from remote_exec.jupyter import JobInterrupted, JobView, RemoteCommandError, RemoteExecMagics
+from remote_exec.jupyter.headless import HeadlessFrontEnd
+
+from .conftest import gone, wait_for
+
+
+def magics(ip: InteractiveShell) -> RemoteExecMagics:
+    m = ip.magics_manager.registry["RemoteExecMagics"]
+    assert isinstance(m, RemoteExecMagics)
+    return m
+
+
+def test_foreground_streams_stdout_and_stderr_into_the_cell(ip: InteractiveShell) -> None:
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--name r --out o --err e", "echo hi; echo oops >&2; printf 'no newline'")
+    assert cap.stdout == "hi\nno newline" and cap.stderr == "oops\n"
+    r = ip.user_ns["r"]
+    assert isinstance(r, rx.ExecResult) and r.returncode == 0 and r.state == "completed"
+    assert ip.user_ns["o"] == "hi\nno newline" and ip.user_ns["e"] == "oops\n"
+
+
+def test_output_arrives_while_the_job_runs(ip: InteractiveShell, tmp_path: Path) -> None:
+    """The first line is in the cell before the job ends: streamed, not collected."""
+    gate = tmp_path / "gate"
+    seen: list[str] = []
+
+    class Spy:
+        def write(self, s: str) -> None:
+            seen.append(s)
+            if "first" in s:
+                gate.touch()  # only now may the job finish
+
+        def flush(self) -> None: ...
+
+    import sys
+
+    old, sys.stdout = sys.stdout, Spy()  # type: ignore[assignment]
+    try:
+        ip.run_cell_magic("exec_remote", "", f"echo first; while [ ! -e {gate} ]; do sleep 0.02; done; echo second")
+    finally:
+        sys.stdout = old
+    assert "".join(seen) == "first\nsecond\n"
+
+
+def test_failure_raises_a_short_error_unless_told_not_to(ip: InteractiveShell) -> None:
+    with capture_output(), pytest.raises(RemoteCommandError) as info:
+        ip.run_cell_magic("exec_remote", "--name r", "echo partial; exit 3")
+    err = info.value
+    assert err.returncode == 3 and isinstance(err, rx.RemoteExecError)
+    assert err._render_traceback_() == ["\x1b[0;31mRemoteCommandError\x1b[0m: the command exited with code 3"]
+    assert ip.user_ns["r"].stdout == "partial\n"  # stored before raising
+    with capture_output():
+        ip.run_cell_magic("exec_remote", "--no-raise-error --name r2", "exit 4")
+    assert ip.user_ns["r2"].returncode == 4
+    with capture_output() as cap:  # through run_cell, IPython shows just the one line
+        res = ip.run_cell("%%exec_remote\nexit 5\n")
+    assert isinstance(res.error_in_exec, RemoteCommandError)
+    assert "Traceback" not in cap.stdout and "exited with code 5" in cap.stdout
+
+
+def test_timeout_cwd_and_env(ip: InteractiveShell, tmp_path: Path) -> None:
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", f"--cwd {tmp_path} --env A=1 'B=x=y' # a comment", "pwd; echo $A $B")
+    assert cap.stdout == f"{tmp_path}\n1 x=y\n"
+    with capture_output(), pytest.raises(RemoteCommandError, match=r"timed out after 0\.3 s"):
+        ip.run_cell_magic("exec_remote", "--timeout 0.3 --name t", "echo start; sleep 30")
+    assert ip.user_ns["t"].stdout == "start\n" and ip.user_ns["t"].state == "timed_out"
+
+
+def test_config_sets_the_kernel_defaults(ip: InteractiveShell, tmp_path: Path) -> None:
+    ip.run_line_magic("exec_remote_config", f"--cwd {tmp_path} --env GREETING=hello --timeout 20")
+    with capture_output() as cap:
+        ip.run_line_magic("exec_remote_config", "")
+    assert f"cwd = '{tmp_path}'" in cap.stdout and "timeout = 20.0" in cap.stdout
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--env OTHER=1", "pwd; echo $GREETING $OTHER")
+    assert cap.stdout == f"{tmp_path}\nhello 1\n"
+    ip.run_line_magic("exec_remote_config", "--no-timeout")
+    assert magics(ip).state.defaults.timeout is None
+
+
+@pytest.mark.parametrize(
+    ("line", "cell", "match"),
+    [
+        ("--env NOEQUALS", "true", "K=V"),
+        ("--name 1x", "true", "variable name"),
+        ("--out class", "true", "variable name"),
+        ("--timeout -1", "true", "positive"),
+        ("--bg --out o", "true", "--out/--err"),
+        ("", "   \n", "needs a script"),
+        ("--sandbox nope://x", "true", "unsupported"),
+        ("--no-such-option", "true", "unrecognized"),
+        ("--env 'A=1", "true", "cannot parse"),
+    ],
+)
+def test_bad_input_is_a_usage_error(ip: InteractiveShell, line: str, cell: str, match: str) -> None:
+    with pytest.raises(UsageError, match=match):
+        ip.run_cell_magic("exec_remote", line, cell)
+
+
+def test_plain_text_mode_prints_stdout_then_stderr_then_the_exit_code(ip: InteractiveShell, plain: None) -> None:
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--no-raise-error", "echo a; echo b >&2; sleep 0.1; echo c; exit 4")
+    assert cap.stdout == "a\nc\nexit code: 4\n" and cap.stderr == "b\n"
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--bg", "true")
+    assert cap.stdout == "started in the background\n"
+
+
+def test_background_returns_at_once_and_the_handle_stays_usable(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:
+    t0 = time.monotonic()
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--bg --name job", "sleep 0.5; echo done")
+    assert time.monotonic() - t0 < 0.5
+    jv = front.widget(cap.outputs[0])
+    assert isinstance(jv, JobView)
+    proc = ip.user_ns["job"]
+    assert isinstance(proc, rx.BlockingExecRemoteProcess) and not proc.done
+    assert proc.wait().stdout == "done\n"  # the view reads its own handle, not this one
+    assert jv.wait(10) is not None and jv.text("stdout") == "done\n" and jv.state == "completed"
+
+
+def test_foreground_widget_mode(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:
+    with capture_output() as cap, pytest.raises(RemoteCommandError):
+        ip.run_cell_magic("exec_remote", "--widget --name r", "echo to-widget; exit 2")
+    assert "to-widget" not in cap.stdout  # into the widget, not the cell's text
+    assert ip.user_ns["r"].stdout == "to-widget\n"
+    view = front.widget(cap.outputs[0])
+    assert isinstance(view, JobView) and view.text("stdout") == "to-widget\n"
+    deltas = [m for m in front.custom(view) if m["kind"] == "delta"]  # live: sent without a hello
+    assert deltas and deltas[0]["data"] == [["stdout", "to-widget\n"]]
+
+
+def test_shell_sessions_keep_state_between_cells(ip: InteractiveShell, tmp_path: Path) -> None:
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", f"--shell new --cwd {tmp_path}", "X=42; cd sub 2>/dev/null || mkdir sub")
+        ip.run_cell_magic("exec_remote", "--shell last", "cd sub; echo $X")
+        ip.run_cell_magic("exec_remote", "--shell last", "pwd")
+    assert cap.stdout == f"42\n{tmp_path}/sub\n"
+    state = magics(ip).state
+    found = state.last_shell()
+    assert found is not None
+    sid = found[1].session_id
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", f"--shell {sid}", "echo $X")
+        ip.run_cell_magic("exec_remote", "--shell new", "echo [$X]")
+    assert cap.stdout == "42\n[]\n"
+    with pytest.raises(UsageError, match="--cwd/--env apply"):
+        ip.run_cell_magic("exec_remote", "--shell last --cwd /", "true")
+    with pytest.raises(RemoteCommandError, match="ShellNotFoundError"):
+        ip.run_cell_magic("exec_remote", f"--shell {sid.rpartition('-sh')[0]}-sh99999", "true")
+
+
+def _interrupt_when(path: Path) -> threading.Thread:
+    """Send SIGINT to this process (what the notebook's ■ does to a kernel) once ``path`` exists."""
+
+    def run() -> None:
+        wait_for(path.exists, what=str(path))
+        time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_interrupt_sends_sigint_first(ip: InteractiveShell, tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    _interrupt_when(ready)
+    script = f"trap 'echo got-INT; exit 130' INT; touch {ready}; while :; do sleep 0.05; done"
+    with capture_output() as cap, pytest.raises(KeyboardInterrupt, match=r"stopped \(SIGINT\)"):
+        ip.run_cell_magic("exec_remote", "", script)
+    assert "got-INT" in cap.stdout and "SIGINT sent" in cap.stderr
+    assert "killed" not in cap.stderr  # it ended on the SIGINT: no kill needed
+
+
+def test_interrupt_kills_a_job_that_ignores_sigint(ip: InteractiveShell, tmp_path: Path) -> None:
+    ready = tmp_path / "ready"
+    _interrupt_when(ready)
+    ip.run_line_magic("exec_remote_config", "--interrupt-grace 0.3")
+    script = f"trap '' INT; echo $$ > {tmp_path}/pid; touch {ready}; sleep 60; echo not-reached"
+    t0 = time.monotonic()
+    with capture_output() as cap, pytest.raises(JobInterrupted, match=r"then killed after 0\.3 s"):
+        ip.run_cell_magic("exec_remote", "", script)
+    assert time.monotonic() - t0 < 15 and "killed" in cap.stderr
+    assert gone(int((tmp_path / "pid").read_text()))
+
+
+def test_remote_jobs_lists_every_job(ip: InteractiveShell, sb: rx.Sandbox, plain: None) -> None:
+    other = sb.exec_remote(["sleep", "30"], label="from-another-client")
+    try:
+        with capture_output() as cap:
+            ip.run_line_magic("remote_jobs", "")
+        assert other.job_id is not None and other.job_id in cap.stdout and "running" in cap.stdout
+    finally:
+        other.kill()
+
+
+def test_remote_jobs_and_shell_give_widgets(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:
+    from remote_exec.jupyter import Dashboard, ShellView
+
+    dash = ip.run_line_magic("remote_jobs", "")
+    assert isinstance(dash, Dashboard)
+    dash.close()
+    with capture_output() as cap:
+        ip.run_line_magic("remote_shell", "--shell new")
+    view = front.widget(cap.outputs[0])
+    assert isinstance(view, ShellView)
+    found = magics(ip).state.last_shell()
+    assert found is not None and found[1].session_id == view.session_id  # %%exec_remote --shell last uses it
+    view.run("export FROM_VIEW=yes")
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--shell last", "echo $FROM_VIEW")
+    assert cap.stdout == "yes\n"

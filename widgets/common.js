@@ -1,0 +1,311 @@
+// Shared by the remote_exec widgets; Python prepends it to each widget's module (anywidget
+// loads a module from its text, so it cannot import a sibling file).
+//
+// Messages from Python are {kind, seq, data}:
+//   replay  {panes: {name: {pieces: [[stream, text]...], hidden: n}}, now}  -- resets the panes
+//   delta   [[stream, text], ...]                                            -- new text only
+//   full    {stream, purpose, text, dropped}                                 -- for Copy/Download
+// A per-model Store (made in initialize, so nothing sent before a view exists is lost) holds
+// the tail of every pane; views render from it and re-render only the lines that changed.
+
+const RX_STORES = new Map(); // model _uid -> Store
+
+const RX_SGR = /\x1b\[([0-9;]*)m/g;
+const RX_OTHER_ESCAPES = /\x1b\[[0-9;?]*[@-ln-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]/g;
+
+function rxSgrApply(state, params) {
+  const s = { ...state };
+  const codes = params === "" ? [0] : params.split(";").map((x) => parseInt(x || "0", 10));
+  for (let i = 0; i < codes.length; i++) {
+    const c = codes[i];
+    if (c === 0) Object.assign(s, { fg: null, bg: null, bold: false, dim: false, italic: false, underline: false, inverse: false });
+    else if (c === 1) s.bold = true;
+    else if (c === 2) s.dim = true;
+    else if (c === 3) s.italic = true;
+    else if (c === 4) s.underline = true;
+    else if (c === 7) s.inverse = true;
+    else if (c === 22) s.bold = s.dim = false;
+    else if (c === 23) s.italic = false;
+    else if (c === 24) s.underline = false;
+    else if (c === 27) s.inverse = false;
+    else if (c >= 30 && c <= 37) s.fg = c - 30;
+    else if (c >= 90 && c <= 97) s.fg = c - 90 + 8;
+    else if (c === 39) s.fg = null;
+    else if (c >= 40 && c <= 47) s.bg = c - 40;
+    else if (c >= 100 && c <= 107) s.bg = c - 100 + 8;
+    else if (c === 49) s.bg = null;
+    else if ((c === 38 || c === 48) && codes[i + 1] === 5) {
+      s[c === 38 ? "fg" : "bg"] = codes[i + 2];
+      i += 2;
+    } else if ((c === 38 || c === 48) && codes[i + 1] === 2) {
+      s[c === 38 ? "fg" : "bg"] = `rgb(${codes[i + 2] | 0},${codes[i + 3] | 0},${codes[i + 4] | 0})`;
+      i += 4;
+    }
+  }
+  return s;
+}
+
+const RX_PLAIN = Object.freeze({ fg: null, bg: null, bold: false, dim: false, italic: false, underline: false, inverse: false });
+
+function rxColour(v) {
+  if (typeof v === "string") return v;
+  if (v < 16) return null; // a class
+  if (v < 232) {
+    const n = v - 16, k = [0, 95, 135, 175, 215, 255];
+    return `rgb(${k[Math.floor(n / 36)]},${k[Math.floor(n / 6) % 6]},${k[n % 6]})`;
+  }
+  const g = 8 + (v - 232) * 10;
+  return `rgb(${g},${g},${g})`;
+}
+
+function rxSpan(text, s) {
+  if (s === RX_PLAIN || (!s.fg && s.fg !== 0 && !s.bg && s.bg !== 0 && !s.bold && !s.dim && !s.italic && !s.underline && !s.inverse)) {
+    return document.createTextNode(text);
+  }
+  const span = document.createElement("span");
+  span.textContent = text;
+  let [fg, bg] = s.inverse ? [s.bg, s.fg] : [s.fg, s.bg];
+  if (s.inverse && fg === null) span.classList.add("rx-inverse");
+  for (const [v, kind] of [[fg, "fg"], [bg, "bg"]]) {
+    if (v === null || v === undefined) continue;
+    const css = rxColour(v);
+    if (css) span.style[kind === "fg" ? "color" : "backgroundColor"] = css;
+    else span.classList.add(`rx-${kind}-${v}`);
+  }
+  if (s.bold) span.classList.add("rx-bold");
+  if (s.dim) span.classList.add("rx-dim");
+  if (s.italic) span.classList.add("rx-italic");
+  if (s.underline) span.classList.add("rx-underline");
+  return span;
+}
+
+// Render text holding ANSI escapes, starting in SGR state `state`, into `parent`.
+function rxRenderAnsi(parent, text, state) {
+  let s = state;
+  let last = 0;
+  RX_SGR.lastIndex = 0;
+  for (let m; (m = RX_SGR.exec(text)); ) {
+    if (m.index > last) parent.appendChild(rxSpan(text.slice(last, m.index).replace(RX_OTHER_ESCAPES, ""), s));
+    s = rxSgrApply(s, m[1]);
+    last = RX_SGR.lastIndex;
+  }
+  if (last < text.length) parent.appendChild(rxSpan(text.slice(last).replace(RX_OTHER_ESCAPES, ""), s));
+  return s;
+}
+
+function rxSgrAfter(state, text) {
+  let s = state;
+  RX_SGR.lastIndex = 0;
+  for (let m; (m = RX_SGR.exec(text)); ) s = rxSgrApply(s, m[1]);
+  return s;
+}
+
+// One pane's tail: lines of parts {kind, text, sgr}; the last line is the unfinished one.
+// Each line array carries `v`, the version that last changed it, so every view of the pane
+// (a widget can be shown twice) re-renders just what changed since it last looked.
+class RxPane {
+  constructor(maxLines) {
+    this.maxLines = maxLines;
+    this.epoch = 0;
+    this.reset(0);
+  }
+  reset(hidden) {
+    this.epoch += 1; // views render from scratch
+    this.version = 0;
+    this.base = 0; // lines dropped at the top since the reset (absolute index of lines[0])
+    this.lines = [this.line()];
+    this.hidden = hidden;
+    this.sgr = {}; // kind -> SGR state at the end of what was fed
+  }
+  line() {
+    const l = [];
+    l.v = this.version;
+    return l;
+  }
+  feed(kind, text) {
+    if (!text) return;
+    this.version += 1;
+    this.lines[this.lines.length - 1].v = this.version;
+    for (const bit of text.split(/(\r\n|\n|\r)/)) {
+      if (bit === "\n" || bit === "\r\n") {
+        this.lines.push(this.line());
+      } else if (bit === "\r") {
+        this.lines[this.lines.length - 1] = this.line(); // a progress bar redraws its line
+      } else if (bit) {
+        const line = this.lines[this.lines.length - 1];
+        const st = this.sgr[kind] || RX_PLAIN;
+        const prev = line[line.length - 1];
+        if (prev && prev.kind === kind) prev.text += bit;
+        else line.push({ kind, text: bit, sgr: st });
+        this.sgr[kind] = bit.includes("\x1b") ? rxSgrAfter(st, bit) : st;
+      }
+    }
+    const excess = this.lines.length - this.maxLines;
+    if (excess > 0) {
+      this.lines.splice(0, excess);
+      this.hidden += excess;
+      this.base += excess;
+    }
+  }
+  text() {
+    return this.lines.map((l) => l.map((p) => p.text).join("")).join("\n");
+  }
+}
+
+class RxStore {
+  constructor(paneOf, maxLines) {
+    this.paneOf = paneOf;
+    this.maxLines = maxLines;
+    this.panes = {};
+    this.seq = 0;
+    this.offset = 0; // browser clock minus kernel clock, in seconds
+    this.listeners = new Set();
+  }
+  pane(name) {
+    return (this.panes[name] ??= new RxPane(this.maxLines));
+  }
+  handle(msg) {
+    if (!msg || typeof msg !== "object") return;
+    if (msg.kind === "replay") {
+      this.seq = msg.seq;
+      this.offset = Date.now() / 1000 - msg.data.now;
+      for (const pane of Object.values(this.panes)) pane.reset(0);
+      for (const [name, { pieces, hidden }] of Object.entries(msg.data.panes)) {
+        const pane = this.pane(name);
+        pane.reset(hidden);
+        for (const [stream, text] of pieces) pane.feed(stream, text);
+      }
+    } else if (msg.kind === "delta") {
+      if (msg.seq <= this.seq) return; // already in a replay
+      this.seq = msg.seq;
+      for (const [stream, text] of msg.data) this.pane(this.paneOf(stream)).feed(stream, text);
+    }
+    for (const fn of this.listeners) fn(msg);
+  }
+}
+
+function rxStore(model, paneOf) {
+  const uid = model.get("_uid");
+  let store = RX_STORES.get(uid);
+  if (!store) {
+    store = new RxStore(paneOf, model.get("tail_lines") || 5000);
+    RX_STORES.set(uid, store);
+  }
+  return store;
+}
+
+// The model-level half of a streaming widget: collect messages from the model's creation on.
+function rxInitialize(model, paneOf) {
+  const store = rxStore(model, paneOf);
+  const onMsg = (msg) => store.handle(msg);
+  model.on("msg:custom", onMsg);
+  return () => {
+    model.off("msg:custom", onMsg);
+    RX_STORES.delete(model.get("_uid"));
+  };
+}
+
+// Keeps a pane's DOM in step with its RxPane, re-rendering only the lines that changed.
+class RxPaneView {
+  constructor(parent, pane, onHidden) {
+    this.el = document.createElement("div");
+    this.el.className = "rx-pane-body";
+    parent.appendChild(this.el);
+    this.pane = pane;
+    this.onHidden = onHidden;
+    this.epoch = -1; // the pane's epoch this DOM shows
+    this.stick = true; // follow the end until the user scrolls up
+    this.el.addEventListener("scroll", () => {
+      this.stick = this.el.scrollTop + this.el.clientHeight >= this.el.scrollHeight - 8;
+    });
+    this.update();
+  }
+  update() {
+    const pane = this.pane;
+    if (this.epoch !== pane.epoch) {
+      this.el.textContent = "";
+      Object.assign(this, { epoch: pane.epoch, base: pane.base, count: 0, seen: -1 });
+    }
+    // lines that fell off the top
+    const dropped = Math.min(pane.base - this.base, this.count);
+    for (let i = 0; i < dropped; i++) this.el.removeChild(this.el.firstChild);
+    this.count -= dropped;
+    this.base = pane.base;
+    // lines changed since the last look: only ever at the end
+    let from = Math.min(this.count, pane.lines.length);
+    while (from > 0 && pane.lines[from - 1].v > this.seen) from--;
+    while (this.count > from) {
+      this.el.removeChild(this.el.lastChild);
+      this.count--;
+    }
+    const frag = document.createDocumentFragment();
+    for (let i = from; i < pane.lines.length; i++) {
+      const div = document.createElement("div");
+      div.className = "rx-line";
+      for (const part of pane.lines[i]) {
+        const holder = document.createElement("span");
+        holder.className = `rx-kind-${part.kind}`;
+        rxRenderAnsi(holder, part.text, part.sgr);
+        div.appendChild(holder);
+      }
+      if (!pane.lines[i].length) div.classList.add("rx-empty");
+      frag.appendChild(div);
+      this.count++;
+    }
+    this.el.appendChild(frag);
+    this.seen = pane.version;
+    if (this.stick) this.el.scrollTop = this.el.scrollHeight;
+    this.onHidden?.(pane.hidden);
+  }
+}
+
+function rxButton(label, title, onClick, cls = "") {
+  const b = document.createElement("button");
+  b.className = `rx-button ${cls}`;
+  b.textContent = label;
+  b.title = title;
+  b.addEventListener("click", onClick);
+  return b;
+}
+
+function rxFormatDuration(s) {
+  if (s < 10) return `${Math.max(s, 0).toFixed(1)} s`;
+  if (s < 60) return `${Math.round(s)} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${String(Math.floor(s % 60)).padStart(2, "0")} s`;
+  return `${Math.floor(s / 3600)} h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")} min`;
+}
+
+function rxFormatBytes(n) {
+  if (n < 1024) return `${n} B`;
+  if (n < 1024 * 1024) return `${(n / 1024).toFixed(1)} KiB`;
+  return `${(n / 1024 / 1024).toFixed(1)} MiB`;
+}
+
+// Copy or download the text Python sent back for a "fetch".
+function rxDeliver({ purpose, text, stream }, filename) {
+  if (purpose === "download") {
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(new Blob([text], { type: "text/plain" }));
+    a.download = filename || `${stream || "output"}.txt`;
+    document.body.appendChild(a);
+    a.click();
+    setTimeout(() => {
+      URL.revokeObjectURL(a.href);
+      a.remove();
+    }, 1000);
+    return;
+  }
+  const fallback = () => {
+    const ta = document.createElement("textarea");
+    ta.value = text;
+    document.body.appendChild(ta);
+    ta.select();
+    try {
+      document.execCommand("copy");
+    } finally {
+      ta.remove();
+    }
+  };
+  if (navigator.clipboard?.writeText) navigator.clipboard.writeText(text).catch(fallback);
+  else fallback();
+}

@@ -1,0 +1,93 @@
+// JobView: one job — state badge, command, elapsed, exit code, stdout/stderr panes, buttons.
+// Traits: command, job_id, sandbox, state, exit_code, started_at, ended_at, stdout_chars,
+// stderr_chars, error. Sends {type: "hello" | "interrupt" | "kill" | "fetch"}.
+
+const JOB_PANE_OF = (stream) => stream;
+
+function jobEl(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+export default {
+  initialize({ model }) {
+    return rxInitialize(model, JOB_PANE_OF);
+  },
+
+  render({ model, el }) {
+    const store = rxStore(model, JOB_PANE_OF);
+    const root = jobEl("div", "rx-widget rx-job");
+    el.appendChild(root);
+
+    const header = jobEl("div", "rx-header");
+    const badge = jobEl("span", "rx-badge");
+    const cmd = jobEl("span", "rx-mono rx-job-command");
+    const meta = jobEl("span", "rx-muted rx-job-meta");
+    const interrupt = rxButton("Interrupt", "Send SIGINT (Ctrl-C) to the job", () => model.send({ type: "interrupt" }));
+    const kill = rxButton("Kill", "Kill the job (SIGTERM, then SIGKILL)", () => model.send({ type: "kill" }), "rx-danger");
+    header.append(badge, cmd, meta, interrupt, kill);
+    const error = jobEl("div", "rx-error rx-job-error");
+    root.append(header, error);
+
+    const views = {};
+    for (const stream of ["stdout", "stderr"]) {
+      const box = jobEl("div", `rx-pane rx-pane-${stream}`);
+      const title = jobEl("div", "rx-pane-title");
+      const hidden = jobEl("span", "rx-muted rx-hidden");
+      const copy = rxButton("Copy", `Copy the whole ${stream}`, () => model.send({ type: "fetch", stream, purpose: "copy" }));
+      const save = rxButton("Download", `Download the whole ${stream}`, () =>
+        model.send({ type: "fetch", stream, purpose: "download" }),
+      );
+      title.append(jobEl("strong", "", stream), hidden, jobEl("span", "rx-spacer"), copy, save);
+      box.appendChild(title);
+      root.appendChild(box);
+      views[stream] = new RxPaneView(box, store.pane(stream), (n) => {
+        hidden.textContent = n ? `${n.toLocaleString()} lines hidden` : "";
+      });
+    }
+
+    const elapsed = () => {
+      const end = model.get("ended_at") ?? Date.now() / 1000 - store.offset;
+      return rxFormatDuration(end - model.get("started_at"));
+    };
+    const renderState = () => {
+      const state = model.get("state");
+      badge.textContent = state;
+      badge.className = `rx-badge rx-state-${state.replace(/ /g, "-")}`;
+      root.dataset.state = state;
+      const command = model.get("command");
+      cmd.textContent = command.split("\n")[0] + (command.includes("\n") ? " …" : "");
+      cmd.title = command;
+      const code = model.get("exit_code");
+      const bytes = model.get("stdout_chars") + model.get("stderr_chars");
+      meta.textContent = [
+        `job ${model.get("job_id")}`,
+        elapsed(),
+        code === null ? null : `exit ${code}`,
+        bytes ? rxFormatBytes(bytes) : null,
+      ]
+        .filter(Boolean)
+        .join(" · ");
+      const running = state === "running";
+      interrupt.disabled = kill.disabled = !running;
+      error.textContent = model.get("error");
+    };
+    const onMsg = (msg) => {
+      if (msg.kind === "full") rxDeliver(msg.data, `${model.get("job_id")}-${msg.data.stream}.txt`);
+      else for (const v of Object.values(views)) v.update();
+    };
+    store.listeners.add(onMsg);
+    const traits = "change:state change:exit_code change:ended_at change:stdout_chars change:stderr_chars change:error change:command";
+    model.on(traits, renderState);
+    renderState();
+    const timer = setInterval(() => model.get("state") === "running" && renderState(), 500);
+    model.send({ type: "hello" });
+    return () => {
+      clearInterval(timer);
+      store.listeners.delete(onMsg);
+      model.off(traits, renderState);
+    };
+  },
+};

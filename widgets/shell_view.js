@@ -1,0 +1,111 @@
+// ShellView: a shell session — one output pane (command / stdout / stderr / info told apart),
+// a prompt showing the cwd, an input line with history (↑/↓), Interrupt, reattach by id.
+// Traits: session_id, sandbox, cwd, state, busy, history, error.
+// Sends {type: "hello" | "run" | "interrupt" | "reattach" | "fetch"}.
+
+const SHELL_PANE_OF = () => "main";
+
+function shEl(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+export default {
+  initialize({ model }) {
+    return rxInitialize(model, SHELL_PANE_OF);
+  },
+
+  render({ model, el }) {
+    const store = rxStore(model, SHELL_PANE_OF);
+    const root = shEl("div", "rx-widget rx-shell");
+    el.appendChild(root);
+
+    const header = shEl("div", "rx-header");
+    const badge = shEl("span", "rx-badge");
+    const title = shEl("span", "rx-mono rx-shell-title");
+    const reattachId = shEl("input", "rx-shell-reattach rx-mono");
+    reattachId.placeholder = "session id";
+    const reattach = rxButton("Reattach", "Switch this view to another session", () => {
+      if (reattachId.value.trim()) model.send({ type: "reattach", session_id: reattachId.value.trim() });
+    });
+    const interrupt = rxButton("Interrupt", "Ctrl-C: SIGINT to the running command", () => model.send({ type: "interrupt" }));
+    const copy = rxButton("Copy", "Copy the whole transcript", () => model.send({ type: "fetch", purpose: "copy" }));
+    header.append(badge, title, reattachId, reattach, interrupt, copy);
+    const error = shEl("div", "rx-error rx-shell-error");
+
+    const box = shEl("div", "rx-pane");
+    const hiddenNote = shEl("div", "rx-muted rx-hidden rx-shell-hidden");
+    box.appendChild(hiddenNote);
+    const view = new RxPaneView(box, store.pane("main"), (n) => {
+      hiddenNote.textContent = n ? `${n.toLocaleString()} lines hidden` : "";
+    });
+
+    const inputRow = shEl("div", "rx-shell-input-row rx-mono");
+    const prompt = shEl("span", "rx-shell-prompt");
+    const input = shEl("input", "rx-shell-input rx-mono");
+    input.spellcheck = false;
+    input.autocomplete = "off";
+    inputRow.append(prompt, input);
+    root.append(header, error, box, inputRow);
+
+    let pos = -1; // -1: editing a new line; else an index into history
+    let draft = "";
+    input.addEventListener("keydown", (e) => {
+      const history = model.get("history");
+      if (e.key === "Enter" && !e.shiftKey) {
+        e.preventDefault();
+        const command = input.value;
+        if (!command.trim() || model.get("busy")) return;
+        model.send({ type: "run", command });
+        input.value = "";
+        pos = -1;
+      } else if (e.key === "ArrowUp" && history.length) {
+        e.preventDefault();
+        if (pos === -1) {
+          draft = input.value;
+          pos = history.length - 1;
+        } else pos = Math.max(0, pos - 1);
+        input.value = history[pos];
+      } else if (e.key === "ArrowDown" && pos !== -1) {
+        e.preventDefault();
+        pos += 1;
+        if (pos >= history.length) {
+          pos = -1;
+          input.value = draft;
+        } else input.value = history[pos];
+      } else if (e.key === "c" && e.ctrlKey && !input.selectionStart && !input.selectionEnd && model.get("busy")) {
+        model.send({ type: "interrupt" });
+      }
+    });
+
+    const renderState = () => {
+      const open = model.get("state") === "open";
+      const busy = model.get("busy");
+      const state = !open ? "closed" : busy ? "running" : "idle";
+      badge.textContent = state;
+      badge.className = `rx-badge rx-state-${busy ? "running" : open ? "completed" : "killed"}`;
+      root.dataset.state = state;
+      title.textContent = `shell ${model.get("session_id")} · ${model.get("sandbox")}`;
+      prompt.textContent = `${model.get("cwd")}$ `;
+      input.disabled = !open;
+      input.placeholder = busy ? "running… (Interrupt to stop)" : open ? "type a command, Enter to run" : "shell closed";
+      interrupt.disabled = !busy;
+      error.textContent = model.get("error");
+    };
+    const onMsg = (msg) => {
+      if (msg.kind === "full") rxDeliver(msg.data, `shell-${model.get("session_id")}.txt`);
+      else view.update();
+    };
+    store.listeners.add(onMsg);
+    const traits = "change:state change:busy change:cwd change:session_id change:error change:sandbox";
+    model.on(traits, renderState);
+    renderState();
+    model.send({ type: "hello" });
+    return () => {
+      store.listeners.delete(onMsg);
+      model.off(traits, renderState);
+    };
+  },
+};
