@@ -1,12 +1,21 @@
-"""The magics in a real ipykernel (the installed version), driven over ZMQ like a front end.
+"""The magics in a real ipykernel, driven over ZMQ like a front end.
 
 Checks what in-process tests cannot: output lands in the cell that ran the job (written by
 the cell's own thread, ipykernel#1450), a --bg job never writes into later cells, a kernel
 interrupt (the notebook's ■) kills the job, and plain-text mode gives nbval a stable order.
+
+Each test runs twice: in the installed ipykernel (>= 7.1) and in ipykernel 6.29.5, whose
+thread output works differently (7.0.0 broke it, ipykernel#1450). The 6.29 kernel runs in a
+venv of its own, built once per session (~20 s); where it cannot be built (no index) those
+tests skip, or fail under ``REMOTE_EXEC_REQUIRE_BACKENDS=1`` (CI).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +29,58 @@ from .conftest import gone, wait_for
 
 pytestmark = pytest.mark.slow
 
+REPO = Path(__file__).resolve().parents[2]
+OLD_IPYKERNEL = "6.29.5"
+OLD_KERNEL_NAME = "ipykernel-6.29"  # its kernelspec, in a JUPYTER_PATH of the session's own
+KERNELS = {"installed": "python3", "6.29": OLD_KERNEL_NAME}
+
+
+def unavailable(reason: str) -> None:
+    if os.environ.get("REMOTE_EXEC_REQUIRE_BACKENDS") == "1":
+        pytest.fail(f"ipykernel {OLD_IPYKERNEL} required but unavailable: {reason}")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def old_kernel_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A JUPYTER_PATH dir whose ``kernels/`` has ipykernel 6.29.5 (with this package) in a venv.
+
+    Built once per session (pytest caches a failure too, so later tests skip at once).
+    """
+    root = tmp_path_factory.mktemp("ipykernel-6.29")
+    venv = root / "venv"
+    python = venv / "bin" / "python"
+    check = f"import ipykernel; assert ipykernel.__version__ == {OLD_IPYKERNEL!r}, ipykernel.__version__"
+    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    steps = {
+        "python -m venv": [sys.executable, "-m", "venv", str(venv)],
+        "pip install": [*pip, "-e", f"{REPO}[jupyter]", f"ipykernel=={OLD_IPYKERNEL}"],
+        "import ipykernel": [str(python), "-c", check],
+    }
+    for step, cmd in steps.items():
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        except subprocess.TimeoutExpired:
+            done = subprocess.CompletedProcess(cmd, -1, "", "timed out after 300 s")
+        if done.returncode != 0:
+            lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
+            why = [line for line in lines if line.startswith("ERROR")] or lines[-3:]  # pip's own reason
+            unavailable(f"cannot build an ipykernel {OLD_IPYKERNEL} venv: {step} failed: " + " | ".join(why))
+    spec = root / "share" / "kernels" / OLD_KERNEL_NAME / "kernel.json"
+    spec.parent.mkdir(parents=True)
+    argv = [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    spec.write_text(json.dumps({"argv": argv, "display_name": f"ipykernel {OLD_IPYKERNEL}", "language": "python"}))
+    return spec.parents[2]
+
+
+@pytest.fixture(params=list(KERNELS))
+def kernel_name(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The kernel the test runs in: the installed ipykernel, then ipykernel 6.29.5."""
+    name = KERNELS[request.param]
+    if name == OLD_KERNEL_NAME:
+        monkeypatch.setenv("JUPYTER_PATH", str(request.getfixturevalue("old_kernel_path")))
+    return name
+
 
 @pytest.fixture(autouse=True)
 def kernel_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -28,9 +89,15 @@ def kernel_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         monkeypatch.setenv(var, str(tmp_path / sub))
 
 
-def run_notebook(cells: list[str], tmp_path: Path) -> list[Any]:
+def run_notebook(cells: list[str], tmp_path: Path, kernel_name: str) -> list[Any]:
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
-    client = NotebookClient(nb, timeout=60, allow_errors=True, resources={"metadata": {"path": str(tmp_path)}})
+    client = NotebookClient(
+        nb,
+        timeout=60,
+        allow_errors=True,
+        kernel_name=kernel_name,
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
     client.execute()
     return [c.outputs for c in nb.cells]
 
@@ -47,7 +114,7 @@ def streams(outputs: list[Any]) -> list[tuple[str, str]]:
     return merged
 
 
-def test_output_lands_in_the_cell_that_ran_it(agent_dir: Path, tmp_path: Path) -> None:
+def test_output_lands_in_the_cell_that_ran_it(agent_dir: Path, tmp_path: Path, kernel_name: str) -> None:
     setup = f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}"
     outs = run_notebook(
         [
@@ -60,6 +127,7 @@ def test_output_lands_in_the_cell_that_ran_it(agent_dir: Path, tmp_path: Path) -
             "%%exec_remote\necho failing; exit 3",
         ],
         tmp_path,
+        kernel_name,
     )
     assert outs[0] == []
     assert streams(outs[1]) == [("stdout", f"started job {_job_id(outs[1])} in the background\n")]
@@ -78,18 +146,20 @@ def _job_id(outputs: list[Any]) -> str:
     return str(outputs[0].text.split()[2])
 
 
-def test_plain_text_mode_is_stable_for_nbval(agent_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_plain_text_mode_is_stable_for_nbval(
+    agent_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kernel_name: str
+) -> None:
     monkeypatch.setenv("REMOTE_EXEC_NONINTERACTIVE", "1")  # the kernel inherits it
     setup = f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}"
     cell = "%%exec_remote --no-raise-error\necho a; echo b >&2; sleep 0.2; echo c >&2; echo d; exit 2"
-    outs = run_notebook([setup, cell, "%%exec_remote --bg\necho x"], tmp_path)
+    outs = run_notebook([setup, cell, "%%exec_remote --bg\necho x"], tmp_path, kernel_name)
     assert streams(outs[1]) == [("stdout", "a\nd\n"), ("stderr", "b\nc\n"), ("stdout", "exit code: 2\n")]
     assert streams(outs[2]) == [("stdout", "started in the background\n")]
 
 
 @pytest.fixture
-def kernel(tmp_path: Path) -> Iterator[tuple[KernelManager, Any]]:
-    km = KernelManager(kernel_name="python3")
+def kernel(tmp_path: Path, kernel_name: str) -> Iterator[tuple[KernelManager, Any]]:
+    km = KernelManager(kernel_name=kernel_name)
     km.start_kernel(cwd=str(tmp_path))
     kc = km.blocking_client()
     kc.start_channels()
