@@ -119,11 +119,17 @@ class StreamBuffer:
             i += 1
         return parts[0] if len(parts) == 1 and isinstance(parts[0], bytes) else b"".join(parts)
 
-    def read(self, offset: int, max_bytes: int, encoding: str) -> Slice:
+    def mark_read(self, stop: int) -> None:
+        """Record that a reader now holds everything before ``stop``."""
+        if stop > self.read_cursor:
+            self.read_cursor = stop
+
+    def read(self, offset: int, max_bytes: int, encoding: str, peek: bool = False) -> Slice:
         """Return the data from ``offset`` on, at most ``max_bytes`` raw bytes of it.
 
         Text (``utf-8``) is cut on a character boundary while the stream is open; invalid bytes
         become U+FFFD. ``base64`` is byte-exact. A cursor past the end is a caller bug: :class:`ValueError`.
+        A ``peek`` does not count as read (back-pressure and trimming ignore it).
         """
         if offset > self.end:
             raise ValueError(f"offset {offset} is past the end of the stream ({self.end} bytes)")
@@ -139,6 +145,6 @@ class StreamBuffer:
             cut = utf8_safe_end(raw, self.eof and stop == self.end)
             stop = start + cut
             data = str(raw[:cut] if cut < len(raw) else raw, "utf-8", "replace")
-        if stop > self.read_cursor:
-            self.read_cursor = stop
+        if not peek:
+            self.mark_read(stop)
         return Slice(data, start, stop, dropped)

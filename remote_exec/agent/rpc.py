@@ -26,7 +26,8 @@ from ..protocol import METHODS, WireModel
 
 __all__ = ["Dispatcher", "Handler", "dump_json"]
 
-Handler = Callable[[Any], Awaitable[WireModel]]
+Handler = Callable[[Any], Awaitable[WireModel | bytes]]
+"""A typed operation: validated params in, a result model (or its JSON, encoded ahead) out."""
 log = logging.getLogger("remote_exec.agent")
 _NO_ID = object()
 
@@ -105,11 +106,11 @@ class Dispatcher:
         else:
             answer = b'{"jsonrpc":"2.0","id":%s,"result":%s}' % (
                 json.dumps(reply_id).encode(),
-                dump_json(result),
+                result if isinstance(result, bytes) else dump_json(result),
             )
         return None if id_ is _NO_ID else answer
 
-    async def _call(self, method: str, params: object) -> WireModel:
+    async def _call(self, method: str, params: object) -> WireModel | bytes:
         handler = self._handlers.get(method)
         spec = METHODS.get(method)
         if handler is None or spec is None:

@@ -142,7 +142,7 @@ class JobController:
         self._jobs[job.job_id] = job
         return job
 
-    async def poll(self, p: PollParams) -> PollResult:
+    async def poll(self, p: PollParams) -> PollResult | bytes:
         job = self._get(p.job_id)
         try:
             return await job.poll(p)
