@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import io
 import json
 import os
@@ -77,6 +79,8 @@ def _write_all(data: bytes) -> None:
 
 async def _stdio_streams() -> tuple[asyncio.StreamReader, _Out]:
     loop = asyncio.get_running_loop()
+    with contextlib.suppress(OSError):  # a 1 MiB pipe: a big response crosses in few wakeups
+        fcntl.fcntl(1, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
     reader = asyncio.StreamReader(limit=MAX_REQUEST)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(0, "rb", 0, closefd=False))
     try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 from abc import abstractmethod
 from collections.abc import Sequence
@@ -28,7 +29,7 @@ __all__ = ["ExecTransport", "spawn_local"]
 
 async def spawn_local(argv: Sequence[str], *, stderr_to_devnull: bool = True) -> asyncio.subprocess.Process:
     """Start a host process (``docker exec ...``, ``nsenter ...``) with stdin/stdout pipes."""
-    return await asyncio.create_subprocess_exec(
+    proc = await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
@@ -36,6 +37,12 @@ async def spawn_local(argv: Sequence[str], *, stderr_to_devnull: bool = True) ->
         limit=MAX_RESPONSE,
         start_new_session=True,  # a Ctrl-C meant for the host must not hit the channel process
     )
+    transport = proc.stdout._transport if proc.stdout is not None else None  # type: ignore[attr-defined]
+    pipe = transport.get_extra_info("pipe") if transport is not None else None
+    if pipe is not None:
+        with contextlib.suppress(OSError, ValueError):  # 1 MiB: big responses cross in few wakeups
+            fcntl.fcntl(pipe.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    return proc
 
 
 class ExecTransport(SandboxTransport):
