@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
 import re
 from abc import ABC, abstractmethod
@@ -197,8 +198,6 @@ class StdioChannel(Channel):
             request_id = int(m.group(1))
         else:  # not our server's canonical form: parse it properly
             try:
-                import json
-
                 request_id = json.loads(line).get("id")
             except (ValueError, AttributeError):
                 return

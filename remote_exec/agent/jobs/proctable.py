@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from typing import NamedTuple
 
 __all__ = ["SessionProcess", "group_alive", "group_members", "session_members", "session_processes"]
 
 
-def group_members(pgid: int) -> list[int]:
-    """PIDs of live (non-zombie) processes whose process group is ``pgid``."""
-    members: list[int] = []
+def _proc_stats() -> Iterator[tuple[int, list[bytes]]]:
+    """``(pid, fields after the command name)`` of every process in /proc (none without /proc)."""
     try:
         entries = os.listdir("/proc")
     except OSError:
-        return members
+        return
     for name in entries:
         if not name.isdigit():
             continue
@@ -23,11 +23,13 @@ def group_members(pgid: int) -> list[int]:
                 stat = f.read()
         except OSError:
             continue  # exited while we looked
-        # Fields after the command name (which may itself contain ')' or spaces).
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != b"Z" and int(fields[2]) == pgid:
-            members.append(int(name))
-    return members
+        # The command name may itself contain ')' or spaces: split after its last ')'.
+        yield int(name), stat[stat.rfind(b")") + 2 :].split()
+
+
+def group_members(pgid: int) -> list[int]:
+    """PIDs of live (non-zombie) processes whose process group is ``pgid``."""
+    return [pid for pid, f in _proc_stats() if len(f) > 2 and f[0] != b"Z" and int(f[2]) == pgid]
 
 
 def group_alive(pgid: int) -> bool:
@@ -59,22 +61,10 @@ def session_processes(sid: int) -> list[SessionProcess]:
     """Live (non-zombie) processes in session ``sid``, leader included; empty without /proc."""
     tick = 1.0 / os.sysconf("SC_CLK_TCK")
     found: list[SessionProcess] = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # exited while we looked
-        fields = stat[stat.rfind(b")") + 2 :].split()
+    for pid, fields in _proc_stats():
         if len(fields) < 20 or fields[0] == b"Z" or int(fields[3]) != sid:
             continue
-        found.append(SessionProcess(int(name), int(fields[2]), int(fields[19]) * tick, _caught(name)))
+        found.append(SessionProcess(pid, int(fields[2]), int(fields[19]) * tick, _caught(str(pid))))
     return found
 
 
