@@ -10,10 +10,14 @@ import resource
 import statistics
 import subprocess
 import sys
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal
+
+import remote_exec as rx
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MB = 1_000_000  # throughput is in decimal megabytes per second
@@ -327,3 +331,40 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "versions": {d: _version(d) for d in ("remote-exec", "aiohttp", "pydantic", "inspect-ai")},
     }
+
+
+# -- shared by the sandbox benches (jail.py, ssh.py, sandboxes.py) -----------------------------
+
+
+async def timed(fn: Callable[[], Awaitable[object]], reps: int, warmup: int = 3) -> Stat:
+    """Milliseconds per call of ``fn``, after ``warmup`` unrecorded calls."""
+    for _ in range(warmup):
+        await fn()
+    samples = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        await fn()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return Stat.of(samples)
+
+
+async def ours_first_byte(sb: rx.AsyncSandbox) -> float:
+    """Milliseconds from ``exec_remote(["echo", "hi"])`` to its first stdout chunk."""
+    t0 = time.perf_counter()
+    first = None
+    async for ev in sb.exec_remote(["echo", "hi"]):
+        if first is None and isinstance(ev, rx.StdoutChunk):
+            first = time.perf_counter() - t0
+    assert first is not None
+    return first * 1e3
+
+
+async def ours_throughput(sb: rx.AsyncSandbox, mib: int) -> float:
+    """MB/s of ``mib`` MiB of text streamed out of the sandbox."""
+    t0 = time.perf_counter()
+    n = 0
+    async for ev in sb.exec_remote(["sh", "-c", f"head -c {mib}M /dev/zero | tr '\\0' a"]):
+        if isinstance(ev, rx.StdoutChunk):
+            n += len(ev.data)
+    assert n == mib << 20, n
+    return n / (time.perf_counter() - t0) / MB

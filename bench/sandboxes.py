@@ -28,13 +28,12 @@ import importlib.util
 import json
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from benchlib import MB, Stat, machine_info
+from benchlib import MB, Stat, machine_info, ours_first_byte, ours_throughput, timed
 
 import remote_exec as rx
 
@@ -53,39 +52,7 @@ def _load_dockerd() -> ModuleType:
     return module
 
 
-async def timed(fn: Callable[[], Awaitable[object]], reps: int, warmup: int = 3) -> Stat:
-    """Milliseconds per call of ``fn``, after ``warmup`` unrecorded calls."""
-    for _ in range(warmup):
-        await fn()
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        await fn()
-        samples.append((time.perf_counter() - t0) * 1e3)
-    return Stat.of(samples)
-
-
 STREAM = "head -c {bytes} /dev/zero | tr '\\0' a"  # in bytes: busybox head takes no M suffix
-
-
-async def ours_first_byte(sb: rx.AsyncSandbox) -> float:
-    t0 = time.perf_counter()
-    first = None
-    async for ev in sb.exec_remote(["echo", "hi"]):
-        if first is None and isinstance(ev, rx.StdoutChunk):
-            first = time.perf_counter() - t0
-    assert first is not None
-    return first * 1e3
-
-
-async def ours_throughput(sb: rx.AsyncSandbox, mib: int) -> float:
-    t0 = time.perf_counter()
-    n = 0
-    async for ev in sb.exec_remote(["sh", "-c", STREAM.format(bytes=mib << 20)]):
-        if isinstance(ev, rx.StdoutChunk):
-            n += len(ev.data)
-    assert n == mib << 20, n
-    return n / (time.perf_counter() - t0) / MB
 
 
 async def docker_exec(container: str, argv: list[str], first_byte: bool = False) -> tuple[float, int]:

@@ -30,14 +30,13 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import asyncssh
-from benchlib import MB, Stat, machine_info
+from benchlib import MB, Stat, machine_info, ours_first_byte, ours_throughput, timed
 
 import remote_exec as rx
 
@@ -55,39 +54,7 @@ def _load_sshd() -> ModuleType:
     return module
 
 
-async def timed(fn: Callable[[], Awaitable[object]], reps: int, warmup: int = 3) -> Stat:
-    """Milliseconds per call of ``fn``, after ``warmup`` unrecorded calls."""
-    for _ in range(warmup):
-        await fn()
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        await fn()
-        samples.append((time.perf_counter() - t0) * 1e3)
-    return Stat.of(samples)
-
-
 # -- ours ---------------------------------------------------------------------------------------
-
-
-async def ours_first_byte(sb: rx.AsyncSandbox) -> float:
-    t0 = time.perf_counter()
-    first = None
-    async for ev in sb.exec_remote(["echo", "hi"]):
-        if first is None and isinstance(ev, rx.StdoutChunk):
-            first = time.perf_counter() - t0
-    assert first is not None
-    return first * 1e3
-
-
-async def ours_throughput(sb: rx.AsyncSandbox, mib: int) -> float:
-    t0 = time.perf_counter()
-    n = 0
-    async for ev in sb.exec_remote(["sh", "-c", f"head -c {mib}M /dev/zero | tr '\\0' a"]):
-        if isinstance(ev, rx.StdoutChunk):
-            n += len(ev.data)
-    assert n == mib << 20, n
-    return n / (time.perf_counter() - t0) / MB
 
 
 # -- asyncssh, one open connection --------------------------------------------------------------
