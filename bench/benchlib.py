@@ -360,10 +360,11 @@ async def ours_first_byte(sb: rx.AsyncSandbox) -> float:
 
 
 async def ours_throughput(sb: rx.AsyncSandbox, mib: int) -> float:
-    """MB/s of ``mib`` MiB of text streamed out of the sandbox."""
+    """MB/s of ``mib`` MiB of text streamed out of the sandbox (a plain byte count: busybox's
+    ``head`` takes no ``M`` suffix)."""
     t0 = time.perf_counter()
     n = 0
-    async for ev in sb.exec_remote(["sh", "-c", f"head -c {mib}M /dev/zero | tr '\\0' a"]):
+    async for ev in sb.exec_remote(["sh", "-c", f"head -c {mib << 20} /dev/zero | tr '\\0' a"]):
         if isinstance(ev, rx.StdoutChunk):
             n += len(ev.data)
     assert n == mib << 20, n
