@@ -259,6 +259,14 @@ class RxPaneView {
   }
 }
 
+// One element with an optional class and text (every view builds its DOM with it).
+function rxEl(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
 function rxButton(label, title, onClick, cls = "") {
   const b = document.createElement("button");
   b.className = `rx-button ${cls}`;

@@ -4,13 +4,6 @@
 
 const JOB_PANE_OF = (stream) => stream;
 
-function jobEl(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
 export default {
   initialize({ model }) {
     return rxInitialize(model, JOB_PANE_OF);
@@ -18,29 +11,29 @@ export default {
 
   render({ model, el }) {
     const store = rxStore(model, JOB_PANE_OF);
-    const root = jobEl("div", "rx-widget rx-job");
+    const root = rxEl("div", "rx-widget rx-job");
     el.appendChild(root);
 
-    const header = jobEl("div", "rx-header");
-    const badge = jobEl("span", "rx-badge");
-    const cmd = jobEl("span", "rx-mono rx-job-command");
-    const meta = jobEl("span", "rx-muted rx-job-meta");
+    const header = rxEl("div", "rx-header");
+    const badge = rxEl("span", "rx-badge");
+    const cmd = rxEl("span", "rx-mono rx-job-command");
+    const meta = rxEl("span", "rx-muted rx-job-meta");
     const interrupt = rxButton("Interrupt", "Send SIGINT (Ctrl-C) to the job", () => model.send({ type: "interrupt" }));
     const kill = rxButton("Kill", "Kill the job (SIGTERM, then SIGKILL)", () => model.send({ type: "kill" }), "rx-danger");
     header.append(badge, cmd, meta, interrupt, kill);
-    const error = jobEl("div", "rx-error rx-job-error");
+    const error = rxEl("div", "rx-error rx-job-error");
     root.append(header, error);
 
     const views = {};
     for (const stream of ["stdout", "stderr"]) {
-      const box = jobEl("div", `rx-pane rx-pane-${stream}`);
-      const title = jobEl("div", "rx-pane-title");
-      const hidden = jobEl("span", "rx-muted rx-hidden");
+      const box = rxEl("div", `rx-pane rx-pane-${stream}`);
+      const title = rxEl("div", "rx-pane-title");
+      const hidden = rxEl("span", "rx-muted rx-hidden");
       const copy = rxButton("Copy", `Copy the whole ${stream}`, () => model.send({ type: "fetch", stream, purpose: "copy" }));
       const save = rxButton("Download", `Download the whole ${stream}`, () =>
         model.send({ type: "fetch", stream, purpose: "download" }),
       );
-      title.append(jobEl("strong", "", stream), hidden, jobEl("span", "rx-spacer"), copy, save);
+      title.append(rxEl("strong", "", stream), hidden, rxEl("span", "rx-spacer"), copy, save);
       box.appendChild(title);
       root.appendChild(box);
       views[stream] = new RxPaneView(box, store.pane(stream), (n) => {

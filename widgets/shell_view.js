@@ -5,13 +5,6 @@
 
 const SHELL_PANE_OF = () => "main";
 
-function shEl(tag, cls, text) {
-  const e = document.createElement(tag);
-  if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text;
-  return e;
-}
-
 export default {
   initialize({ model }) {
     return rxInitialize(model, SHELL_PANE_OF);
@@ -19,13 +12,13 @@ export default {
 
   render({ model, el }) {
     const store = rxStore(model, SHELL_PANE_OF);
-    const root = shEl("div", "rx-widget rx-shell");
+    const root = rxEl("div", "rx-widget rx-shell");
     el.appendChild(root);
 
-    const header = shEl("div", "rx-header");
-    const badge = shEl("span", "rx-badge");
-    const title = shEl("span", "rx-mono rx-shell-title");
-    const reattachId = shEl("input", "rx-shell-reattach rx-mono");
+    const header = rxEl("div", "rx-header");
+    const badge = rxEl("span", "rx-badge");
+    const title = rxEl("span", "rx-mono rx-shell-title");
+    const reattachId = rxEl("input", "rx-shell-reattach rx-mono");
     reattachId.placeholder = "session id";
     const reattach = rxButton("Reattach", "Switch this view to another session", () => {
       if (reattachId.value.trim()) model.send({ type: "reattach", session_id: reattachId.value.trim() });
@@ -33,18 +26,18 @@ export default {
     const interrupt = rxButton("Interrupt", "Ctrl-C: SIGINT to the running command", () => model.send({ type: "interrupt" }));
     const copy = rxButton("Copy", "Copy the whole transcript", () => model.send({ type: "fetch", purpose: "copy" }));
     header.append(badge, title, reattachId, reattach, interrupt, copy);
-    const error = shEl("div", "rx-error rx-shell-error");
+    const error = rxEl("div", "rx-error rx-shell-error");
 
-    const box = shEl("div", "rx-pane");
-    const hiddenNote = shEl("div", "rx-muted rx-hidden rx-shell-hidden");
+    const box = rxEl("div", "rx-pane");
+    const hiddenNote = rxEl("div", "rx-muted rx-hidden rx-shell-hidden");
     box.appendChild(hiddenNote);
     const view = new RxPaneView(box, store.pane("main"), (n) => {
       hiddenNote.textContent = n ? `${n.toLocaleString()} lines hidden` : "";
     });
 
-    const inputRow = shEl("div", "rx-shell-input-row rx-mono");
-    const prompt = shEl("span", "rx-shell-prompt");
-    const input = shEl("input", "rx-shell-input rx-mono");
+    const inputRow = rxEl("div", "rx-shell-input-row rx-mono");
+    const prompt = rxEl("span", "rx-shell-prompt");
+    const input = rxEl("input", "rx-shell-input rx-mono");
     input.spellcheck = false;
     input.autocomplete = "off";
     inputRow.append(prompt, input);
