@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 ARCH := $(shell uname -m)
 AGENT := dist/agent/remote-exec-agent-$(ARCH).tar.gz
 AGENT_SRC := $(shell find remote_exec/agent -name '*.py') remote_exec/__init__.py remote_exec/_version.py \
-	remote_exec/protocol.py remote_exec/errors.py tools/build_agent.py tools/agent_entry.py
+	$(shell find remote_exec/protocol -name "*.py") remote_exec/errors.py tools/build_agent.py tools/agent_entry.py
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)

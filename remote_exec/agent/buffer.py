@@ -37,9 +37,12 @@ def utf8_safe_end(data: bytes | bytearray | memoryview, final: bool) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Slice:
-    """What one read of a stream returned: encoded ``data`` covering ``[start, end)``."""
+    """What one read of a stream returned: ``data`` covering ``[start, end)``.
 
-    data: str
+    ``data`` is text or base64 as the read asked, or the raw bytes for a ``raw`` read.
+    """
+
+    data: str | bytes
     start: int
     end: int
     dropped: int
@@ -124,27 +127,31 @@ class StreamBuffer:
         if stop > self.read_cursor:
             self.read_cursor = stop
 
-    def read(self, offset: int, max_bytes: int, encoding: str, peek: bool = False) -> Slice:
+    def read(self, offset: int, max_bytes: int, encoding: str, peek: bool = False, raw: bool = False) -> Slice:
         """Return the data from ``offset`` on, at most ``max_bytes`` raw bytes of it.
 
         Text (``utf-8``) is cut on a character boundary while the stream is open; invalid bytes
-        become U+FFFD. ``base64`` is byte-exact. A cursor past the end is a caller bug: :class:`ValueError`.
-        A ``peek`` does not count as read (back-pressure and trimming ignore it).
+        become U+FFFD. ``base64`` is byte-exact. A ``raw`` read returns the bytes undecoded (still
+        cut on a character boundary for text). A cursor past the end is a caller bug:
+        :class:`ValueError`. A ``peek`` does not count as read (back-pressure and trimming ignore it).
         """
         if offset > self.end:
             raise ValueError(f"offset {offset} is past the end of the stream ({self.end} bytes)")
         start = max(offset, self.base)
         dropped = start - offset
         if start == self.end:
-            return Slice("", start, start, dropped)
+            return Slice(b"" if raw else "", start, start, dropped)
         stop = min(self.end, start + max_bytes)
-        raw = self._bytes(start, stop)
+        chunk = self._bytes(start, stop)
+        data: str | bytes
         if encoding == "base64":
-            data = base64.b64encode(raw).decode("ascii")
+            data = chunk if raw else base64.b64encode(chunk).decode("ascii")
         else:
-            cut = utf8_safe_end(raw, self.eof and stop == self.end)
+            cut = utf8_safe_end(chunk, self.eof and stop == self.end)
             stop = start + cut
-            data = str(raw[:cut] if cut < len(raw) else raw, "utf-8", "replace")
+            if cut < len(chunk):
+                chunk = chunk[:cut]
+            data = chunk if raw else str(chunk, "utf-8", "replace")
         if not peek:
             self.mark_read(stop)
         return Slice(data, start, stop, dropped)

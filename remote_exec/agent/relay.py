@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 
 from ..errors import AgentUnavailableError, RemoteExecError
+from ..protocol import frames
 from .server import MAX_REQUEST
 
 __all__ = ["relay_call", "relay_stdio"]
@@ -31,7 +32,7 @@ def _session(sock: Path) -> aiohttp.ClientSession:
 
 def _error_line(line: bytes, exc: RemoteExecError) -> bytes:
     try:
-        id_ = json.loads(line).get("id")
+        id_ = json.loads(frames.split(line)[0]).get("id")
     except (ValueError, AttributeError):
         id_ = None
     err = {"code": exc.code, "message": exc.message}
@@ -117,13 +118,19 @@ async def relay_stdio(sock: Path) -> int:
     async with _session(sock) as session:
         while not gone.is_set():
             try:
-                line = await reader.readline()
+                line = await frames.read_frame(reader, MAX_REQUEST)
+            except frames.FrameError as exc:  # out of step with the host: answer, then end the channel
+                await out.line(_error_line(b"", RemoteExecError(f"bad request frame: {exc}")))
+                break
+            except asyncio.IncompleteReadError:
+                break
             except ValueError:  # longer than MAX_REQUEST: answer it, then skip to the next line
                 await out.line(_error_line(b"", RemoteExecError(f"request line over {MAX_REQUEST} bytes")))
                 continue
-            if not line:
+            if line is None:
                 break
-            line = line.strip()
+            if not line.startswith(frames.MARK):
+                line = line.strip()
             if not line:
                 continue
             task = asyncio.create_task(one(session, line))

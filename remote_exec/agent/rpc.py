@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,12 +23,22 @@ from ..errors import (
     ParseError,
     RemoteExecError,
 )
-from ..protocol import METHODS, WireModel
+from ..protocol import METHODS, WireModel, frames
 
-__all__ = ["Dispatcher", "Handler", "dump_json"]
+__all__ = ["Dispatcher", "Handler", "WithPayload", "dump_json"]
 
-Handler = Callable[[Any], Awaitable[WireModel | bytes]]
-"""A typed operation: validated params in, a result model (or its JSON, encoded ahead) out."""
+
+@dataclass(frozen=True, slots=True)
+class WithPayload:
+    """A result and the binary payload that travels beside it (methods with ``gives_payload``)."""
+
+    result: WireModel | bytes
+    payload: bytes | bytearray | memoryview
+
+
+Handler = Callable[..., Awaitable[WireModel | bytes | WithPayload]]
+"""A typed operation: validated params in (and, for ``takes_payload`` methods, the request's
+payload or ``None``), a result model (or its JSON, encoded ahead, or either with a payload) out."""
 log = logging.getLogger("remote_exec.agent")
 _NO_ID = object()
 
@@ -69,7 +80,11 @@ class Dispatcher:
         self._handlers.update(handlers)
 
     async def handle(self, body: bytes) -> bytes | None:
-        """Answer one request or a batch; ``None`` when nothing needs an answer."""
+        """Answer one request frame or a batch; ``None`` when nothing needs an answer."""
+        try:
+            body, payload = frames.split(body)
+        except frames.FrameError as exc:
+            return _error(None, ParseError(f"request frame: {exc}"))
         try:
             # pydantic's parser, unlike json.loads, rejects lone surrogates that could never be
             # encoded back out (a job labelled with one would poison every later list).
@@ -79,11 +94,13 @@ class Dispatcher:
         if isinstance(msg, list):
             if not msg:
                 return _error(None, InvalidRequestError("empty batch"))
-            answers = [a for a in [await self._one(m) for m in msg] if a is not None]
+            if payload is not None:
+                return _error(None, InvalidRequestError("a batch cannot carry a payload"))
+            answers = [a for a in [await self._one(m, None, batch=True) for m in msg] if a is not None]
             return b"[" + b",".join(answers) + b"]" if answers else None
-        return await self._one(msg)
+        return await self._one(msg, payload)
 
-    async def _one(self, msg: object) -> bytes | None:
+    async def _one(self, msg: object, payload: memoryview | None, batch: bool = False) -> bytes | None:
         if not isinstance(msg, dict):
             return _error(None, InvalidRequestError("a request must be a JSON object"))
         id_ = msg.get("id", _NO_ID)
@@ -97,20 +114,26 @@ class Dispatcher:
             why = f"unexpected members {sorted(extra)}" if extra else 'needs "jsonrpc": "2.0" and a string "method"'
             return _error(reply_id, InvalidRequestError(f"not a JSON-RPC 2.0 request: {why}"))
         try:
-            result = await self._call(method, params)
+            outcome = await self._call(method, params, payload)
+            result, out_payload = (
+                (outcome.result, outcome.payload) if isinstance(outcome, WithPayload) else (outcome, None)
+            )
+            if out_payload is not None and batch:  # the work is done; only its answer cannot be framed
+                raise InvalidRequestError(f"{method} answers with a payload: it cannot be batched")
         except RemoteExecError as exc:
             answer = _error(reply_id, exc)
         except Exception as exc:  # a bug in a handler must not take the agent down
             log.exception("internal error in %s", method)
             answer = _error(reply_id, InternalError(f"{type(exc).__name__}: {exc}"))
         else:
-            answer = b'{"jsonrpc":"2.0","id":%s,"result":%s}' % (
-                json.dumps(reply_id).encode(),
-                result if isinstance(result, bytes) else dump_json(result),
+            answer = frames.encode(
+                b'{"jsonrpc":"2.0","id":%s,"result":%s}'
+                % (json.dumps(reply_id).encode(), result if isinstance(result, bytes) else dump_json(result)),
+                out_payload,
             )
         return None if id_ is _NO_ID else answer
 
-    async def _call(self, method: str, params: object) -> WireModel | bytes:
+    async def _call(self, method: str, params: object, payload: memoryview | None) -> WireModel | bytes | WithPayload:
         handler = self._handlers.get(method)
         spec = METHODS.get(method)
         if handler is None or spec is None:
@@ -124,4 +147,8 @@ class Dispatcher:
             raise InvalidParamsError(
                 f"invalid params for {method}: {exc.error_count()} error(s)", data=details
             ) from None
+        if spec.takes_payload:
+            return await handler(model, payload)
+        if payload is not None:
+            raise InvalidParamsError(f"{method} takes no payload")
         return await handler(model)

@@ -16,7 +16,7 @@ from pathlib import Path
 from aiohttp import web
 
 from .._version import __version__
-from ..protocol import PROTOCOL_VERSION, Empty, Method, ServerInfo
+from ..protocol import PROTOCOL_VERSION, Empty, Method, ServerInfo, frames
 from .jobs.controller import JobController, JobLimits
 from .jobs.methods import job_methods
 from .rpc import Dispatcher
@@ -28,7 +28,7 @@ __all__ = ["ServerConfig", "build_app", "serve"]
 
 log = logging.getLogger("remote_exec.agent")
 MAX_REQUEST = 96 * 1024 * 1024  # a 64 MiB stdin write, base64'd, plus the envelope
-CAPABILITIES = ["exec_remote", "long_poll", "base64", "stdin_offset", "idempotent_start", "shell"]
+CAPABILITIES = ["exec_remote", "long_poll", "base64", "stdin_offset", "idempotent_start", "shell", "payload"]
 
 
 @dataclass
@@ -84,7 +84,8 @@ def build_app(config: ServerConfig) -> web.Application:
             activity.last = time.monotonic()
         if answer is None:
             return web.Response(status=204)
-        return web.Response(body=answer, content_type="application/json")
+        framed = answer.startswith(frames.MARK)  # a result with a binary payload
+        return web.Response(body=answer, content_type="application/octet-stream" if framed else "application/json")
 
     async def on_cleanup(_: web.Application) -> None:
         await shells.aclose()

@@ -26,6 +26,7 @@ from typing import Protocol
 import aiohttp
 
 from ..errors import ProtocolError, TransportError
+from ..protocol import frames
 
 __all__ = [
     "CallChannel",
@@ -55,6 +56,7 @@ class PipeReader(Protocol):
     """The reading end of a process's stdout (an asyncio ``StreamReader`` is one)."""
 
     async def readline(self) -> bytes: ...
+    async def readexactly(self, n: int) -> bytes: ...
     async def read(self, n: int = -1) -> bytes: ...
 
 
@@ -191,8 +193,11 @@ class StdioChannel(Channel):
         finally:
             self._pending.pop(request_id, None)
 
-    def _deliver(self, line: bytes) -> None:
-        """Hand one response line to the request waiting for it (unknown ids are dropped)."""
+    def _deliver(self, frame: bytes) -> None:
+        """Hand one response frame to the request waiting for it (unknown ids are dropped)."""
+        line = frame
+        if frame.startswith(frames.MARK):
+            line = frames.split(frame)[0]
         m = _ID_PREFIX.match(line)
         if m is not None:
             request_id = int(m.group(1))
@@ -203,7 +208,7 @@ class StdioChannel(Channel):
                 return
         fut = self._pending.get(request_id) if isinstance(request_id, int) else None
         if fut is not None and not fut.done():
-            fut.set_result(line)
+            fut.set_result(frame)
 
     async def _read_loop(self, proc: PipeProcess) -> None:
         assert proc.stdout is not None
@@ -211,13 +216,18 @@ class StdioChannel(Channel):
         try:
             while True:
                 try:
-                    line = await proc.stdout.readline()
+                    frame = await frames.read_frame(proc.stdout, MAX_RESPONSE)
+                except frames.FrameError as exc:
+                    why = f"the sandbox sent a bad frame: {exc}"
+                    break
                 except ValueError:
                     why = f"the sandbox sent a line over {MAX_RESPONSE} bytes"
                     break
-                if not line:
+                except asyncio.IncompleteReadError:
                     break
-                self._deliver(line)
+                if frame is None:
+                    break
+                self._deliver(frame)
         finally:
             self._broken = why
             for fut in self._pending.values():

@@ -177,16 +177,19 @@ class ExecRemoteProcess:
                 stderr_offset=self._offsets[1],
                 wait=wait,
                 max_bytes=self._max_bytes,
+                binary=True,  # raw bytes beside the JSON: no escaping, no base64
             )
-            result = await self._rpc.call(Method.EXEC_REMOTE_POLL, params, PollResult, timeout=wait + self._margin)
+            result, payload = await self._rpc.call_with_payload(
+                Method.EXEC_REMOTE_POLL, params, PollResult, timeout=wait + self._margin
+            )
         except anyio.get_cancelled_exc_class():
             if self.kill_on_cancel and not self._detached:
                 with anyio.CancelScope(shield=True):
                     await self._kill_quietly()
             raise
-        self._apply(result)
+        self._apply(result, payload)
 
-    def _apply(self, r: PollResult) -> None:
+    def _apply(self, r: PollResult, payload: memoryview | None = None) -> None:
         if r.stdout_offset < self._offsets[0] or r.stderr_offset < self._offsets[1]:
             raise ProtocolError(
                 f"agent moved a cursor backwards ({self._offsets} -> {r.stdout_offset}, {r.stderr_offset})"
@@ -195,17 +198,33 @@ class ExecRemoteProcess:
         if advanced * 10 >= self._max_bytes * 9:
             # A fast producer: fewer, bigger polls halve the per-request overhead each step.
             self._max_bytes = min(self._max_bytes * 2, MAX_POLL_BYTES)
-        self._offsets = [r.stdout_offset, r.stderr_offset]
         b64 = self.options.encoding == "base64"
-        for text, dropped, tail, event in (
-            (r.stdout, r.stdout_dropped, self._tails[0], StdoutChunk),
-            (r.stderr, r.stderr_dropped, self._tails[1], StderrChunk),
+        pieces: tuple[str | bytes | memoryview, str | bytes | memoryview] = (r.stdout, r.stderr)
+        if r.payload_sizes is not None:
+            n_out, n_err = r.payload_sizes
+            if payload is None or len(payload) != n_out + n_err:
+                raise ProtocolError(
+                    f"poll payload of {0 if payload is None else len(payload)} bytes, expected {n_out + n_err}"
+                )
+            pieces = (payload[:n_out], payload[n_out:])
+        for piece, before, after, dropped, tail, event in (
+            (pieces[0], self._offsets[0], r.stdout_offset, r.stdout_dropped, self._tails[0], StdoutChunk),
+            (pieces[1], self._offsets[1], r.stderr_offset, r.stderr_dropped, self._tails[1], StderrChunk),
         ):
             tail.dropped += dropped
-            if text:
-                data: str | bytes = base64.b64decode(text) if b64 else text
-                tail.add(data)
-                self._queue.append(event(data))
+            if not piece:
+                continue
+            data: str | bytes
+            if isinstance(piece, str):
+                data = base64.b64decode(piece) if b64 else piece
+            else:
+                if len(piece) != after - before - dropped:  # the sandbox's sizes must add up
+                    raise ProtocolError(f"poll payload of {len(piece)} bytes does not match its cursors")
+                # The agent cut text on a character boundary; "replace" matches its JSON path.
+                data = bytes(piece) if b64 else str(piece, "utf-8", "replace")
+            tail.add(data)
+            self._queue.append(event(data))
+        self._offsets = [r.stdout_offset, r.stderr_offset]
         if r.state == "running":
             return
         self._final = r
@@ -267,9 +286,10 @@ class ExecRemoteProcess:
         await self.started()
         assert self._job_id is not None
         raw = data.encode() if isinstance(data, str) else data
-        wire = base64.b64encode(raw).decode() if self.options.encoding == "base64" else _text(raw)
-        params = WriteStdinParams(job_id=self._job_id, data=wire, offset=self._stdin_offset, eof=eof)
-        await self._rpc.call(Method.EXEC_REMOTE_WRITE_STDIN, params, WriteStdinResult)
+        if self.options.encoding == "utf-8":
+            _text(raw)  # the same check, and error, as the job's input
+        params = WriteStdinParams(job_id=self._job_id, offset=self._stdin_offset, eof=eof)
+        await self._rpc.call(Method.EXEC_REMOTE_WRITE_STDIN, params, WriteStdinResult, payload=raw if raw else None)
         self._stdin_offset += len(raw)
 
     async def signal(self, sig: int | str) -> None:

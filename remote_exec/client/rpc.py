@@ -15,7 +15,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import AgentUnavailableError, ProtocolError, RemoteExecError, TransportError, error_from_wire
-from ..protocol import WireModel
+from ..protocol import WireModel, frames
 from .channel import Channel, ChannelBroken
 
 __all__ = ["RpcClient"]
@@ -54,20 +54,44 @@ class RpcClient:
         self._generation = 0
         self._reconnect_lock = asyncio.Lock()
 
-    async def call(self, method: str, params: WireModel, result: type[T], *, timeout: float | None = None) -> T:
+    async def call(
+        self,
+        method: str,
+        params: WireModel,
+        result: type[T],
+        *,
+        timeout: float | None = None,
+        payload: bytes | memoryview | None = None,
+    ) -> T:
         """Call ``method`` and return its validated result.
 
-        Cancelling the call abandons the response; the request itself may still run in the agent.
+        ``payload`` travels raw beside the params (methods that take one). Cancelling the call
+        abandons the response; the request itself may still run in the agent.
 
         :raises RemoteExecError: the agent's error, mapped to its class (e.g. ``JobNotFoundError``).
         :raises TransportError: no valid response after every attempt.
         :raises AgentUnavailableError: the channel broke and could not be re-established.
         """
+        return (await self.call_with_payload(method, params, result, timeout=timeout, payload=payload))[0]
+
+    async def call_with_payload(
+        self,
+        method: str,
+        params: WireModel,
+        result: type[T],
+        *,
+        timeout: float | None = None,
+        payload: bytes | memoryview | None = None,
+    ) -> tuple[T, memoryview | None]:
+        """Like :meth:`call`, and also return the response's payload (``None`` if it has none)."""
         params_json = params.model_dump_json().encode()
         why = "no attempt made"
         for attempt in range(self.attempts):
             request_id = next(self._ids)
-            body = b'{"jsonrpc":"2.0","id":%d,"method":"%s","params":%s}' % (request_id, method.encode(), params_json)
+            body = frames.encode(
+                b'{"jsonrpc":"2.0","id":%d,"method":"%s","params":%s}' % (request_id, method.encode(), params_json),
+                payload,
+            )
             generation = self._generation
             try:
                 raw = await self.channel.request(body, request_id, timeout or self.default_timeout)
@@ -101,7 +125,11 @@ class RpcClient:
                 raise AgentUnavailableError(f"cannot reconnect to the agent: {exc}") from exc
             self._generation += 1
 
-    def _decode(self, raw: bytes, request_id: int, result: type[T]) -> T:
+    def _decode(self, raw: bytes, request_id: int, result: type[T]) -> tuple[T, memoryview | None]:
+        try:
+            raw, payload = frames.split(raw)
+        except frames.FrameError as exc:
+            raise ProtocolError(f"malformed response frame from the agent: {exc}") from None
         try:
             env = _Envelope[result].model_validate_json(raw)  # type: ignore[valid-type]
         except ValidationError as exc:
@@ -112,4 +140,4 @@ class RpcClient:
             raise error_from_wire(env.error.code, env.error.message, env.error.data)
         if env.result is None:
             raise ProtocolError("response has neither result nor error")
-        return env.result
+        return env.result, payload

@@ -1,9 +1,10 @@
 """How the notebook face shows things: widget or plain text, the cell's output, short errors.
 
-Plain text is used when ``REMOTE_EXEC_NONINTERACTIVE=1`` is set or no widget front end can be
-there (no kernel: a terminal IPython, a script); ``=0`` forces widgets. In plain-text mode a foreground cell prints its
-stdout, then its stderr, then its exit code: an order that does not depend on timing, which is
-what nbval compares.
+Plain text is used when ``REMOTE_EXEC_NONINTERACTIVE=1`` is set or no widget front end is
+detected (no kernel: a terminal IPython, a script; or a kernel that no widget-rendering front end
+started: nbclient, nbval, papermill, ``jupyter console``); ``=0`` forces widgets. In plain-text
+mode a foreground cell prints its stdout, then its stderr, then its exit code: an order that
+does not depend on timing, which is what nbval compares.
 """
 
 from __future__ import annotations
@@ -31,12 +32,28 @@ __all__ = [
 
 NONINTERACTIVE_ENV = "REMOTE_EXEC_NONINTERACTIVE"
 
+WIDGET_FRONT_END_ENV = ("JPY_SESSION_NAME", "VSCODE_PID", "VSCODE_CWD", "COLAB_RELEASE_TAG")
+"""Variables that front ends which render widgets set in their kernels' environment: Jupyter
+Server (JupyterLab, Notebook 7, Voila...) sets ``JPY_SESSION_NAME``; VS Code and Colab theirs.
+Headless runners (nbclient, nbval, papermill) and ``jupyter console`` set none of them."""
+
+
+def _front_end_renders_widgets() -> bool:
+    if any(os.environ.get(var) for var in WIDGET_FRONT_END_ENV):
+        return True
+    # A front end that loaded the widget state over the control comm surely renders widgets.
+    widget_module = sys.modules.get("ipywidgets.widgets.widget")
+    return getattr(getattr(widget_module, "Widget", None), "_control_comm", None) is not None
+
 
 def widgets_enabled() -> bool:
-    """True when a widget front end may be listening: a kernel, and no plain-text switch.
+    """True when a widget front end is listening: a kernel started by one, and no plain-text switch.
 
     ``REMOTE_EXEC_NONINTERACTIVE=1`` forces plain text; ``=0`` forces widgets (for a front end
-    that renders them without a kernel, e.g. a headless test).
+    that renders them but is not detected, or a headless test). Without the switch, widgets
+    need a kernel and a sign of a widget front end (:data:`WIDGET_FRONT_END_ENV`, or ipywidgets'
+    control comm opened by the front end); otherwise output is plain text, which is what
+    nbclient, nbval and ``jupyter console`` can show.
     """
     switch = os.environ.get(NONINTERACTIVE_ENV, "").strip().lower()
     if switch in ("1", "true", "yes", "on"):
@@ -50,7 +67,9 @@ def widgets_enabled() -> bool:
     shell = get_ipython()
     # Only a kernel (ipykernel's ZMQInteractiveShell has one) talks to a front end that may
     # render widgets; a terminal IPython or a plain InteractiveShell cannot.
-    return shell is not None and getattr(shell, "kernel", None) is not None
+    if shell is None or getattr(shell, "kernel", None) is None:
+        return False
+    return _front_end_renders_widgets()
 
 
 def show(obj: object) -> None:

@@ -63,7 +63,7 @@ class CellJob:
                     return BlockingExecRemoteProcess(loop.portal, starting.result(timeout=0.1))
         except KeyboardInterrupt:
             starting.add_done_callback(lambda f: f.exception() or loop.spawn(f.result().kill, 0.5))
-            raise
+            raise JobInterrupted("the remote job was stopped (killed as it started)") from None
 
     async def _start(self) -> ExecRemoteProcess:
         if self.session is not None:

@@ -6,6 +6,7 @@ this module does not need it (``ssh://`` is an optional extra).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 from typing import TYPE_CHECKING
@@ -67,6 +68,20 @@ class _SSHStdout:
                 line = bytes(self._buf)
                 self._buf.clear()
                 return line
+
+    async def readexactly(self, n: int) -> bytes:
+        """Read exactly ``n`` bytes (a frame's payload).
+
+        :raises asyncio.IncompleteReadError: EOF came first.
+        """
+        while len(self._buf) < n:
+            if not await self._fill():
+                partial = bytes(self._buf)
+                self._buf.clear()
+                raise asyncio.IncompleteReadError(partial, n)
+        data = bytes(self._buf[:n])
+        del self._buf[:n]
+        return data
 
     async def read(self, n: int = -1) -> bytes:
         """Read up to ``n`` bytes (all of them until EOF when ``n < 0``)."""

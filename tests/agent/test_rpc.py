@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from remote_exec.protocol import PROTOCOL_VERSION
+
 from .rawhttp import poll_to_end, post, rpc
 
 
 def test_server_info(agent_sock: Path) -> None:
     info = rpc(agent_sock, "server_info")["result"]
-    assert info["protocol_version"] == 1 and info["pid"] > 0 and "long_poll" in info["capabilities"]
+    assert info["protocol_version"] == PROTOCOL_VERSION and info["pid"] > 0 and "long_poll" in info["capabilities"]
 
 
 def test_parse_error(agent_sock: Path) -> None:

@@ -25,6 +25,7 @@ from ...protocol import (
     WriteStdinParams,
     WriteStdinResult,
 )
+from ..rpc import WithPayload
 from .job import Job
 
 __all__ = ["JobController", "JobLimits"]
@@ -142,16 +143,16 @@ class JobController:
         self._jobs[job.job_id] = job
         return job
 
-    async def poll(self, p: PollParams) -> PollResult | bytes:
+    async def poll(self, p: PollParams) -> PollResult | bytes | WithPayload:
         job = self._get(p.job_id)
         try:
             return await job.poll(p)
         except ValueError as exc:  # a cursor past the end of a stream
             raise InvalidParamsError(str(exc), data={"job_id": p.job_id}) from None
 
-    async def write_stdin(self, p: WriteStdinParams) -> WriteStdinResult:
+    async def write_stdin(self, p: WriteStdinParams, payload: memoryview | None = None) -> WriteStdinResult:
         job = self._get(p.job_id)
-        return WriteStdinResult(written=job.write_stdin_encoded(p.data, p.offset, p.eof))
+        return WriteStdinResult(written=job.write_stdin_encoded(p.data, p.offset, p.eof, payload))
 
     async def signal(self, p: SignalParams) -> Empty:
         sig = p.signal if isinstance(p.signal, int) else signal.Signals[p.signal].value

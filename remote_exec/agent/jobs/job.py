@@ -18,10 +18,10 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from ...errors import JobNotRunningError, SpawnError
+from ...errors import InvalidParamsError, JobNotRunningError, SpawnError
 from ...protocol import MAX_WAIT, JobInfo, JobState, KillResult, PollParams, PollResult, StartParams
-from ..buffer import StreamBuffer
-from ..rpc import dump_json
+from ..buffer import Slice, StreamBuffer
+from ..rpc import WithPayload, dump_json
 from .proctable import group_alive
 
 __all__ = ["Job"]
@@ -77,7 +77,7 @@ class Job:
         self._stdin_open = False
         self._timers: list[asyncio.TimerHandle] = []
         self._terminating: asyncio.Task[None] | None = None
-        self._spec: tuple[tuple[int, int, int], bytes, tuple[int, int]] | None = None
+        self._spec: tuple[tuple[int, int, int, bool], bytes | WithPayload, tuple[int, int]] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -227,13 +227,13 @@ class Job:
 
     # -- operations -------------------------------------------------------------------------
 
-    async def poll(self, p: PollParams) -> PollResult | bytes:
+    async def poll(self, p: PollParams) -> PollResult | bytes | WithPayload:
         """Return output after the given cursors, waiting up to ``p.wait`` for some to appear.
 
-        For a fast stream the answer may be bytes: the JSON of a result encoded ahead of time
-        (see :meth:`_speculate`), identical to what this call would have built.
+        For a fast stream the answer may be encoded already (see :meth:`_speculate`), identical
+        to what this call would have built. A ``binary`` poll answers with the bytes as payload.
         """
-        key = (p.stdout_offset, p.stderr_offset, p.max_bytes)
+        key = (p.stdout_offset, p.stderr_offset, p.max_bytes, p.binary)
         if self._spec is not None and self._spec[0] == key:
             _, encoded, ends = self._spec
             self._spec = None
@@ -242,7 +242,7 @@ class Job:
             self.streams[2].mark_read(ends[1])
             if self._paused and not any(self.streams[fd].wants_pause() for fd in self._paused):
                 self._resume_all()
-            asyncio.get_running_loop().call_soon(self._speculate, (ends[0], ends[1], p.max_bytes))
+            asyncio.get_running_loop().call_soon(self._speculate, (ends[0], ends[1], p.max_bytes, p.binary))
             return encoded
         self._spec = None
         loop = asyncio.get_running_loop()
@@ -250,8 +250,8 @@ class Job:
         while True:
             self._last_poll = time.monotonic()
             changed = self._changed
-            out = self.streams[1].read(p.stdout_offset, p.max_bytes, self.encoding)
-            err = self.streams[2].read(p.stderr_offset, p.max_bytes, self.encoding)
+            out = self.streams[1].read(p.stdout_offset, p.max_bytes, self.encoding, raw=p.binary)
+            err = self.streams[2].read(p.stderr_offset, p.max_bytes, self.encoding, raw=p.binary)
             if self._paused and not any(self.streams[fd].wants_pause() for fd in self._paused):
                 self._resume_all()
             finished = self._done.is_set() and out.end == self.streams[1].end and err.end == self.streams[2].end
@@ -259,22 +259,30 @@ class Job:
             if out.data or err.data or out.dropped or err.dropped or finished or remaining <= 0:
                 if not finished and 2 * max(out.end - out.start, err.end - err.start) >= p.max_bytes:
                     # A fast producer: encode the next answer while the client decodes this one.
-                    loop.call_soon(self._speculate, (out.end, err.end, p.max_bytes))
-                return PollResult(
-                    state=self._state if finished else "running",
-                    exit_code=self.exit_code if finished else None,
-                    stdout=out.data,
-                    stderr=err.data,
-                    stdout_offset=out.end,
-                    stderr_offset=err.end,
-                    stdout_dropped=out.dropped,
-                    stderr_dropped=err.dropped,
-                )
+                    loop.call_soon(self._speculate, (out.end, err.end, p.max_bytes, p.binary))
+                return self._answer(out, err, finished, p.binary)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):  # no task per wait, unlike wait_for
                     await changed.wait()
 
-    def _speculate(self, key: tuple[int, int, int]) -> None:
+    def _answer(self, out: Slice, err: Slice, finished: bool, binary: bool) -> PollResult | WithPayload:
+        result = PollResult(
+            state=self._state if finished else "running",
+            exit_code=self.exit_code if finished else None,
+            stdout="" if binary else str(out.data),
+            stderr="" if binary else str(err.data),
+            stdout_offset=out.end,
+            stderr_offset=err.end,
+            stdout_dropped=out.dropped,
+            stderr_dropped=err.dropped,
+            payload_sizes=(len(out.data), len(err.data)) if binary else None,
+        )
+        if not binary:
+            return result
+        assert isinstance(out.data, bytes) and isinstance(err.data, bytes)
+        return WithPayload(result, out.data + err.data if err.data else out.data)
+
+    def _speculate(self, key: tuple[int, int, int, bool]) -> None:
         """Pre-encode the answer to the poll that will most likely come next (same cursors).
 
         Agent and client otherwise take turns; this lets the agent work while the client
@@ -283,20 +291,20 @@ class Job:
         if self._done.is_set():
             return  # the normal path reports the end
         try:
-            out = self.streams[1].read(key[0], key[2], self.encoding, peek=True)
-            err = self.streams[2].read(key[1], key[2], self.encoding, peek=True)
+            out = self.streams[1].read(key[0], key[2], self.encoding, peek=True, raw=key[3])
+            err = self.streams[2].read(key[1], key[2], self.encoding, peek=True, raw=key[3])
         except ValueError:
             return
         if not (out.data or err.data) or out.dropped or err.dropped:
             return
-        result = PollResult(
-            state="running",
-            stdout=out.data,
-            stderr=err.data,
-            stdout_offset=out.end,
-            stderr_offset=err.end,
-        )
-        self._spec = (key, dump_json(result), (out.end, err.end))
+        answer = self._answer(out, err, False, key[3])
+        encoded: bytes | WithPayload
+        if isinstance(answer, WithPayload):
+            assert isinstance(answer.result, PollResult)
+            encoded = WithPayload(dump_json(answer.result), answer.payload)
+        else:
+            encoded = dump_json(answer)
+        self._spec = (key, encoded, (out.end, err.end))
 
     def _decode_input(self, data: str) -> bytes:
         return base64.b64decode(data, validate=True) if self.encoding == "base64" else data.encode()
@@ -322,7 +330,11 @@ class Job:
             self._stdin_open = False
         return len(data)
 
-    def write_stdin_encoded(self, data: str, offset: int | None, eof: bool) -> int:
+    def write_stdin_encoded(self, data: str, offset: int | None, eof: bool, payload: memoryview | None = None) -> int:
+        if payload is not None:
+            if data:
+                raise InvalidParamsError("stdin data came both as params and as payload", data={"job_id": self.job_id})
+            return self.write_stdin(bytes(payload), offset, eof)
         try:
             raw = self._decode_input(data)
         except ValueError as exc:

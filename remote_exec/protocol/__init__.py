@@ -1,0 +1,153 @@
+"""Wire models of the agent's JSON-RPC 2.0 protocol: the only module host and agent share.
+
+Every method has a params model and a result model, all strict (``extra="forbid"``), so a typo
+in a field name is an ``InvalidParams`` error rather than a silently ignored option. The method
+table :data:`METHODS` ties each name to its two models; the agent dispatches with it and the
+host validates results with it.
+
+Output travels as **byte cursors**: a poll names the byte offsets the caller already holds in
+each stream and gets the data that follows, so a lost response is simply asked for again.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import StrEnum
+from pathlib import Path
+
+from ..errors import ERROR_CLASSES, RemoteExecError, error_from_wire
+from .base import (
+    DEFAULT_MAX_BYTES,
+    MAX_WAIT,
+    PROTOCOL_VERSION,
+    TERMINAL_STATES,
+    Empty,
+    Encoding,
+    JobState,
+    WireModel,
+)
+from .jobs import (
+    JobIdParams,
+    JobInfo,
+    KillParams,
+    KillResult,
+    ListResult,
+    PollParams,
+    PollResult,
+    ServerInfo,
+    SignalParams,
+    StartParams,
+    StartResult,
+    WriteStdinParams,
+    WriteStdinResult,
+)
+from .shell import (
+    ShellIdParams,
+    ShellInfo,
+    ShellListParams,
+    ShellListResult,
+    ShellOpenParams,
+    ShellRunParams,
+    ShellState,
+)
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "ERROR_CLASSES",
+    "MAX_WAIT",
+    "METHODS",
+    "PROTOCOL_VERSION",
+    "TERMINAL_STATES",
+    "Empty",
+    "Encoding",
+    "JobIdParams",
+    "JobInfo",
+    "JobState",
+    "KillParams",
+    "KillResult",
+    "ListResult",
+    "Method",
+    "MethodSpec",
+    "PollParams",
+    "PollResult",
+    "RemoteExecError",
+    "ServerInfo",
+    "ShellIdParams",
+    "ShellInfo",
+    "ShellListParams",
+    "ShellListResult",
+    "ShellOpenParams",
+    "ShellRunParams",
+    "ShellState",
+    "SignalParams",
+    "StartParams",
+    "StartResult",
+    "WireModel",
+    "WriteStdinParams",
+    "WriteStdinResult",
+    "default_agent_dir",
+    "error_from_wire",
+]
+
+
+class Method(StrEnum):
+    """Names of the JSON-RPC methods the agent serves."""
+
+    EXEC_REMOTE_START = "exec_remote_start"
+    EXEC_REMOTE_POLL = "exec_remote_poll"
+    EXEC_REMOTE_WRITE_STDIN = "exec_remote_write_stdin"
+    EXEC_REMOTE_SIGNAL = "exec_remote_signal"
+    EXEC_REMOTE_KILL = "exec_remote_kill"
+    EXEC_REMOTE_LIST = "exec_remote_list"
+    EXEC_REMOTE_RELEASE = "exec_remote_release"
+    SERVER_INFO = "server_info"
+    SHELL_OPEN = "shell_open"
+    SHELL_RUN = "shell_run"
+    SHELL_LIST = "shell_list"
+    SHELL_CLOSE = "shell_close"
+    SHELL_INTERRUPT = "shell_interrupt"
+
+
+class MethodSpec(WireModel):
+    """A method's params and result models, and whether its messages may carry a payload.
+
+    ``takes_payload``: the request may carry binary data beside its params (see
+    :mod:`remote_exec.protocol.frames`); ``gives_payload``: the result may.
+    """
+
+    params: type[WireModel]
+    result: type[WireModel]
+    takes_payload: bool = False
+    gives_payload: bool = False
+
+
+METHODS: dict[str, MethodSpec] = {
+    Method.EXEC_REMOTE_START: MethodSpec(params=StartParams, result=StartResult),
+    Method.EXEC_REMOTE_POLL: MethodSpec(params=PollParams, result=PollResult, gives_payload=True),
+    Method.EXEC_REMOTE_WRITE_STDIN: MethodSpec(params=WriteStdinParams, result=WriteStdinResult, takes_payload=True),
+    Method.EXEC_REMOTE_SIGNAL: MethodSpec(params=SignalParams, result=Empty),
+    Method.EXEC_REMOTE_KILL: MethodSpec(params=KillParams, result=KillResult),
+    Method.EXEC_REMOTE_LIST: MethodSpec(params=Empty, result=ListResult),
+    Method.EXEC_REMOTE_RELEASE: MethodSpec(params=JobIdParams, result=Empty),
+    Method.SERVER_INFO: MethodSpec(params=Empty, result=ServerInfo),
+    Method.SHELL_OPEN: MethodSpec(params=ShellOpenParams, result=ShellInfo),
+    Method.SHELL_RUN: MethodSpec(params=ShellRunParams, result=StartResult),
+    Method.SHELL_LIST: MethodSpec(params=ShellListParams, result=ShellListResult),
+    Method.SHELL_CLOSE: MethodSpec(params=ShellIdParams, result=ShellInfo),
+    Method.SHELL_INTERRUPT: MethodSpec(params=ShellIdParams, result=Empty),
+}
+"""Every method the agent serves, with its params and result models."""
+
+
+def default_agent_dir() -> Path:
+    """The agent's per-user state dir when none is given (the local sandbox finds it here too).
+
+    ``$REMOTE_EXEC_AGENT_DIR``, else ``$XDG_RUNTIME_DIR/remote-exec``, else ``/tmp/remote-exec-<uid>``.
+    """
+    env = os.environ.get("REMOTE_EXEC_AGENT_DIR")
+    if env:
+        return Path(env)
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return Path(runtime) / "remote-exec"
+    return Path(f"/tmp/remote-exec-{os.geteuid()}")

@@ -1,0 +1,37 @@
+"""Shared building blocks of the wire models: the strict base model, limits and small types."""
+
+from __future__ import annotations
+
+import signal as _signal
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+PROTOCOL_VERSION = 2
+"""Bumped on any incompatible change; the host refuses an agent with another version."""
+
+DEFAULT_MAX_BYTES = 1024 * 1024
+"""Default cap on the bytes of one stream returned by one poll."""
+
+MAX_WAIT = 30.0
+"""Longest long-poll the agent honours, in seconds; larger ``wait`` values are clamped."""
+
+Encoding = Literal["utf-8", "base64"]
+JobState = Literal["running", "completed", "killed", "timed_out"]
+TERMINAL_STATES: frozenset[str] = frozenset({"completed", "killed", "timed_out"})
+
+_SIGNAL_NAMES = frozenset(s.name for s in _signal.Signals)
+
+
+class WireModel(BaseModel):
+    """Base of every wire model: strict, immutable, unknown fields rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Empty(WireModel):
+    """Params or result with no fields."""
+
+
+JobId = Annotated[str, Field(min_length=1, max_length=128)]
+Offset = Annotated[int, Field(ge=0)]

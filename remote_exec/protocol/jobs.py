@@ -1,0 +1,184 @@
+"""Wire models of the ``exec_remote_*`` methods and ``server_info``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, field_validator
+
+from .base import _SIGNAL_NAMES, DEFAULT_MAX_BYTES, Encoding, JobId, JobState, Offset, WireModel
+
+
+class StartParams(WireModel):
+    """Params of ``exec_remote_start``: what to run and how.
+
+    ``command`` as a list is run directly (no shell); as a string it is run by ``/bin/sh -c``.
+    ``env`` adds to (and overrides) the agent's environment. ``input`` is written to stdin, which
+    is then closed unless ``stdin_open``. ``timeout`` (seconds) is enforced inside the sandbox:
+    the job's process group gets SIGTERM, then SIGKILL after ``kill_grace``. With
+    ``encoding="base64"`` output (and ``input``) travel base64-encoded, byte-exact.
+    ``idempotency_key`` makes a retried start return the job the first attempt created.
+    """
+
+    command: (
+        Annotated[list[Annotated[str, Field(max_length=1 << 20)]], Field(min_length=1)]
+        | Annotated[str, Field(min_length=1, max_length=1 << 20)]
+    )
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+    user: str | None = None
+    input: str | None = None
+    stdin_open: bool = False
+    timeout: Annotated[float, Field(gt=0)] | None = None
+    kill_grace: Annotated[float, Field(ge=0, le=3600)] = 5.0
+    encoding: Encoding = "utf-8"
+    label: Annotated[str, Field(max_length=256)] | None = None
+    idempotency_key: Annotated[str, Field(max_length=128)] | None = None
+
+    @field_validator("command")
+    @classmethod
+    def _no_nul(cls, v: list[str] | str) -> list[str] | str:
+        parts = [v] if isinstance(v, str) else v
+        if any("\x00" in p for p in parts):
+            raise ValueError("command must not contain NUL characters")
+        return v
+
+
+class StartResult(WireModel):
+    """Result of ``exec_remote_start``: a unique job id (never a recycled PID) and the PID."""
+
+    job_id: str
+    pid: int
+
+
+class PollParams(WireModel):
+    """Params of ``exec_remote_poll``: the byte cursors the caller holds, and a long-poll wait.
+
+    With ``binary``, the output travels raw in the response's payload (stdout's bytes, then
+    stderr's) rather than as JSON strings: no escaping, no base64. Text jobs still get slices
+    cut on a character boundary.
+    """
+
+    job_id: JobId
+    stdout_offset: Offset = 0
+    stderr_offset: Offset = 0
+    wait: Annotated[float, Field(ge=0)] = 0.0
+    max_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = DEFAULT_MAX_BYTES
+    binary: bool = False
+
+
+class PollResult(WireModel):
+    """Result of ``exec_remote_poll``.
+
+    ``stdout``/``stderr`` hold the data after the caller's offsets; ``*_offset`` are the new
+    cursors; ``*_dropped`` count bytes between the caller's offset and the oldest byte the agent
+    still held (they fell out of its bounded buffer before anyone read them). ``state`` is
+    terminal only in the response that returns the last byte of both streams.
+    ``payload_sizes`` is set when the data is in the payload (a ``binary`` poll): the byte
+    counts of stdout and stderr there, in that order; ``stdout``/``stderr`` are then empty.
+    """
+
+    state: JobState
+    exit_code: int | None = None
+    stdout: str
+    stderr: str
+    stdout_offset: Offset
+    stderr_offset: Offset
+    stdout_dropped: Offset = 0
+    stderr_dropped: Offset = 0
+    payload_sizes: tuple[Offset, Offset] | None = None
+
+
+class WriteStdinParams(WireModel):
+    """Params of ``exec_remote_write_stdin``; ``data`` is base64 for base64-encoded jobs.
+
+    The bytes may come instead as the request's payload (raw, whatever the job's encoding);
+    ``data`` must then be empty.
+
+    ``offset`` is the stdin byte cursor where ``data`` starts: bytes the agent already wrote are
+    skipped, so a retried write is never duplicated. ``None`` appends.
+    """
+
+    job_id: JobId
+    data: Annotated[str, Field(max_length=64 * 1024 * 1024)] = ""
+    offset: Offset | None = None
+    eof: bool = False
+
+
+class WriteStdinResult(WireModel):
+    """Bytes accepted into the job's stdin."""
+
+    written: int
+
+
+class SignalParams(WireModel):
+    """Params of ``exec_remote_signal``: a signal name ("SIGINT") or number, sent to the group."""
+
+    job_id: JobId
+    signal: str | Annotated[int, Field(ge=1, le=64)]
+
+    @field_validator("signal")
+    @classmethod
+    def _known_signal(cls, v: str | int) -> str | int:
+        if isinstance(v, str) and v.upper() not in _SIGNAL_NAMES:
+            raise ValueError(f"unknown signal name {v!r}")
+        return v.upper() if isinstance(v, str) else v
+
+
+class KillParams(WireModel):
+    """Params of ``exec_remote_kill``; ``grace`` overrides the job's ``kill_grace``."""
+
+    job_id: JobId
+    grace: Annotated[float, Field(ge=0, le=3600)] | None = None
+
+
+class KillResult(WireModel):
+    """The job's state and exit code once the kill has finished (the group is gone)."""
+
+    state: JobState
+    exit_code: int | None = None
+
+
+class JobIdParams(WireModel):
+    """Params naming one job."""
+
+    job_id: JobId
+
+
+class JobInfo(WireModel):
+    """One row of ``exec_remote_list``."""
+
+    job_id: str
+    pid: int
+    command: list[str] | str
+    label: str | None
+    state: JobState
+    exit_code: int | None
+    started_at: float
+    ended_at: float | None
+    stdout_bytes: int
+    stderr_bytes: int
+    stdin_open: bool
+    stdin_bytes: int
+    encoding: Encoding
+
+
+class ListResult(WireModel):
+    """Running and retained jobs, oldest first."""
+
+    jobs: list[JobInfo]
+
+
+class ServerInfo(WireModel):
+    """Result of ``server_info``.
+
+    ``instance_id`` changes every time an agent starts; job ids carry it, which is how a client
+    tells "job released" from "the agent restarted and every job died with it".
+    """
+
+    version: str
+    protocol_version: int
+    pid: int
+    started_at: float
+    instance_id: str
+    capabilities: list[str]
