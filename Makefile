@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck clean agent
+.PHONY: test demo bench lint typecheck clean agent notebooks docs
 
 # The agent bundle injected into sandboxes without the agent (tools/build_agent.py); rebuilt
 # only when the agent's sources change.
@@ -20,19 +20,28 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check remote_exec tests bench tools
-	$(BIN)/ruff format --check remote_exec tests bench tools
+	$(BIN)/ruff check remote_exec tests bench tools notebooks/conftest.py
+	$(BIN)/ruff format --check remote_exec tests bench tools notebooks/conftest.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The documentation site (mkdocs.yml) into site/; --strict: every warning is an error.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict  # not --quiet: it would hide the warnings from --strict
 
 $(AGENT): $(STAMP) $(AGENT_SRC)
 	$(BIN)/python tools/build_agent.py
 
 agent: $(AGENT)
 
-test: lint typecheck $(AGENT)
+test: lint typecheck docs $(AGENT)
 	$(BIN)/pytest
+	$(BIN)/pytest --nbval notebooks --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg -p no:randomly
+
+# Re-run every notebook top to bottom and store its real outputs (what the nbval run above compares).
+notebooks: $(STAMP)
+	$(BIN)/python tools/run_notebooks.py
 
 demo: $(STAMP)
 	$(BIN)/python -m remote_exec.demo
@@ -42,4 +51,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/widgets.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache dist/agent
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache dist/agent site

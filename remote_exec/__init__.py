@@ -17,13 +17,16 @@ from ._version import __version__ as __version__
 
 if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ below)
     from .blocking import BlockingExecRemoteProcess as BlockingExecRemoteProcess
+    from .blocking import BlockingPortForward as BlockingPortForward
     from .blocking import BlockingShellSession as BlockingShellSession
     from .blocking import Sandbox as Sandbox
     from .blocking import connect as connect
+    from .client.ports import PortForward as PortForward
     from .client.process import ExecRemoteProcess as ExecRemoteProcess
     from .client.sandbox import AsyncSandbox as AsyncSandbox
     from .client.sandbox import SandboxTransport as SandboxTransport
     from .client.shell import ShellSession as ShellSession
+    from .client.transfer import TransferResult as TransferResult
     from .client.types import Completed as Completed
     from .client.types import ExecRemoteEvent as ExecRemoteEvent
     from .client.types import ExecRemoteOptions as ExecRemoteOptions
@@ -33,13 +36,26 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .errors import AgentLostError as AgentLostError
     from .errors import AgentUnavailableError as AgentUnavailableError
     from .errors import ExecTimeoutError as ExecTimeoutError
+    from .errors import FileEncodingError as FileEncodingError
+    from .errors import FileError as FileError
+    from .errors import FileTooLargeError as FileTooLargeError
     from .errors import InvalidParamsError as InvalidParamsError
     from .errors import JobError as JobError
     from .errors import JobKilledError as JobKilledError
     from .errors import JobNotFoundError as JobNotFoundError
     from .errors import JobNotRunningError as JobNotRunningError
+    from .errors import PathEscapeError as PathEscapeError
+    from .errors import PortClosedError as PortClosedError
+    from .errors import PortConnectError as PortConnectError
+    from .errors import PortError as PortError
+    from .errors import PortNotFoundError as PortNotFoundError
     from .errors import ProtocolError as ProtocolError
     from .errors import RemoteExecError as RemoteExecError
+    from .errors import RemoteFileExistsError as RemoteFileExistsError
+    from .errors import RemoteFileNotFoundError as RemoteFileNotFoundError
+    from .errors import RemoteIsADirectoryError as RemoteIsADirectoryError
+    from .errors import RemoteNotADirectoryError as RemoteNotADirectoryError
+    from .errors import RemotePermissionError as RemotePermissionError
     from .errors import SandboxError as SandboxError
     from .errors import ServerBusyError as ServerBusyError
     from .errors import ShellBusyError as ShellBusyError
@@ -47,11 +63,16 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .errors import ShellError as ShellError
     from .errors import ShellNotFoundError as ShellNotFoundError
     from .errors import SpawnError as SpawnError
+    from .errors import TransferLimitError as TransferLimitError
     from .errors import TransportError as TransportError
+    from .errors import WriteSessionNotFoundError as WriteSessionNotFoundError
     from .fleet import Fleet as Fleet
     from .fleet import FleetEvent as FleetEvent
     from .fleet import gather as gather
+    from .pool import SandboxPool as SandboxPool
+    from .protocol import FileInfo as FileInfo
     from .protocol import JobInfo as JobInfo
+    from .protocol import PortConnInfo as PortConnInfo
     from .protocol import ServerInfo as ServerInfo
     from .protocol import ShellInfo as ShellInfo
     from .sandboxes import open_sandbox as open_sandbox
@@ -60,12 +81,15 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
 # protocol and the agent (no host client, no blocking portal): the agent bundles small.
 _LAZY: dict[str, str] = {
     "BlockingExecRemoteProcess": ".blocking",
+    "BlockingPortForward": ".blocking",
     "BlockingShellSession": ".blocking",
     "Sandbox": ".blocking",
     "connect": ".blocking",
+    "PortForward": ".client.ports",
     "ExecRemoteProcess": ".client.process",
     "AsyncSandbox": ".client.sandbox",
     "SandboxTransport": ".client.sandbox",
+    "TransferResult": ".client.transfer",
     "ShellSession": ".client.shell",
     "Completed": ".client.types",
     "ExecRemoteEvent": ".client.types",
@@ -81,6 +105,10 @@ _LAZY: dict[str, str] = {
     "JobKilledError": ".errors",
     "JobNotFoundError": ".errors",
     "JobNotRunningError": ".errors",
+    "PortClosedError": ".errors",
+    "PortConnectError": ".errors",
+    "PortError": ".errors",
+    "PortNotFoundError": ".errors",
     "ProtocolError": ".errors",
     "RemoteExecError": ".errors",
     "SandboxError": ".errors",
@@ -91,10 +119,24 @@ _LAZY: dict[str, str] = {
     "ShellNotFoundError": ".errors",
     "SpawnError": ".errors",
     "TransportError": ".errors",
+    "FileEncodingError": ".errors",
+    "FileError": ".errors",
+    "FileTooLargeError": ".errors",
+    "PathEscapeError": ".errors",
+    "RemoteFileExistsError": ".errors",
+    "RemoteFileNotFoundError": ".errors",
+    "RemoteIsADirectoryError": ".errors",
+    "RemoteNotADirectoryError": ".errors",
+    "RemotePermissionError": ".errors",
+    "TransferLimitError": ".errors",
+    "WriteSessionNotFoundError": ".errors",
     "Fleet": ".fleet",
     "FleetEvent": ".fleet",
     "gather": ".fleet",
+    "SandboxPool": ".pool",
+    "FileInfo": ".protocol",
     "JobInfo": ".protocol",
+    "PortConnInfo": ".protocol",
     "ServerInfo": ".protocol",
     "ShellInfo": ".protocol",
     "open_sandbox": ".sandboxes",
@@ -135,6 +177,7 @@ __all__ = [
     "AgentUnavailableError",
     "AsyncSandbox",
     "BlockingExecRemoteProcess",
+    "BlockingPortForward",
     "BlockingShellSession",
     "Completed",
     "ExecRemoteEvent",
@@ -142,6 +185,10 @@ __all__ = [
     "ExecRemoteProcess",
     "ExecResult",
     "ExecTimeoutError",
+    "FileEncodingError",
+    "FileError",
+    "FileInfo",
+    "FileTooLargeError",
     "Fleet",
     "FleetEvent",
     "InvalidParamsError",
@@ -150,10 +197,23 @@ __all__ = [
     "JobKilledError",
     "JobNotFoundError",
     "JobNotRunningError",
+    "PathEscapeError",
+    "PortClosedError",
+    "PortConnInfo",
+    "PortConnectError",
+    "PortError",
+    "PortForward",
+    "PortNotFoundError",
     "ProtocolError",
     "RemoteExecError",
+    "RemoteFileExistsError",
+    "RemoteFileNotFoundError",
+    "RemoteIsADirectoryError",
+    "RemoteNotADirectoryError",
+    "RemotePermissionError",
     "Sandbox",
     "SandboxError",
+    "SandboxPool",
     "SandboxTransport",
     "ServerBusyError",
     "ServerInfo",
@@ -166,7 +226,10 @@ __all__ = [
     "SpawnError",
     "StderrChunk",
     "StdoutChunk",
+    "TransferLimitError",
+    "TransferResult",
     "TransportError",
+    "WriteSessionNotFoundError",
     "__version__",
     "connect",
     "gather",

@@ -9,22 +9,26 @@ Methods are one-liners around ``portal.call``; nothing here is generated at run 
 from __future__ import annotations
 
 import asyncio
+import functools
+import os
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, Literal, TypeVar, Unpack, overload
 
 from anyio.from_thread import BlockingPortal, BlockingPortalProvider
 
+from .client.ports import PortForward
 from .client.process import ExecRemoteProcess
 from .client.sandbox import AsyncSandbox
 from .client.shell import ShellSession
+from .client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, TransferResult
 from .client.types import ExecRemoteEvent, ExecRemoteOptions, ExecResult, OptionOverrides
-from .protocol import JobInfo, ServerInfo, ShellInfo
+from .protocol import FileInfo, JobInfo, PortConnInfo, ServerInfo, ShellInfo
 from .sandboxes import open_sandbox
 
-__all__ = ["BlockingExecRemoteProcess", "BlockingShellSession", "Sandbox", "connect"]
+__all__ = ["BlockingExecRemoteProcess", "BlockingPortForward", "BlockingShellSession", "Sandbox", "connect"]
 
 T = TypeVar("T")
 _provider = BlockingPortalProvider(backend="asyncio")
@@ -206,22 +210,90 @@ class BlockingShellSession:
         return repr(self.async_session).replace("<ShellSession", "<BlockingShellSession", 1)
 
 
+class BlockingPortForward:
+    """Blocking twin of :class:`~remote_exec.PortForward`, already listening when you get it.
+
+    Its listener and tunnels run on the blocking API's event-loop thread, so they keep working
+    between notebook cells and while your code blocks. ``with sb.forward_port(8000) as fwd:``
+    closes it at the end of the block; or keep it (``fwd = sb.forward_port(8000)``, then
+    ``IFrame(fwd.url, 800, 600)``) and :meth:`close` it, or close the sandbox.
+    """
+
+    def __init__(self, portal: BlockingPortal, forward: PortForward) -> None:
+        self._portal = portal
+        self.async_forward = forward
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<local_port>`` (also ``str(forward)``)."""
+        return self.async_forward.url
+
+    @property
+    def local_port(self) -> int:
+        return self.async_forward.local_port
+
+    @property
+    def remote_port(self) -> int:
+        return self.async_forward.remote_port
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.async_forward.address
+
+    @property
+    def active(self) -> int:
+        return self.async_forward.active
+
+    @property
+    def closed(self) -> bool:
+        return self.async_forward.closed
+
+    @property
+    def last_error(self) -> BaseException | None:
+        return self.async_forward.last_error
+
+    def connections(self) -> list[PortConnInfo]:
+        """The agent's view of this forward's open connections."""
+        return self._portal.call(self.async_forward.connections)
+
+    def close(self) -> None:
+        """Stop listening and close every tunnelled connection; idempotent (also after the sandbox closed)."""
+        if not self.async_forward.closed:
+            self._portal.call(self.async_forward.aclose)
+
+    def __enter__(self) -> BlockingPortForward:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return repr(self.async_forward).replace("<PortForward", "<BlockingPortForward", 1)
+
+
 class Sandbox:
     """Blocking twin of :class:`~remote_exec.AsyncSandbox`: ``with rx.connect(url) as sb``."""
 
-    def __init__(self, url: str = "local://", *, response_margin: float | None = None) -> None:
+    def __init__(
+        self, url: str = "local://", *, response_margin: float | None = None, workspace_root: str | None = None
+    ) -> None:
         with _provider_lock:
             self._portal = _provider.__enter__()  # a lease on the shared loop thread
         self._closed = False
         try:
-            self.async_sandbox: AsyncSandbox = self._portal.call(self._open, url, response_margin)
+            self.async_sandbox: AsyncSandbox = self._portal.call(self._open, url, response_margin, workspace_root)
         except BaseException:
             self._release_portal()
             raise
 
     @staticmethod
-    async def _open(url: str, response_margin: float | None) -> AsyncSandbox:
-        return await open_sandbox(url, response_margin=response_margin)
+    async def _open(url: str, response_margin: float | None, workspace_root: str | None) -> AsyncSandbox:
+        return await open_sandbox(url, response_margin=response_margin, workspace_root=workspace_root)
 
     def _release_portal(self) -> None:
         with _provider_lock:
@@ -355,11 +427,158 @@ class Sandbox:
     def server_info(self) -> ServerInfo:
         return self._call(self.async_sandbox.server_info)
 
+    # -- files: see the async twins for the details ------------------------------------------
 
-def connect(url: str = "local://", *, response_margin: float | None = None) -> Sandbox:
+    @property
+    def workspace_root(self) -> str | None:
+        """The path the file methods stay inside (see :attr:`AsyncSandbox.workspace_root`)."""
+        return self.async_sandbox.workspace_root
+
+    @workspace_root.setter
+    def workspace_root(self, value: str | None) -> None:
+        self.async_sandbox.workspace_root = value
+
+    def write_file(
+        self, path: str, data: str | bytes, mode: int | None = None, *, mtime: float | None = None, parents: bool = True
+    ) -> FileInfo:
+        """Write ``data`` to ``path`` atomically (see :meth:`AsyncSandbox.write_file`)."""
+        return self._call(
+            functools.partial(self.async_sandbox.write_file, mtime=mtime, parents=parents), path, data, mode
+        )
+
+    @overload
+    def read_file(self, path: str, text: Literal[True] = True, *, max_size: int | None = ...) -> str: ...
+
+    @overload
+    def read_file(self, path: str, text: Literal[False], *, max_size: int | None = ...) -> bytes: ...
+
+    @overload
+    def read_file(self, path: str, text: bool, *, max_size: int | None = ...) -> str | bytes: ...
+
+    def read_file(self, path: str, text: bool = True, *, max_size: int | None = -1) -> str | bytes:
+        """The content of ``path``, ``str`` or ``bytes`` (see :meth:`AsyncSandbox.read_file`)."""
+        return self._call(functools.partial(self.async_sandbox.read_file, path, text, max_size=max_size))
+
+    def read_file_to(self, path: str, local_path: str | os.PathLike[str], *, progress: bool = False) -> FileInfo:
+        """Stream ``path`` into a local file; Ctrl-C stops it (see :meth:`AsyncSandbox.read_file_to`)."""
+        self._check_open()
+        fn = functools.partial(self.async_sandbox.read_file_to, progress=progress)
+        return _interruptible(self._portal, fn, path, local_path)
+
+    def write_file_from(
+        self,
+        local_path: str | os.PathLike[str],
+        path: str,
+        *,
+        mode: int | None = None,
+        keep_mtime: bool = True,
+        parents: bool = True,
+        progress: bool = False,
+    ) -> FileInfo:
+        """Stream a local file to ``path``; Ctrl-C stops it (see :meth:`AsyncSandbox.write_file_from`)."""
+        self._check_open()
+        fn = functools.partial(
+            self.async_sandbox.write_file_from, mode=mode, keep_mtime=keep_mtime, parents=parents, progress=progress
+        )
+        return _interruptible(self._portal, fn, local_path, path)
+
+    def list_dir(self, path: str = ".", *, recursive: bool = False, max_entries: int = 100_000) -> list[FileInfo]:
+        """Entries of a directory (see :meth:`AsyncSandbox.list_dir`)."""
+        fn = functools.partial(self.async_sandbox.list_dir, recursive=recursive, max_entries=max_entries)
+        return self._call(fn, path)
+
+    def stat(self, path: str, *, follow: bool = True) -> FileInfo:
+        """Type, size, mode and mtime of ``path`` (see :meth:`AsyncSandbox.stat`)."""
+        return self._call(functools.partial(self.async_sandbox.stat, follow=follow), path)
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` exists."""
+        return self._call(self.async_sandbox.exists, path)
+
+    def remove(self, path: str, *, recursive: bool = False, missing_ok: bool = False) -> bool:
+        """Remove a file, a symlink, or a directory (see :meth:`AsyncSandbox.remove`)."""
+        return self._call(
+            functools.partial(self.async_sandbox.remove, recursive=recursive, missing_ok=missing_ok), path
+        )
+
+    def mkdir(self, path: str, *, parents: bool = True, exist_ok: bool = True, mode: int | None = None) -> FileInfo:
+        """Create a directory (see :meth:`AsyncSandbox.mkdir`)."""
+        fn = functools.partial(self.async_sandbox.mkdir, parents=parents, exist_ok=exist_ok, mode=mode)
+        return self._call(fn, path)
+
+    def upload(
+        self,
+        local_dir: str | os.PathLike[str],
+        remote_dir: str,
+        *,
+        ignore: Sequence[str] = (),
+        default_ignores: bool = True,
+        gitignore: bool = True,
+        max_files: int | None = DEFAULT_MAX_FILES,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
+        progress: bool = True,
+    ) -> TransferResult:
+        """Copy a local tree into the sandbox, only changes; Ctrl-C stops it (see :meth:`AsyncSandbox.upload`).
+
+        :raises TransferLimitError: over ``max_files`` or ``max_bytes``.
+        """
+        self._check_open()
+        fn = functools.partial(
+            self.async_sandbox.upload, ignore=ignore, default_ignores=default_ignores, gitignore=gitignore,
+            max_files=max_files, max_bytes=max_bytes, progress=progress,
+        )  # fmt: skip
+        return _interruptible(self._portal, fn, local_dir, remote_dir)
+
+    def download(
+        self,
+        remote_dir: str,
+        local_dir: str | os.PathLike[str],
+        *,
+        ignore: Sequence[str] = (),
+        default_ignores: bool = True,
+        gitignore: bool = True,
+        max_files: int | None = DEFAULT_MAX_FILES,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
+        progress: bool = True,
+    ) -> TransferResult:
+        """Copy a tree out of the sandbox, only changes; Ctrl-C stops it (see :meth:`AsyncSandbox.download`).
+
+        :raises TransferLimitError: over ``max_files`` or ``max_bytes``.
+        """
+        self._check_open()
+        fn = functools.partial(
+            self.async_sandbox.download, ignore=ignore, default_ignores=default_ignores, gitignore=gitignore,
+            max_files=max_files, max_bytes=max_bytes, progress=progress,
+        )  # fmt: skip
+        return _interruptible(self._portal, fn, remote_dir, local_dir)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this sandbox is closed; open a new one with rx.connect()")
+
+    def forward_port(
+        self, remote_port: int, local_port: int = 0, *, remote_host: str = "127.0.0.1"
+    ) -> BlockingPortForward:
+        """Forward ``127.0.0.1:local_port`` to ``remote_host:remote_port`` in the sandbox, listening at once.
+
+        See :meth:`AsyncSandbox.forward_port`; use it as ``with sb.forward_port(8000) as fwd``
+        or keep it open across notebook cells and :meth:`BlockingPortForward.close` it.
+
+        :raises OSError: the local port cannot be bound.
+        :raises SandboxError: the sandbox's agent cannot forward ports.
+        """
+        forward = self.async_sandbox.forward_port(remote_port, local_port, remote_host=remote_host)
+        return BlockingPortForward(self._portal, self._call(forward.start))
+
+
+def connect(
+    url: str = "local://", *, response_margin: float | None = None, workspace_root: str | None = None
+) -> Sandbox:
     """Open the sandbox at ``url`` with the blocking API: ``with rx.connect(url) as sb``.
+
+    ``workspace_root`` confines the file methods (see :attr:`AsyncSandbox.workspace_root`).
 
     :raises SandboxError: bad URL or unknown scheme.
     :raises AgentUnavailableError: the agent cannot be started or reached.
     """
-    return Sandbox(url, response_margin=response_margin)
+    return Sandbox(url, response_margin=response_margin, workspace_root=workspace_root)

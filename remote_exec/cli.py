@@ -6,6 +6,8 @@
 ``remote-exec attach JOB_ID``                   replay a job's retained output and follow it
 ``remote-exec kill JOB_ID``                     kill a job's whole process group
 ``remote-exec shell [--session ID]``            a prompt on a shell session (see cli_shell.py)
+``remote-exec cp SRC DST``                      copy files or trees; ``sandbox:PATH`` is the sandbox's
+                                                side (see cli_cp.py)
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import sys
 from typing import TextIO
 
+from .cli_cp import add_cp_parser, copy
 from .cli_shell import shell_repl
 from .client.process import ExecRemoteProcess
 from .client.sandbox import AsyncSandbox
@@ -53,6 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     shell = sub.add_parser("shell", help="a prompt on a shell session (new, or --session ID)")
     shell.add_argument("--session", help="join this session (default: open a new one and print its id)")
     shell.add_argument("--keep", action="store_true", help="leave the new session open on exit")
+    add_cp_parser(sub)
     return p
 
 
@@ -122,6 +126,8 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
                 f"{j.stdout_bytes:>9} {j.stderr_bytes:>9}  {label}{cmd[:80]}"
             )
         return 0
+    if args.cmd == "cp":
+        return await copy(sb, args)
     if args.cmd == "attach":
         return await _follow(await sb.attach(args.job_id))
     proc = await sb.attach(args.job_id)

@@ -22,6 +22,21 @@
     │   ├── ShellNotFoundError      unknown (or long closed) session id
     │   ├── ShellClosedError        the session's shell has ended (exit, close, idle expiry)
     │   └── ShellBusyError          the session is already running a command
+    ├── PortError                   something about one forwarded TCP connection
+    │   ├── PortConnectError        the agent could not connect to the target (refused, not allowed...)
+    │   ├── PortNotFoundError       unknown (or long closed) connection id
+    │   └── PortClosedError         the connection has ended (reset, closed, expired)
+    ├── FileError                   a file operation in the sandbox failed (any other OS error)
+    │   ├── RemoteFileNotFoundError     no such file or directory (also a ``FileNotFoundError``)
+    │   ├── RemoteFileExistsError       it exists already (also a ``FileExistsError``)
+    │   ├── RemoteIsADirectoryError     a directory where a file is needed (also ``IsADirectoryError``)
+    │   ├── RemoteNotADirectoryError    a file where a directory is needed (also ``NotADirectoryError``)
+    │   ├── RemotePermissionError       permission denied (also a ``PermissionError``)
+    │   ├── PathEscapeError             ``..`` or a symlink leads out of the workspace root
+    │   ├── FileTooLargeError           a text read of a file over the size limit
+    │   ├── FileEncodingError           a text read of bytes that are not UTF-8
+    │   ├── WriteSessionNotFoundError   unknown, expired or aborted write session
+    │   └── TransferLimitError          an upload/download over its file-count or size cap (host side)
     ├── ServerBusyError             the agent refuses more jobs (limit reached)
     └── SandboxError                bad sandbox URL, unsupported scheme, setup failure
 
@@ -38,6 +53,9 @@ __all__ = [
     "AgentLostError",
     "AgentUnavailableError",
     "ExecTimeoutError",
+    "FileEncodingError",
+    "FileError",
+    "FileTooLargeError",
     "InternalError",
     "InvalidParamsError",
     "InvalidRequestError",
@@ -47,8 +65,18 @@ __all__ = [
     "JobNotRunningError",
     "MethodNotFoundError",
     "ParseError",
+    "PathEscapeError",
+    "PortClosedError",
+    "PortConnectError",
+    "PortError",
+    "PortNotFoundError",
     "ProtocolError",
     "RemoteExecError",
+    "RemoteFileExistsError",
+    "RemoteFileNotFoundError",
+    "RemoteIsADirectoryError",
+    "RemoteNotADirectoryError",
+    "RemotePermissionError",
     "SandboxError",
     "ServerBusyError",
     "ShellBusyError",
@@ -56,7 +84,9 @@ __all__ = [
     "ShellError",
     "ShellNotFoundError",
     "SpawnError",
+    "TransferLimitError",
     "TransportError",
+    "WriteSessionNotFoundError",
     "error_from_wire",
 ]
 
@@ -213,6 +243,137 @@ class ShellBusyError(ShellError):
     code = -32043
 
 
+class PortError(RemoteExecError):
+    """Base class for errors about one TCP connection tunnelled through the agent.
+
+    :ivar conn_id: the connection concerned, when known (also sent as ``data["conn_id"]``).
+    """
+
+    code = -32060
+
+    def __init__(self, message: str, *, data: Any = None, conn_id: str | None = None) -> None:
+        if conn_id is not None:
+            data = {**(data if isinstance(data, dict) else {}), "conn_id": conn_id}
+        super().__init__(message, data=data)
+        cid = data.get("conn_id") if isinstance(data, dict) else None
+        self.conn_id: str | None = cid if isinstance(cid, str) else None
+
+
+class PortConnectError(PortError):
+    """The agent could not connect to the target inside the sandbox.
+
+    The message names the cause (``Connection refused``, a timeout, an unresolvable name, or
+    a non-loopback target the agent does not allow); ``data`` has ``host``, ``port`` and, for
+    an OS error, ``errno`` and its symbolic ``errno_name`` (``ECONNREFUSED``).
+    """
+
+    code = -32061
+
+
+class PortNotFoundError(PortError):
+    """No connection with that id (never made, or closed long enough ago to be forgotten)."""
+
+    code = -32062
+
+
+class PortClosedError(PortError):
+    """The connection has ended (reset by the target, closed, or expired idle); ``data["reason"]``."""
+
+    code = -32063
+
+
+class FileError(RemoteExecError):
+    """A file operation in the sandbox failed; the base of the file errors, and what an OS error
+    without a class of its own (no space, read-only file system...) becomes.
+
+    :ivar path: the path concerned, as the caller named it, when known (also ``data["path"]``);
+        ``data["errno"]`` is the OS error's symbolic name (``"ENOSPC"``) when there was one.
+    """
+
+    code = -32050
+    _errno: ClassVar[int | None] = None
+
+    def __init__(self, message: str, *, data: Any = None, path: str | None = None) -> None:
+        if path is not None:
+            data = {**(data if isinstance(data, dict) else {}), "path": path}
+        super().__init__(message, data=data)
+        p = data.get("path") if isinstance(data, dict) else None
+        self.path: str | None = p if isinstance(p, str) else None
+        if isinstance(self, OSError) and self._errno is not None:  # the builtin's attribute, so that
+            object.__setattr__(self, "errno", self._errno)  # `exc.errno == errno.ENOENT` holds
+
+
+class RemoteFileNotFoundError(FileError, FileNotFoundError):
+    """No such file or directory in the sandbox (a missing component on the way counts too)."""
+
+    code = -32051
+    _errno = 2
+
+
+class RemoteFileExistsError(FileError, FileExistsError):
+    """The path exists already (``mkdir(exist_ok=False)``, or a file where a directory must go)."""
+
+    code = -32052
+    _errno = 17
+
+
+class RemoteIsADirectoryError(FileError, IsADirectoryError):
+    """The path is a directory where a file is needed (a read, or a write over a directory)."""
+
+    code = -32053
+    _errno = 21
+
+
+class RemoteNotADirectoryError(FileError, NotADirectoryError):
+    """The path (or a component on the way) is a file where a directory is needed."""
+
+    code = -32054
+    _errno = 20
+
+
+class RemotePermissionError(FileError, PermissionError):
+    """The agent's user may not do this (``EACCES``/``EPERM``), or it would remove the workspace root."""
+
+    code = -32055
+    _errno = 13
+
+
+class PathEscapeError(FileError):
+    """The path leads out of the sandbox's workspace root: an absolute path elsewhere, ``..``
+    above the root, or a symlink pointing outside it. Nothing was read or written."""
+
+    code = -32056
+
+
+class FileTooLargeError(FileError):
+    """A text read of a file bigger than the limit (``data["size"]``, ``data["limit"]``): read it as
+    bytes, raise ``max_size``, or stream it to a local file with ``read_file_to``."""
+
+    code = -32057
+
+
+class FileEncodingError(FileError):
+    """A text read of a file that is not valid UTF-8 (``data["offset"]`` is the first bad byte):
+    read it with ``text=False`` to get the bytes."""
+
+    code = -32058
+
+
+class WriteSessionNotFoundError(FileError):
+    """No such write session: never opened, aborted, expired idle, or its agent restarted."""
+
+    code = -32059
+
+
+class TransferLimitError(FileError):
+    """An upload or download would move more files or bytes than its cap allows.
+
+    Raised on the host before anything is sent; the message names the biggest files and the
+    directories with the most files. ``data`` has ``files``, ``bytes``, ``max_files``,
+    ``max_bytes`` and ``largest`` (``[path, size]`` pairs).
+    """
+
+
 class ServerBusyError(RemoteExecError):
     """The agent is at its job limit; retry after some jobs end or are released."""
 
@@ -245,6 +406,19 @@ ERROR_CLASSES: dict[int, type[RemoteExecError]] = {
         ShellNotFoundError,
         ShellClosedError,
         ShellBusyError,
+        PortConnectError,
+        PortNotFoundError,
+        PortClosedError,
+        FileError,
+        RemoteFileNotFoundError,
+        RemoteFileExistsError,
+        RemoteIsADirectoryError,
+        RemoteNotADirectoryError,
+        RemotePermissionError,
+        PathEscapeError,
+        FileTooLargeError,
+        FileEncodingError,
+        WriteSessionNotFoundError,
     )
 }
 

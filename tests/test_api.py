@@ -52,7 +52,7 @@ def test_raises_in_docstrings_name_real_exceptions() -> None:
 
 
 def test_public_coroutines_have_docstrings() -> None:
-    for cls in (rx.AsyncSandbox, rx.ExecRemoteProcess, rx.Sandbox, rx.BlockingExecRemoteProcess):
+    for cls in (rx.AsyncSandbox, rx.ExecRemoteProcess, rx.Sandbox, rx.BlockingExecRemoteProcess, rx.SandboxPool):
         for name, member in inspect.getmembers(cls):
             if not name.startswith("_") and inspect.iscoroutinefunction(member):
                 assert inspect.getdoc(member), f"{cls.__name__}.{name} has no docstring"
@@ -61,7 +61,7 @@ def test_public_coroutines_have_docstrings() -> None:
 def test_agent_imports_nothing_host_side() -> None:
     code = (
         "import sys, remote_exec.agent.cli, remote_exec.agent.server, remote_exec.agent.relay\n"
-        "host = {'ipywidgets', 'IPython', 'anywidget', 'asyncssh'}\n"
+        "host = {'ipywidgets', 'IPython', 'anywidget', 'asyncssh', 'tqdm', 'pathspec'}\n"
         "ours = ('remote_exec.client', 'remote_exec.sandboxes', 'remote_exec.jupyter', 'remote_exec.blocking')\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in host or m.startswith(ours))\n"
         "print(bad)"

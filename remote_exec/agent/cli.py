@@ -39,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--idle-timeout", type=float, default=900.0, help="seconds idle before exiting (0: never)")
         s.add_argument("--buffer-limit", type=int, default=8 * 1024 * 1024, help="bytes kept per stream per job")
         s.add_argument("--shell-ttl", type=float, default=3600.0, help="seconds a shell session may idle (0: forever)")
+        s.add_argument(
+            "--port-any-host",
+            action="store_true",
+            help="let port forwarding connect to any address, not only loopback ones inside the sandbox",
+        )
         if name == "serve":
             s.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     return p
@@ -49,15 +54,20 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     state_dir: Path = args.dir or default_agent_dir()
     serve_args = ["--idle-timeout", str(args.idle_timeout), "--buffer-limit", str(args.buffer_limit)]
-    serve_args += ["--shell-ttl", str(args.shell_ttl)]
+    serve_args += ["--shell-ttl", str(args.shell_ttl)] + (["--port-any-host"] if args.port_any_host else [])
     if args.cmd == "serve":
         from .jobs.controller import JobLimits
+        from .ports.controller import PortLimits
         from .server import ServerConfig, serve
         from .shell.controller import ShellLimits
 
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
         config = ServerConfig(
-            state_dir, args.idle_timeout, JobLimits(buffer_limit=args.buffer_limit), ShellLimits(ttl=args.shell_ttl)
+            state_dir,
+            args.idle_timeout,
+            JobLimits(buffer_limit=args.buffer_limit),
+            ShellLimits(ttl=args.shell_ttl),
+            PortLimits(any_host=args.port_any_host),
         )
         asyncio.run(serve(config, args.ready_fd))
         return 0

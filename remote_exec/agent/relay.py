@@ -66,7 +66,8 @@ class _Out:
     async def line(self, data: bytes) -> None:
         async with self._lock:
             if self._writer is not None:
-                self._writer.write(data + b"\n")
+                self._writer.write(data)  # two writes, not a concatenation: no copy of a big payload
+                self._writer.write(b"\n")
                 await self._writer.drain()
             else:
                 await asyncio.to_thread(_write_all, data + b"\n")
@@ -80,8 +81,9 @@ def _write_all(data: bytes) -> None:
 
 async def _stdio_streams() -> tuple[asyncio.StreamReader, _Out]:
     loop = asyncio.get_running_loop()
-    with contextlib.suppress(OSError):  # a 1 MiB pipe: a big response crosses in few wakeups
-        fcntl.fcntl(1, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    for fd in (0, 1):  # 1 MiB pipes: a big request or response crosses in few wakeups
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
     reader = asyncio.StreamReader(limit=MAX_REQUEST)
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(0, "rb", 0, closefd=False))
     try:

@@ -17,8 +17,12 @@ from aiohttp import web
 
 from .._version import __version__
 from ..protocol import PROTOCOL_VERSION, Empty, Method, ServerInfo, frames
+from .files.controller import FileController, FileLimits
+from .files.methods import file_methods
 from .jobs.controller import JobController, JobLimits
 from .jobs.methods import job_methods
+from .ports.controller import PortController, PortLimits
+from .ports.methods import port_methods
 from .rpc import Dispatcher
 from .shell.controller import ShellController, ShellLimits
 from .shell.methods import shell_methods
@@ -28,7 +32,8 @@ __all__ = ["ServerConfig", "build_app", "serve"]
 
 log = logging.getLogger("remote_exec.agent")
 MAX_REQUEST = 96 * 1024 * 1024  # a 64 MiB stdin write, base64'd, plus the envelope
-CAPABILITIES = ["exec_remote", "long_poll", "base64", "stdin_offset", "idempotent_start", "shell", "payload"]
+CAPABILITIES = ["exec_remote", "long_poll", "base64", "stdin_offset", "idempotent_start", "shell", "payload", "ports"]
+CAPABILITIES += ["files"]
 
 
 @dataclass
@@ -38,12 +43,16 @@ class ServerConfig:
     :ivar idle_timeout: seconds with no running job, no open shell session and no request
         before the server exits; 0 means never.
     :ivar shell_limits: shell session bounds, the idle TTL of a session among them.
+    :ivar port_limits: forwarded-connection bounds, and whether non-loopback targets are allowed.
+    :ivar file_limits: write-session bounds (how long an abandoned one lives, how many at once).
     """
 
     state_dir: Path
     idle_timeout: float = 900.0
     limits: JobLimits = field(default_factory=JobLimits)
     shell_limits: ShellLimits = field(default_factory=ShellLimits)
+    port_limits: PortLimits = field(default_factory=PortLimits)
+    file_limits: FileLimits = field(default_factory=FileLimits)
 
 
 class _Activity:
@@ -61,6 +70,10 @@ def build_app(config: ServerConfig) -> web.Application:
     dispatcher.register(job_methods(jobs))
     shells = ShellController(jobs, config.shell_limits)
     dispatcher.register(shell_methods(shells))
+    ports = PortController(instance_id, config.port_limits)
+    dispatcher.register(port_methods(ports))
+    files = FileController(config.file_limits)
+    dispatcher.register(file_methods(files))
 
     async def server_info(_: Empty) -> ServerInfo:
         return ServerInfo(
@@ -88,6 +101,8 @@ def build_app(config: ServerConfig) -> web.Application:
         return web.Response(body=answer, content_type="application/octet-stream" if framed else "application/json")
 
     async def on_cleanup(_: web.Application) -> None:
+        await ports.aclose()
+        await files.aclose()
         await shells.aclose()
         await jobs.aclose()
 
@@ -96,6 +111,8 @@ def build_app(config: ServerConfig) -> web.Application:
     app.on_cleanup.append(on_cleanup)
     app["jobs"] = jobs
     app["shells"] = shells
+    app["ports"] = ports
+    app["files"] = files
     app["activity"] = activity
     app["instance_id"] = instance_id
     return app

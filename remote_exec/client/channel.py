@@ -184,7 +184,8 @@ class StdioChannel(Channel):
             assert proc.stdin is not None
             async with self._write_lock:
                 try:
-                    proc.stdin.write(body + b"\n")
+                    proc.stdin.write(body)  # two writes, not a concatenation: no copy of a big payload
+                    proc.stdin.write(b"\n")
                     await proc.stdin.drain()
                 except (ConnectionError, RuntimeError) as exc:
                     raise ChannelBroken(f"channel stdin closed: {exc}") from exc
@@ -192,6 +193,8 @@ class StdioChannel(Channel):
                 return await fut
         finally:
             self._pending.pop(request_id, None)
+            if fut.done() and not fut.cancelled():
+                fut.exception()  # the channel broke while this request was still being written: seen
 
     def _deliver(self, frame: bytes) -> None:
         """Hand one response frame to the request waiting for it (unknown ids are dropped)."""

@@ -1,4 +1,5 @@
-"""The IPython magics: ``%%exec_remote``, ``%exec_remote_config``, ``%remote_jobs``, ``%remote_shell``.
+"""The IPython magics: ``%%exec_remote``, ``%exec_remote_config``, ``%remote_jobs``, ``%remote_shell``,
+``%exec_remote_upload`` and ``%exec_remote_download``.
 
 They parse and delegate: options are read with ``magic_arguments`` (bad input raises
 ``UsageError``), names are resolved in ``shell.user_ns`` (never ``eval``), the work is done by
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import keyword
+import os
+import posixpath
 import shlex
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
@@ -20,7 +23,9 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 
 from ..blocking import Sandbox
+from ..client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, TransferResult
 from ..errors import RemoteExecError, SandboxError
+from ..protocol import FileInfo
 from .dashboard import Dashboard
 from .display import RemoteCommandError, jobs_table, show, widgets_enabled
 from .kernel_state import KernelState
@@ -90,6 +95,21 @@ _WHERE = _options(
             "help": "show a live job view (default: for --bg cells only)",
         },
     ),
+)
+
+
+_TRANSFER = _options(
+    (("--sandbox",), {"metavar": "URL", "help": "the sandbox (default: %%exec_remote_config's)"}),
+    (
+        ("--ignore",),
+        {"metavar": "PATTERN", "nargs": "+", "action": "extend", "help": "gitignore patterns to leave out"},
+    ),
+    (("--no-default-ignores",), {"action": "store_true", "help": "also copy .git, node_modules, .env*, keys..."}),
+    (("--no-gitignore",), {"action": "store_true", "help": "do not honour .gitignore files"}),
+    (("--max-files",), {"metavar": "N", "type": int, "default": DEFAULT_MAX_FILES, "help": "refuse bigger trees"}),
+    (("--max-bytes",), {"metavar": "B", "type": int, "default": DEFAULT_MAX_BYTES, "help": "refuse bigger trees"}),
+    (("--no-progress",), {"action": "store_true", "help": "no progress bar"}),
+    (("--name",), {"metavar": "VAR", "help": "store the TransferResult (a single file: its FileInfo) in VAR"}),
 )
 
 
@@ -236,6 +256,72 @@ class RemoteExecMagics(Magics):
         if not line.strip():
             print(d.describe())
 
+    # -- %exec_remote_upload / %exec_remote_download ---------------------------------------------
+
+    def _remote_path(self, path: str) -> str:
+        cwd = self.state.defaults.cwd
+        return posixpath.join(cwd, path) if cwd and not path.startswith("/") else path
+
+    def _transfer(self, args: argparse.Namespace, upload: bool) -> None:
+        local, remote = (args.local, self._remote_path(args.remote))
+        sb = self._sandbox(args.sandbox or self.state.defaults.sandbox)
+        progress = not args.no_progress and widgets_enabled()  # plain mode (nbval): no bar
+        tree: dict[str, Any] = {
+            "ignore": args.ignore or (),
+            "default_ignores": not args.no_default_ignores,
+            "gitignore": not args.no_gitignore,
+            "max_files": args.max_files or None,
+            "max_bytes": args.max_bytes or None,
+            "progress": progress,
+        }
+        try:
+            if upload:
+                if not os.path.exists(local):
+                    raise UsageError(f"no such local file or directory: {local}")
+                if os.path.isdir(local):
+                    result: object = sb.upload(local, remote, **tree)
+                else:
+                    result = sb.write_file_from(local, remote, progress=progress)
+            elif sb.stat(remote).type == "dir":
+                result = sb.download(remote, local, **tree)
+            else:
+                result = sb.read_file_to(remote, local, progress=progress)
+        except RemoteExecError as exc:
+            raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc
+        self._store(_variable(args.name, "--name"), result)
+        verb = "uploaded" if upload else "downloaded"
+        if isinstance(result, TransferResult):
+            print(result.describe(verb))
+        elif isinstance(result, FileInfo):
+            print(f"{verb} {local if upload else remote} ({result.size} bytes)")
+
+    @_magic_arguments()
+    @_TRANSFER
+    @_argument("local", metavar="LOCAL", help="a local file or directory")
+    @_argument("remote", metavar="REMOTE", help="where it goes in the sandbox (relative: to the configured --cwd)")
+    @_line_magic
+    def exec_remote_upload(self, line: str) -> None:
+        """Copy a local file or directory into the sandbox: ``%exec_remote_upload LOCAL REMOTE``.
+
+        A directory sends only new or changed files and leaves out ``.git``, ``node_modules``,
+        ``.env*``, keys... and what ``.gitignore`` files ignore; a tree over the caps is refused.
+        Works with every sandbox (through the agent, not a copy command).
+        """
+        self._transfer(_parse(self.exec_remote_upload, line), upload=True)
+
+    @_magic_arguments()
+    @_TRANSFER
+    @_argument("remote", metavar="REMOTE", help="a file or directory in the sandbox (relative: to --cwd)")
+    @_argument("local", metavar="LOCAL", help="where it goes on this machine")
+    @_line_magic
+    def exec_remote_download(self, line: str) -> None:
+        """Copy a file or directory out of the sandbox: ``%exec_remote_download REMOTE LOCAL``.
+
+        A directory fetches only new or changed files, with the same ignores and caps as
+        ``%exec_remote_upload``.
+        """
+        self._transfer(_parse(self.exec_remote_download, line), upload=False)
+
     # -- %remote_jobs / %remote_shell ------------------------------------------------------------
 
     @_magic_arguments()
@@ -266,6 +352,7 @@ class RemoteExecMagics(Magics):
         args = _parse(self.remote_shell, line)
         try:
             sb, session = self.state.shell(args.shell, args.sandbox)
+            session.refresh()  # cells run since it opened may have moved its cwd
         except SandboxError as exc:
             raise UsageError(str(exc)) from None
         except RemoteExecError as exc:

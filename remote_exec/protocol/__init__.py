@@ -26,6 +26,28 @@ from .base import (
     JobState,
     WireModel,
 )
+from .files import (
+    DEFAULT_CHUNK,
+    MAX_CHUNK,
+    MAX_LIST_ENTRIES,
+    FileInfo,
+    FileListParams,
+    FileListResult,
+    FileMkdirParams,
+    FileReadParams,
+    FileReadResult,
+    FileRemoveParams,
+    FileRemoveResult,
+    FileSessionParams,
+    FileStatParams,
+    FileType,
+    FileWriteChunkParams,
+    FileWriteChunkResult,
+    FileWriteCommitParams,
+    FileWriteOpenParams,
+    FileWriteOpenResult,
+    FileWriteParams,
+)
 from .jobs import (
     JobIdParams,
     JobInfo,
@@ -41,6 +63,17 @@ from .jobs import (
     WriteStdinParams,
     WriteStdinResult,
 )
+from .ports import (
+    PortConnectParams,
+    PortConnInfo,
+    PortIdParams,
+    PortListResult,
+    PortRecvParams,
+    PortRecvResult,
+    PortSendParams,
+    PortSendResult,
+    PortState,
+)
 from .shell import (
     ShellIdParams,
     ShellInfo,
@@ -52,14 +85,34 @@ from .shell import (
 )
 
 __all__ = [
+    "DEFAULT_CHUNK",
     "DEFAULT_MAX_BYTES",
     "ERROR_CLASSES",
+    "MAX_CHUNK",
+    "MAX_LIST_ENTRIES",
     "MAX_WAIT",
     "METHODS",
     "PROTOCOL_VERSION",
     "TERMINAL_STATES",
     "Empty",
     "Encoding",
+    "FileInfo",
+    "FileListParams",
+    "FileListResult",
+    "FileMkdirParams",
+    "FileReadParams",
+    "FileReadResult",
+    "FileRemoveParams",
+    "FileRemoveResult",
+    "FileSessionParams",
+    "FileStatParams",
+    "FileType",
+    "FileWriteChunkParams",
+    "FileWriteChunkResult",
+    "FileWriteCommitParams",
+    "FileWriteOpenParams",
+    "FileWriteOpenResult",
+    "FileWriteParams",
     "JobIdParams",
     "JobInfo",
     "JobState",
@@ -70,6 +123,15 @@ __all__ = [
     "MethodSpec",
     "PollParams",
     "PollResult",
+    "PortConnInfo",
+    "PortConnectParams",
+    "PortIdParams",
+    "PortListResult",
+    "PortRecvParams",
+    "PortRecvResult",
+    "PortSendParams",
+    "PortSendResult",
+    "PortState",
     "RemoteExecError",
     "ServerInfo",
     "ShellIdParams",
@@ -106,6 +168,21 @@ class Method(StrEnum):
     SHELL_LIST = "shell_list"
     SHELL_CLOSE = "shell_close"
     SHELL_INTERRUPT = "shell_interrupt"
+    FILE_STAT = "file_stat"
+    FILE_READ = "file_read"
+    FILE_LIST = "file_list"
+    FILE_REMOVE = "file_remove"
+    FILE_MKDIR = "file_mkdir"
+    FILE_WRITE = "file_write"
+    FILE_WRITE_OPEN = "file_write_open"
+    FILE_WRITE_CHUNK = "file_write_chunk"
+    FILE_WRITE_COMMIT = "file_write_commit"
+    FILE_WRITE_ABORT = "file_write_abort"
+    PORT_CONNECT = "port_connect"
+    PORT_SEND = "port_send"
+    PORT_RECV = "port_recv"
+    PORT_CLOSE = "port_close"
+    PORT_LIST = "port_list"
 
 
 class MethodSpec(WireModel):
@@ -135,6 +212,21 @@ METHODS: dict[str, MethodSpec] = {
     Method.SHELL_LIST: MethodSpec(params=ShellListParams, result=ShellListResult),
     Method.SHELL_CLOSE: MethodSpec(params=ShellIdParams, result=ShellInfo),
     Method.SHELL_INTERRUPT: MethodSpec(params=ShellIdParams, result=Empty),
+    Method.FILE_STAT: MethodSpec(params=FileStatParams, result=FileInfo),
+    Method.FILE_READ: MethodSpec(params=FileReadParams, result=FileReadResult, gives_payload=True),
+    Method.FILE_LIST: MethodSpec(params=FileListParams, result=FileListResult),
+    Method.FILE_REMOVE: MethodSpec(params=FileRemoveParams, result=FileRemoveResult),
+    Method.FILE_MKDIR: MethodSpec(params=FileMkdirParams, result=FileInfo),
+    Method.FILE_WRITE: MethodSpec(params=FileWriteParams, result=FileInfo, takes_payload=True),
+    Method.FILE_WRITE_OPEN: MethodSpec(params=FileWriteOpenParams, result=FileWriteOpenResult),
+    Method.FILE_WRITE_CHUNK: MethodSpec(params=FileWriteChunkParams, result=FileWriteChunkResult, takes_payload=True),
+    Method.FILE_WRITE_COMMIT: MethodSpec(params=FileWriteCommitParams, result=FileInfo),
+    Method.FILE_WRITE_ABORT: MethodSpec(params=FileSessionParams, result=Empty),
+    Method.PORT_CONNECT: MethodSpec(params=PortConnectParams, result=PortConnInfo),
+    Method.PORT_SEND: MethodSpec(params=PortSendParams, result=PortSendResult, takes_payload=True),
+    Method.PORT_RECV: MethodSpec(params=PortRecvParams, result=PortRecvResult, gives_payload=True),
+    Method.PORT_CLOSE: MethodSpec(params=PortIdParams, result=PortConnInfo),
+    Method.PORT_LIST: MethodSpec(params=Empty, result=PortListResult),
 }
 """Every method the agent serves, with its params and result models."""
 

@@ -7,6 +7,20 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "Empty",
+    "Encoding",
+    "JobId",
+    "JobState",
+    "MAX_WAIT",
+    "Offset",
+    "PROTOCOL_VERSION",
+    "TERMINAL_STATES",
+    "WireModel",
+]
+
+
 PROTOCOL_VERSION = 2
 """Bumped on any incompatible change; the host refuses an agent with another version."""
 

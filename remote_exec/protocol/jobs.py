@@ -8,6 +8,22 @@ from pydantic import Field, field_validator
 
 from .base import _SIGNAL_NAMES, DEFAULT_MAX_BYTES, Encoding, JobId, JobState, Offset, WireModel
 
+__all__ = [
+    "JobIdParams",
+    "JobInfo",
+    "KillParams",
+    "KillResult",
+    "ListResult",
+    "PollParams",
+    "PollResult",
+    "ServerInfo",
+    "SignalParams",
+    "StartParams",
+    "StartResult",
+    "WriteStdinParams",
+    "WriteStdinResult",
+]
+
 
 class StartParams(WireModel):
     """Params of ``exec_remote_start``: what to run and how.

@@ -8,6 +8,18 @@ from pydantic import Field, field_validator
 
 from .base import WireModel
 
+__all__ = [
+    "SessionId",
+    "ShellIdParams",
+    "ShellInfo",
+    "ShellListParams",
+    "ShellListResult",
+    "ShellOpenParams",
+    "ShellRunParams",
+    "ShellState",
+]
+
+
 ShellState = Literal["open", "closed"]
 SessionId = Annotated[str, Field(min_length=1, max_length=128)]
 

@@ -57,14 +57,18 @@ class SandboxOpener:
         await self._sandbox.aclose()
 
 
-def open_sandbox(url: str = "local://", *, response_margin: float | None = None) -> SandboxOpener:
+def open_sandbox(
+    url: str = "local://", *, response_margin: float | None = None, workspace_root: str | None = None
+) -> SandboxOpener:
     """Open the sandbox at ``url``: ``async with rx.open_sandbox(url) as sb`` or ``sb = await ...``.
 
     With ``await``, close it yourself with ``await sb.aclose()``. ``response_margin`` is how
     many seconds a response may be late before the request is sent again (default 10).
+    ``workspace_root`` (an absolute path in the sandbox) confines the file methods to it:
+    see :attr:`AsyncSandbox.workspace_root`.
 
     :raises SandboxError: bad URL or unknown scheme.
     :raises AgentUnavailableError: the agent cannot be started or reached.
     """
     kwargs = {} if response_margin is None else {"response_margin": response_margin}
-    return SandboxOpener(AsyncSandbox(transport_for(url), **kwargs))
+    return SandboxOpener(AsyncSandbox(transport_for(url), workspace_root=workspace_root, **kwargs))

@@ -37,11 +37,12 @@ async def spawn_local(argv: Sequence[str], *, stderr_to_devnull: bool = True) ->
         limit=MAX_RESPONSE,
         start_new_session=True,  # a Ctrl-C meant for the host must not hit the channel process
     )
-    transport = proc.stdout._transport if proc.stdout is not None else None  # type: ignore[attr-defined]
-    pipe = transport.get_extra_info("pipe") if transport is not None else None
-    if pipe is not None:
-        with contextlib.suppress(OSError, ValueError):  # 1 MiB: big responses cross in few wakeups
-            fcntl.fcntl(pipe.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    out = proc.stdout._transport if proc.stdout is not None else None  # type: ignore[attr-defined]
+    for transport in (out, proc.stdin.transport if proc.stdin is not None else None):
+        pipe = transport.get_extra_info("pipe") if transport is not None else None
+        if pipe is not None:
+            with contextlib.suppress(OSError, ValueError):  # 1 MiB: big messages cross in few wakeups
+                fcntl.fcntl(pipe.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
     return proc
 
 

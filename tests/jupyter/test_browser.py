@@ -290,3 +290,39 @@ def test_dashboard_and_shell_view_in_jupyterlab(lab: tuple[str, Path], page: Any
         field.press("ArrowUp")
         assert field.input_value() == "echo out $X; echo oops >&2"
         shot(page, "browser-6-shell", cell)
+
+
+def test_forwarded_port_opens_in_an_iframe(lab: tuple[str, Path], page: Any, agent_dir: Path, tmp_path: Path) -> None:
+    token = secrets.token_hex(8)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text(
+        f'<html><body><h1 id="rx-forwarded">served in the sandbox {token}</h1></body></html>'
+    )
+    cells = [
+        f"import re, sys\nimport remote_exec as rx\nfrom IPython.display import IFrame\n"
+        f"sb = rx.connect('local://?dir={agent_dir}')",
+        # a web server in the sandbox, on a port of its own; the notebook opens it through the tunnel
+        f"srv = sb.exec_remote([sys.executable, '-u', '-m', 'http.server', '0', '--bind', '127.0.0.1', "
+        f"'--directory', '{site}'])\n"
+        "out = ''\n"
+        "for ev in srv:\n"
+        "    out += getattr(ev, 'data', '')\n"
+        "    if found := re.search(r'port (\\d+)', out):\n"
+        "        break\n"
+        "fwd = sb.forward_port(int(found.group(1)))\n"
+        "IFrame(fwd.url, width=700, height=160)",
+        "fwd.close(); srv.kill(); sb.close()",
+    ]
+    with failure_shot(page, "browser-port"):
+        open_notebook(page, lab, "port.ipynb", cells)
+        run_first_cell(page)
+        cell = run_cell(page, 1)
+        wait_done(cell)
+        src = cell.locator("iframe").get_attribute("src")
+        assert src is not None and re.fullmatch(r"http://127\.0\.0\.1:\d+/?", src), src
+        heading = cell.frame_locator("iframe").locator("#rx-forwarded")
+        heading.wait_for()
+        assert heading.inner_text() == f"served in the sandbox {token}"
+        shot(page, "browser-7-forwarded-port", cell)
+        wait_done(run_cell(page, 2))

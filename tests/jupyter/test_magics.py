@@ -228,3 +228,15 @@ def test_remote_jobs_and_shell_give_widgets(ip: InteractiveShell, front: Headles
     with capture_output() as cap:
         ip.run_cell_magic("exec_remote", "--shell last", "echo $FROM_VIEW")
     assert cap.stdout == "yes\n"
+
+
+def test_remote_shell_shows_the_sessions_current_cwd(ip: InteractiveShell, tmp_path: Path, plain: None) -> None:
+    """Cells that ran in the session since it opened moved its cwd: the magic shows where it is now."""
+    with capture_output():
+        ip.run_cell_magic("exec_remote", "--shell new", f"cd {tmp_path}")
+    with capture_output() as cap:
+        ip.run_line_magic("remote_shell", "")
+    session = magics(ip).state.last_shell()
+    assert session is not None
+    assert cap.stdout == f"shell {session[1].session_id} in {session[0]}, cwd {tmp_path}\n"
+    session[1].close()

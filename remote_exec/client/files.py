@@ -1,0 +1,352 @@
+"""File operations over the agent channel: whole files in memory, and streams to and from disk.
+
+Bytes travel as frame payloads, never in JSON. A file bigger than one chunk moves as several
+chunk requests **in flight at once** (``window`` of them), so the channel's latency does not
+bound throughput; memory stays bounded by ``window * chunk_size`` on each side, whatever the
+file's size. Every request is safe to repeat (reads are by offset, chunks carry their offset,
+sessions are named by the client, commits are remembered), so :class:`RpcClient` may retry
+any of them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import stat
+from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
+
+import anyio
+
+from ..errors import FileEncodingError, FileError, FileTooLargeError
+from ..protocol import (
+    DEFAULT_CHUNK,
+    Empty,
+    FileInfo,
+    FileListParams,
+    FileListResult,
+    FileMkdirParams,
+    FileReadParams,
+    FileReadResult,
+    FileRemoveParams,
+    FileRemoveResult,
+    FileSessionParams,
+    FileStatParams,
+    FileWriteChunkParams,
+    FileWriteChunkResult,
+    FileWriteCommitParams,
+    FileWriteOpenParams,
+    FileWriteOpenResult,
+    FileWriteParams,
+    Method,
+)
+from .rpc import RpcClient
+
+__all__ = ["TEXT_LIMIT", "FileClient", "Progress"]
+
+TEXT_LIMIT = 64 * 1024 * 1024
+"""Largest file ``read_file(text=True)`` reads by default (``FileTooLargeError`` beyond)."""
+
+Progress = Callable[[int], None]
+"""Called with the byte count of each chunk as it completes."""
+
+
+async def _pipelined(offsets: Iterable[int], work: Callable[[int], Awaitable[None]], window: int) -> None:
+    """Run ``work(offset)`` for every offset, ``window`` at a time; the first failure cancels the rest."""
+    it = iter(offsets)
+
+    async def worker() -> None:
+        for offset in it:  # one shared iterator: each offset is taken by exactly one worker
+            await work(offset)
+
+    tasks = [asyncio.ensure_future(worker()) for _ in range(max(1, window))]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
+class FileClient:
+    """The ``file_*`` methods of one agent, for paths inside ``root`` (``None``: anywhere).
+
+    :param chunk_size: bytes per read or write request.
+    :param window: chunk requests of one file in flight at once.
+    """
+
+    def __init__(
+        self, rpc: RpcClient, root: str | None = None, *, chunk_size: int = DEFAULT_CHUNK, window: int = 4
+    ) -> None:
+        self.rpc = rpc
+        self.root = root
+        self.chunk_size = chunk_size
+        self.window = window
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    async def stat(self, path: str, *, follow: bool = True) -> FileInfo:
+        return await self.rpc.call(Method.FILE_STAT, FileStatParams(path=path, root=self.root, follow=follow), FileInfo)
+
+    async def listing(self, path: str, *, recursive: bool = False, max_entries: int = 100_000) -> FileListResult:
+        params = FileListParams(path=path, root=self.root, recursive=recursive, max_entries=max_entries)
+        return await self.rpc.call(Method.FILE_LIST, params, FileListResult)
+
+    async def list_dir(self, path: str, *, recursive: bool = False, max_entries: int = 100_000) -> list[FileInfo]:
+        res = await self.listing(path, recursive=recursive, max_entries=max_entries)
+        if res.truncated:
+            raise FileError(
+                f"{path} holds more than {max_entries} entries: raise max_entries to list them all",
+                path=path,
+                data={"max_entries": max_entries},
+            )
+        return res.entries
+
+    async def remove(self, path: str, *, recursive: bool = False, missing_ok: bool = False) -> bool:
+        params = FileRemoveParams(path=path, root=self.root, recursive=recursive, missing_ok=missing_ok)
+        return (await self.rpc.call(Method.FILE_REMOVE, params, FileRemoveResult)).removed
+
+    async def mkdir(
+        self, path: str, *, parents: bool = True, exist_ok: bool = True, mode: int | None = None
+    ) -> FileInfo:
+        params = FileMkdirParams(path=path, root=self.root, parents=parents, exist_ok=exist_ok, mode=mode)
+        return await self.rpc.call(Method.FILE_MKDIR, params, FileInfo)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def _read(
+        self,
+        path: str,
+        sink: Callable[[int, memoryview], Awaitable[None]],
+        max_size: int | None = None,
+        progress: Progress | None = None,
+        first_sink: Callable[[FileReadResult], Awaitable[None]] | None = None,
+    ) -> FileReadResult:
+        """Read the whole file, handing each chunk to ``sink(offset, bytes)`` (in any order)."""
+
+        async def get(offset: int) -> tuple[FileReadResult, memoryview]:
+            params = FileReadParams(path=path, root=self.root, offset=offset, length=self.chunk_size, max_size=max_size)
+            res, payload = await self.rpc.call_with_payload(Method.FILE_READ, params, FileReadResult)
+            data = payload if payload is not None else memoryview(b"")
+            if len(data) != res.length:
+                raise FileError(f"read of {path}: {len(data)} bytes came, {res.length} announced", path=path)
+            return res, data
+
+        first, data = await get(0)
+        if first_sink is not None:
+            await first_sink(first)
+        await sink(0, data)
+        if progress is not None:
+            progress(len(data))
+        if first.eof:
+            return first
+
+        async def one(offset: int) -> None:
+            res, data = await get(offset)
+            if (res.size, res.mtime_ns) != (first.size, first.mtime_ns) or res.length != min(
+                self.chunk_size, first.size - offset
+            ):
+                raise FileError(f"{path} changed while it was being read", path=path)
+            await sink(offset, data)
+            if progress is not None:
+                progress(len(data))
+
+        await _pipelined(range(first.length, first.size, self.chunk_size), one, self.window)
+        return first
+
+    async def read_bytes(self, path: str, *, max_size: int | None = None, progress: Progress | None = None) -> bytes:
+        buf = bytearray()
+
+        async def size_it(first: FileReadResult) -> None:
+            buf.extend(bytes(first.size))
+
+        async def sink(offset: int, data: memoryview) -> None:
+            buf[offset : offset + len(data)] = data
+
+        first = await self._read(path, sink, max_size, progress, size_it)
+        del buf[first.size :]
+        return bytes(buf)
+
+    async def read_text(self, path: str, *, max_size: int | None = TEXT_LIMIT) -> str:
+        try:
+            data = await self.read_bytes(path, max_size=max_size)
+        except FileTooLargeError as exc:
+            raise FileTooLargeError(
+                f"{exc.message} for a text read: read it as bytes (text=False), raise max_size, "
+                "or stream it to a local file with read_file_to()",
+                data=exc.data,
+            ) from None
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise FileEncodingError(
+                f"{path} is not valid UTF-8 (byte {exc.start}: {exc.reason}): read it with text=False for the bytes",
+                path=path,
+                data={"offset": exc.start},
+            ) from None
+
+    async def read_to(self, path: str, local: str | os.PathLike[str], *, progress: Progress | None = None) -> FileInfo:
+        """Stream ``path`` into the local file ``local``, atomically (a temporary file beside it,
+        renamed once complete), with the remote file's mode (set-id bits dropped) and mtime."""
+        dest = Path(local)
+        fd, temp = await asyncio.to_thread(_local_temp, dest)
+        try:
+
+            async def sink(offset: int, data: memoryview) -> None:
+                await asyncio.to_thread(_pwrite_all, fd, data, offset)
+
+            first = await self._read(path, sink, None, progress)
+            await asyncio.to_thread(_finish_local, fd, temp, dest, first.size, first.mode & 0o777, first.mtime_ns)
+            fd = -1
+        finally:
+            if fd >= 0:
+                with anyio.CancelScope(shield=True):
+                    await asyncio.to_thread(_drop_local, fd, temp)
+        return await self.stat(path)
+
+    # -- writes -----------------------------------------------------------------------------
+
+    async def _write(
+        self,
+        path: str,
+        size: int,
+        chunk: Callable[[int, int], Awaitable[bytes | memoryview]],
+        mode: int | None,
+        mtime_ns: int | None,
+        parents: bool,
+        progress: Progress | None,
+    ) -> FileInfo:
+        """Write ``size`` bytes, ``chunk(offset, n)`` giving each piece: one request when it fits
+        one chunk, else a write session with chunks in flight."""
+        if size <= self.chunk_size:
+            data = await chunk(0, size)
+            params = FileWriteParams(path=path, root=self.root, mode=mode, parents=parents, mtime_ns=mtime_ns)
+            info = await self.rpc.call(Method.FILE_WRITE, params, FileInfo, payload=data)
+            if progress is not None:
+                progress(size)
+            return info
+        sid = secrets.token_urlsafe(12)
+        open_params = FileWriteOpenParams(session_id=sid, path=path, root=self.root, mode=mode, parents=parents)
+        await self.rpc.call(Method.FILE_WRITE_OPEN, open_params, FileWriteOpenResult)
+        try:
+
+            async def one(offset: int) -> None:
+                n = min(self.chunk_size, size - offset)
+                data = await chunk(offset, n)
+                if len(data) != n:
+                    raise FileError(f"the local data for {path} changed size while it was being sent", path=path)
+                params = FileWriteChunkParams(session_id=sid, offset=offset)
+                await self.rpc.call(Method.FILE_WRITE_CHUNK, params, FileWriteChunkResult, payload=data)
+                if progress is not None:
+                    progress(n)
+
+            await _pipelined(range(0, size, self.chunk_size), one, self.window)
+            commit = FileWriteCommitParams(session_id=sid, size=size, mtime_ns=mtime_ns)
+            return await self.rpc.call(Method.FILE_WRITE_COMMIT, commit, FileInfo)
+        except BaseException:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await self.rpc.call(Method.FILE_WRITE_ABORT, FileSessionParams(session_id=sid), Empty, timeout=10)
+            raise
+
+    async def write_bytes(
+        self,
+        path: str,
+        data: bytes | bytearray | memoryview,
+        *,
+        mode: int | None = None,
+        mtime_ns: int | None = None,
+        parents: bool = False,
+        progress: Progress | None = None,
+    ) -> FileInfo:
+        view = memoryview(data).cast("B")
+
+        async def chunk(offset: int, n: int) -> memoryview:
+            return view[offset : offset + n]
+
+        return await self._write(path, len(view), chunk, mode, mtime_ns, parents, progress)
+
+    async def write_from(
+        self,
+        local: str | os.PathLike[str],
+        path: str,
+        *,
+        mode: int | None = None,
+        keep_mtime: bool = True,
+        parents: bool = False,
+        progress: Progress | None = None,
+    ) -> FileInfo:
+        """Stream the local file ``local`` to ``path``; it gets the local file's permission bits
+        unless ``mode`` says otherwise, and its mtime with ``keep_mtime``."""
+        fd = await asyncio.to_thread(os.open, os.fspath(local), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(f"{local} is a directory: use upload() for a tree")
+
+            async def chunk(offset: int, n: int) -> bytes:
+                return await asyncio.to_thread(_pread_all, fd, n, offset)
+
+            return await self._write(
+                path,
+                st.st_size,
+                chunk,
+                stat.S_IMODE(st.st_mode) if mode is None else mode,
+                st.st_mtime_ns if keep_mtime else None,
+                parents,
+                progress,
+            )
+        finally:
+            os.close(fd)
+
+
+# -- local-side helpers (blocking; run in threads) -------------------------------------------------
+
+
+def _pread_all(fd: int, n: int, offset: int) -> bytes:
+    parts = []
+    while n > 0:
+        data = os.pread(fd, n, offset)
+        if not data:
+            break
+        parts.append(data)
+        n, offset = n - len(data), offset + len(data)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
+    while data:
+        n = os.pwrite(fd, data, offset)
+        data, offset = data[n:], offset + n
+
+
+def _local_temp(dest: Path) -> tuple[int, str]:
+    if dest.is_dir():
+        raise IsADirectoryError(f"{dest} is a directory")
+    temp = os.fspath(dest.with_name(f".{dest.name[:200]}.{secrets.token_hex(4)}.rxpart"))
+    return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), temp
+
+
+def _finish_local(fd: int, temp: str, dest: Path, size: int, mode: int, mtime_ns: int) -> None:
+    try:
+        os.ftruncate(fd, size)
+        os.fchmod(fd, mode)
+        os.utime(fd, ns=(mtime_ns, mtime_ns))
+    except BaseException:
+        _drop_local(fd, temp)
+        raise
+    os.close(fd)
+    try:
+        os.replace(temp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        raise
+
+
+def _drop_local(fd: int, temp: str) -> None:
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(temp)
