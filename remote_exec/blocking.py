@@ -8,24 +8,22 @@ Methods are one-liners around ``portal.call``; nothing here is generated at run 
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
-from concurrent.futures import Future
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar, Unpack, overload
 
-from anyio.from_thread import BlockingPortal, BlockingPortalProvider
+from anyio.from_thread import BlockingPortalProvider
 
-from .client.ports import PortForward
+from .blocking_handles import BlockingExecRemoteProcess, BlockingPortForward, BlockingShellSession, interruptible
 from .client.process import ExecRemoteProcess
 from .client.sandbox import AsyncSandbox
 from .client.shell import ShellSession
 from .client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, TransferResult
-from .client.types import ExecRemoteEvent, ExecRemoteOptions, ExecResult, OptionOverrides
-from .protocol import FileInfo, JobInfo, PortConnInfo, ServerInfo, ShellInfo
+from .client.types import ExecRemoteOptions, ExecResult, OptionOverrides
+from .protocol import FileInfo, JobInfo, ServerInfo, ShellInfo
 from .sandboxes import open_sandbox
 
 __all__ = ["BlockingExecRemoteProcess", "BlockingPortForward", "BlockingShellSession", "Sandbox", "connect"]
@@ -33,247 +31,6 @@ __all__ = ["BlockingExecRemoteProcess", "BlockingPortForward", "BlockingShellSes
 T = TypeVar("T")
 _provider = BlockingPortalProvider(backend="asyncio")
 _provider_lock = threading.Lock()
-
-
-def _interruptible(portal: BlockingPortal, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """``portal.call`` that, on Ctrl-C, cancels the async call and waits for its cleanup.
-
-    Cancellation runs the async side's cancellation path (which kills the job) to completion
-    before ``KeyboardInterrupt`` propagates, so the job is gone when the caller sees it.
-    """
-    tasks: list[asyncio.Task[Any]] = []
-
-    async def runner() -> T:
-        tasks.append(asyncio.current_task())  # type: ignore[arg-type]
-        return await fn(*args)
-
-    future: Future[T] = portal.start_task_soon(runner)
-    try:
-        return future.result()
-    except KeyboardInterrupt:
-        future.cancel()
-        portal.call(_wait_done, tasks)
-        raise
-
-
-async def _wait_done(tasks: list[asyncio.Task[Any]]) -> None:
-    if tasks:
-        await asyncio.wait(tasks)
-
-
-class BlockingExecRemoteProcess:
-    """Blocking twin of :class:`~remote_exec.ExecRemoteProcess`; iterate it for events.
-
-    Ctrl-C (``KeyboardInterrupt``) while iterating or waiting kills the job, as cancelling the
-    async iteration does.
-    """
-
-    def __init__(self, portal: BlockingPortal, proc: ExecRemoteProcess) -> None:
-        self._portal = portal
-        self.async_process = proc
-
-    @property
-    def job_id(self) -> str | None:
-        return self.async_process.job_id
-
-    @property
-    def pid(self) -> int | None:
-        return self.async_process.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self.async_process.returncode
-
-    @property
-    def done(self) -> bool:
-        return self.async_process.done
-
-    @property
-    def events(self) -> Iterator[ExecRemoteEvent]:
-        return self
-
-    def __iter__(self) -> Iterator[ExecRemoteEvent]:
-        return self
-
-    def __next__(self) -> ExecRemoteEvent:
-        try:
-            return _interruptible(self._portal, self.async_process.__anext__)
-        except StopAsyncIteration:
-            raise StopIteration from None
-
-    def wait(self) -> ExecResult:
-        """Run to the end and return the result (see the async ``wait``)."""
-        return _interruptible(self._portal, self.async_process.wait)
-
-    def write_stdin(self, data: str | bytes) -> None:
-        self._portal.call(self.async_process.write_stdin, data)
-
-    def close_stdin(self) -> None:
-        self._portal.call(self.async_process.close_stdin)
-
-    def signal(self, sig: int | str) -> None:
-        self._portal.call(self.async_process.signal, sig)
-
-    def kill(self, grace: float | None = None) -> None:
-        self._portal.call(self.async_process.kill, grace)
-
-    def release(self) -> None:
-        self._portal.call(self.async_process.release)
-
-    def detach(self) -> str | None:
-        return self.async_process.detach()
-
-    def __repr__(self) -> str:
-        return repr(self.async_process).replace("<ExecRemoteProcess", "<BlockingExecRemoteProcess", 1)
-
-
-class BlockingShellSession:
-    """Blocking twin of :class:`~remote_exec.ShellSession`: ``with sb.shell() as sh``.
-
-    Ctrl-C (``KeyboardInterrupt``) during :meth:`run` kills the run (SIGINT, then SIGKILL after
-    ``kill_grace``), as cancelling the async ``run()`` does; the shell survives.
-    """
-
-    def __init__(self, portal: BlockingPortal, session: ShellSession) -> None:
-        self._portal = portal
-        self.async_session = session
-
-    @property
-    def session_id(self) -> str:
-        return self.async_session.session_id
-
-    @property
-    def pid(self) -> int:
-        return self.async_session.pid
-
-    @property
-    def info(self) -> ShellInfo:
-        return self.async_session.info
-
-    @property
-    def closed(self) -> bool:
-        return self.async_session.closed
-
-    def start(
-        self, command: str, *, timeout: float | None = None, input: str | bytes | None = None, kill_grace: float = 5.0
-    ) -> BlockingExecRemoteProcess:
-        """Start ``command`` in the shell; returns once the agent confirmed it (see the async twin).
-
-        :raises ShellBusyError: another run is in progress in this session.
-        :raises ShellClosedError: the shell has ended.
-        """
-        proc = self._portal.call(self._start, command, timeout, input, kill_grace)
-        return BlockingExecRemoteProcess(self._portal, proc)
-
-    async def _start(
-        self, command: str, timeout: float | None, input: str | bytes | None, kill_grace: float
-    ) -> ExecRemoteProcess:
-        return await self.async_session.start(command, timeout=timeout, input=input, kill_grace=kill_grace).started()
-
-    def run(
-        self, command: str, *, timeout: float | None = None, input: str | bytes | None = None, kill_grace: float = 5.0
-    ) -> ExecResult:
-        """Run ``command`` in the shell to its end; Ctrl-C kills the run, not the shell.
-
-        :raises ShellBusyError: another run is in progress in this session.
-        :raises ShellClosedError: the shell has ended.
-        :raises ExecTimeoutError: ``timeout`` expired.
-        """
-        return _interruptible(self._portal, self._run, command, timeout, input, kill_grace)
-
-    async def _run(
-        self, command: str, timeout: float | None, input: str | bytes | None, kill_grace: float
-    ) -> ExecResult:
-        return await self.async_session.run(command, timeout=timeout, input=input, kill_grace=kill_grace)
-
-    def interrupt(self) -> None:
-        """Ctrl-C: SIGINT to the running command; the shell lives on."""
-        self._portal.call(self.async_session.interrupt)
-
-    def refresh(self) -> ShellInfo:
-        """Fetch the session's state from the agent."""
-        return self._portal.call(self.async_session.refresh)
-
-    def close(self) -> None:
-        """Kill the shell and everything still running in it, for every client."""
-        self._portal.call(self.async_session.close)
-
-    def __enter__(self) -> BlockingShellSession:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return repr(self.async_session).replace("<ShellSession", "<BlockingShellSession", 1)
-
-
-class BlockingPortForward:
-    """Blocking twin of :class:`~remote_exec.PortForward`, already listening when you get it.
-
-    Its listener and tunnels run on the blocking API's event-loop thread, so they keep working
-    between notebook cells and while your code blocks. ``with sb.forward_port(8000) as fwd:``
-    closes it at the end of the block; or keep it (``fwd = sb.forward_port(8000)``, then
-    ``IFrame(fwd.url, 800, 600)``) and :meth:`close` it, or close the sandbox.
-    """
-
-    def __init__(self, portal: BlockingPortal, forward: PortForward) -> None:
-        self._portal = portal
-        self.async_forward = forward
-
-    @property
-    def url(self) -> str:
-        """``http://127.0.0.1:<local_port>`` (also ``str(forward)``)."""
-        return self.async_forward.url
-
-    @property
-    def local_port(self) -> int:
-        return self.async_forward.local_port
-
-    @property
-    def remote_port(self) -> int:
-        return self.async_forward.remote_port
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return self.async_forward.address
-
-    @property
-    def active(self) -> int:
-        return self.async_forward.active
-
-    @property
-    def closed(self) -> bool:
-        return self.async_forward.closed
-
-    @property
-    def last_error(self) -> BaseException | None:
-        return self.async_forward.last_error
-
-    def connections(self) -> list[PortConnInfo]:
-        """The agent's view of this forward's open connections."""
-        return self._portal.call(self.async_forward.connections)
-
-    def close(self) -> None:
-        """Stop listening and close every tunnelled connection; idempotent (also after the sandbox closed)."""
-        if not self.async_forward.closed:
-            self._portal.call(self.async_forward.aclose)
-
-    def __enter__(self) -> BlockingPortForward:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    def __str__(self) -> str:
-        return self.url
-
-    def __repr__(self) -> str:
-        return repr(self.async_forward).replace("<PortForward", "<BlockingPortForward", 1)
 
 
 class Sandbox:
@@ -382,7 +139,7 @@ class Sandbox:
         """
         if self._closed:
             raise RuntimeError("this sandbox is closed; open a new one with rx.connect()")
-        return _interruptible(self._portal, self._run, command, options, overrides)
+        return interruptible(self._portal, self._run, command, options, overrides)
 
     async def _run(
         self, command: list[str] | str, options: ExecRemoteOptions | None, overrides: OptionOverrides
@@ -463,7 +220,7 @@ class Sandbox:
         """Stream ``path`` into a local file; Ctrl-C stops it (see :meth:`AsyncSandbox.read_file_to`)."""
         self._check_open()
         fn = functools.partial(self.async_sandbox.read_file_to, progress=progress)
-        return _interruptible(self._portal, fn, path, local_path)
+        return interruptible(self._portal, fn, path, local_path)
 
     def write_file_from(
         self,
@@ -480,7 +237,7 @@ class Sandbox:
         fn = functools.partial(
             self.async_sandbox.write_file_from, mode=mode, keep_mtime=keep_mtime, parents=parents, progress=progress
         )
-        return _interruptible(self._portal, fn, local_path, path)
+        return interruptible(self._portal, fn, local_path, path)
 
     def list_dir(self, path: str = ".", *, recursive: bool = False, max_entries: int = 100_000) -> list[FileInfo]:
         """Entries of a directory (see :meth:`AsyncSandbox.list_dir`)."""
@@ -527,7 +284,7 @@ class Sandbox:
             self.async_sandbox.upload, ignore=ignore, default_ignores=default_ignores, gitignore=gitignore,
             max_files=max_files, max_bytes=max_bytes, progress=progress,
         )  # fmt: skip
-        return _interruptible(self._portal, fn, local_dir, remote_dir)
+        return interruptible(self._portal, fn, local_dir, remote_dir)
 
     def download(
         self,
@@ -550,7 +307,7 @@ class Sandbox:
             self.async_sandbox.download, ignore=ignore, default_ignores=default_ignores, gitignore=gitignore,
             max_files=max_files, max_bytes=max_bytes, progress=progress,
         )  # fmt: skip
-        return _interruptible(self._portal, fn, remote_dir, local_dir)
+        return interruptible(self._portal, fn, remote_dir, local_dir)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -20,8 +20,7 @@ import shutil
 import stat
 import time
 from collections import OrderedDict
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ...errors import (
     FileError,
@@ -45,7 +44,6 @@ from ...protocol import (
     FileRemoveResult,
     FileSessionParams,
     FileStatParams,
-    FileType,
     FileWriteChunkParams,
     FileWriteChunkResult,
     FileWriteCommitParams,
@@ -54,7 +52,8 @@ from ...protocol import (
     FileWriteParams,
 )
 from ..rpc import WithPayload
-from .paths import Resolved, os_error, resolve
+from .fileops import Write, begin_write, finish_write, pwrite_all, stat_at, umask, walk
+from .paths import os_error, resolve
 
 __all__ = ["FileController", "FileLimits"]
 
@@ -77,157 +76,13 @@ class FileLimits:
     remember_commits: int = 256
 
 
-def _umask() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)  # no /proc: read it the only other way, and put it back
-    os.umask(mask)
-    return mask
-
-
-def _type(mode: int) -> FileType:
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "dir"
-    if stat.S_ISLNK(mode):
-        return "symlink"
-    return "other"
-
-
-def _info(path: str, name: str, st: os.stat_result, target: str | None = None) -> FileInfo:
-    return FileInfo(
-        path=path,
-        name=name,
-        type=_type(st.st_mode),
-        size=st.st_size,
-        mode=stat.S_IMODE(st.st_mode),
-        mtime_ns=st.st_mtime_ns,
-        target=target,
-    )
-
-
-def _stat_at(r: Resolved, follow: bool = False) -> FileInfo:
-    st = os.stat(r.name, dir_fd=r.dir_fd, follow_symlinks=follow)
-    target = os.readlink(r.name, dir_fd=r.dir_fd) if stat.S_ISLNK(st.st_mode) else None
-    return _info(r.path, os.path.basename(r.path) or "/", st, target)
-
-
-def _pwrite_all(fd: int, data: memoryview | bytes, offset: int) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        view, offset = view[n:], offset + n
-
-
-@dataclass
-class _Write:
-    """An open atomic write: the temporary file beside the target, and what the target gets."""
-
-    target: Resolved
-    temp: str
-    fd: int
-    mode: int
-    owner: tuple[int, int] | None  # the replaced file's uid/gid, to keep when we may
-    chunks: dict[int, int] = field(default_factory=dict)  # offset -> length, as received
-    busy: int = 0  # chunk writes in flight (a commit waits for them)
-    last_used: float = field(default_factory=time.monotonic)
-    idle: asyncio.Event = field(default_factory=asyncio.Event)
-
-    @property
-    def received(self) -> int:
-        end = total = 0
-        for offset, length in sorted(self.chunks.items()):
-            total += max(0, offset + length - max(offset, end))
-            end = max(end, offset + length)
-        return total
-
-    def missing(self, size: int) -> int | None:
-        """The first byte below ``size`` no chunk covered, or None when all arrived."""
-        end = 0
-        for offset, length in sorted(self.chunks.items()):
-            if offset > end:
-                return end
-            end = max(end, offset + length)
-        return None if end >= size else end
-
-    def discard(self) -> None:
-        """Close and remove the temporary file (the target is untouched)."""
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        with contextlib.suppress(OSError):
-            os.unlink(self.temp, dir_fd=self.target.dir_fd)
-        self.target.close()
-
-
-def _begin_write(path: str, root: str | None, mode: int | None, parents: bool, umask: int, token: str) -> _Write:
-    """Resolve the target and create its temporary file (blocking)."""
-    target = resolve(path, root, make_parents=parents)
-    try:
-        if target.name == ".":
-            raise RemoteIsADirectoryError(f"Is a directory: {path}", path=path, data={"errno": "EISDIR"})
-        owner = None
-        try:
-            st = os.stat(target.name, dir_fd=target.dir_fd, follow_symlinks=False)
-        except FileNotFoundError:
-            final_mode = 0o666 & ~umask if mode is None else mode
-        else:
-            if stat.S_ISDIR(st.st_mode):
-                raise RemoteIsADirectoryError(f"Is a directory: {path}", path=path, data={"errno": "EISDIR"})
-            final_mode = stat.S_IMODE(st.st_mode) if mode is None else mode
-            if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
-                owner = (st.st_uid, st.st_gid)
-        temp = f".{target.name[:200]}.{token}.rxtmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(temp, flags, 0o600, dir_fd=target.dir_fd)
-    except OSError as exc:
-        target.close()
-        raise os_error(exc, path) from None
-    except BaseException:
-        target.close()
-        raise
-    return _Write(target, temp, fd, final_mode, owner)
-
-
-def _finish_write(w: _Write, path: str, size: int, mtime_ns: int | None, fsync: bool) -> FileInfo:
-    """Give the temporary file its size, mode, owner and mtime, rename it over the target (blocking)."""
-    try:
-        st = os.fstat(w.fd)
-        if st.st_size != size:
-            raise FileError(
-                f"write of {path}: {st.st_size} bytes written, {size} announced", path=path, data={"size": st.st_size}
-            )
-        if w.owner is not None:
-            with contextlib.suppress(OSError):  # only root may give a file away; others keep theirs
-                os.fchown(w.fd, *w.owner)
-        os.fchmod(w.fd, w.mode)  # after chown, which clears set-id bits
-        if mtime_ns is not None:
-            os.utime(w.fd, ns=(time.time_ns(), mtime_ns))
-        if fsync:
-            os.fsync(w.fd)
-        os.close(w.fd)
-        w.fd = -1
-        os.rename(w.temp, w.target.name, src_dir_fd=w.target.dir_fd, dst_dir_fd=w.target.dir_fd)
-        return _stat_at(w.target)
-    except OSError as exc:
-        raise os_error(exc, path) from None
-    finally:
-        w.discard()  # after the rename there is no temporary file left: this only closes
-
-
 class FileController:
     """Owns the write sessions of one agent and serves every ``file_*`` method."""
 
     def __init__(self, limits: FileLimits | None = None) -> None:
         self.limits = limits or FileLimits()
-        self.umask = _umask()
-        self._writes: dict[str, _Write] = {}
+        self.umask = umask()
+        self._writes: dict[str, Write] = {}
         self._paths: dict[str, str] = {}  # session id -> the path the client named (for messages)
         self._committed: OrderedDict[str, FileInfo] = OrderedDict()
         self._reaper: asyncio.Task[None] | None = None
@@ -242,7 +97,7 @@ class FileController:
         def run() -> FileInfo:
             with resolve(p.path, p.root, follow=p.follow) as r:
                 try:
-                    return _stat_at(r)
+                    return stat_at(r)
                 except OSError as exc:
                     raise os_error(exc, p.path) from None
 
@@ -300,7 +155,7 @@ class FileController:
                 except OSError as exc:
                     raise os_error(exc, p.path) from None
                 try:
-                    entries, truncated = _walk(fd, r.path, p.recursive, p.max_entries)
+                    entries, truncated = walk(fd, r.path, p.recursive, p.max_entries)
                 except OSError as exc:
                     raise os_error(exc, p.path) from None
                 finally:
@@ -362,7 +217,7 @@ class FileController:
                                     os.close(fd)
                     elif not p.exist_ok:
                         raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST))
-                    return _stat_at(r, follow=True)
+                    return stat_at(r, follow=True)
                 except OSError as exc:
                     raise os_error(exc, p.path) from None
 
@@ -372,22 +227,22 @@ class FileController:
         data = payload if payload is not None else memoryview(b"")
 
         def run() -> FileInfo:
-            w = _begin_write(p.path, p.root, p.mode, p.parents, self.umask, secrets.token_hex(6))
+            w = begin_write(p.path, p.root, p.mode, p.parents, self.umask, secrets.token_hex(6))
             try:
-                _pwrite_all(w.fd, data, 0)
+                pwrite_all(w.fd, data, 0)
             except OSError as exc:
                 w.discard()
                 raise os_error(exc, p.path) from None
             except BaseException:
                 w.discard()
                 raise
-            return _finish_write(w, p.path, len(data), p.mtime_ns, False)
+            return finish_write(w, p.path, len(data), p.mtime_ns, False)
 
         return await asyncio.to_thread(run)
 
     # -- write sessions ---------------------------------------------------------------------
 
-    def _session(self, session_id: str) -> _Write:
+    def _session(self, session_id: str) -> Write:
         w = self._writes.get(session_id)
         if w is None:
             why = "it was committed" if session_id in self._committed else "never opened, aborted or expired idle"
@@ -404,7 +259,7 @@ class FileController:
         if len(self._writes) >= self.limits.max_sessions:
             raise ServerBusyError(f"{len(self._writes)} write sessions are open, the limit of this agent")
         w = await asyncio.to_thread(
-            _begin_write, p.path, p.root, p.mode, p.parents, self.umask, p.session_id[:16] + secrets.token_hex(3)
+            begin_write, p.path, p.root, p.mode, p.parents, self.umask, p.session_id[:16] + secrets.token_hex(3)
         )
         if p.session_id in self._writes:  # a concurrent retry won the race: keep its file
             await asyncio.to_thread(w.discard)
@@ -425,7 +280,7 @@ class FileController:
             w.busy += 1
             w.idle.clear()
             try:
-                await asyncio.to_thread(_pwrite_all, w.fd, data, p.offset)
+                await asyncio.to_thread(pwrite_all, w.fd, data, p.offset)
             except OSError as exc:
                 raise os_error(exc, self._paths.get(p.session_id, "?")) from None
             finally:
@@ -453,7 +308,7 @@ class FileController:
             )
         del self._writes[p.session_id]
         del self._paths[p.session_id]
-        info = await asyncio.to_thread(_finish_write, w, path, p.size, p.mtime_ns, p.fsync)
+        info = await asyncio.to_thread(finish_write, w, path, p.size, p.mtime_ns, p.fsync)
         self._committed[p.session_id] = info
         while len(self._committed) > self.limits.remember_commits:
             self._committed.popitem(last=False)
@@ -489,69 +344,3 @@ class FileController:
                 await self._reaper
         for sid in list(self._writes):
             await self.write_abort(FileSessionParams(session_id=sid))
-
-
-class _Full(Exception):
-    """The listing reached its entry limit."""
-
-
-def _scan(dfd: int, prefix: str, path: str, out: list[FileInfo], limit: int) -> list[str]:
-    """Append the entries of the directory open as ``dfd`` to ``out``; return its subdirectories."""
-    with os.scandir(dfd) as it:
-        entries = sorted(it, key=lambda e: e.name)
-    subdirs = []
-    base = path.rstrip("/")
-    for e in entries:
-        try:
-            st = e.stat(follow_symlinks=False)
-            target = os.readlink(e.name, dir_fd=dfd) if stat.S_ISLNK(st.st_mode) else None
-        except FileNotFoundError:
-            continue  # removed while we listed
-        if len(out) >= limit:
-            raise _Full
-        name = prefix + e.name
-        out.append(_info(f"{base}/{name}", name, st, target))
-        if stat.S_ISDIR(st.st_mode):
-            subdirs.append(e.name)
-    return subdirs
-
-
-def _walk(fd: int, path: str, recursive: bool, limit: int) -> tuple[list[FileInfo], bool]:
-    """Entries of the directory open as ``fd``, then (``recursive``) of each subdirectory in turn,
-    depth first; symlinks are listed, never followed. Only the directories on the current branch
-    are held open, each opened relative to its parent with ``O_NOFOLLOW``."""
-    out: list[FileInfo] = []
-    try:
-        first = _scan(fd, "", path, out, limit)
-        if not recursive:
-            return out, False
-        stack: list[tuple[int, str, Iterator[str]]] = [(fd, "", iter(first))]
-        try:
-            while stack:
-                dfd, prefix, names = stack[-1]
-                name = next(names, None)
-                if name is None:
-                    stack.pop()
-                    if dfd != fd:
-                        os.close(dfd)
-                    continue
-                try:
-                    sub = os.open(name, _LIST, dir_fd=dfd)
-                except OSError:
-                    continue  # unreadable or gone: listed, not descended into
-                try:
-                    subs = _scan(sub, f"{prefix}{name}/", path, out, limit)
-                except OSError:
-                    os.close(sub)
-                    continue
-                except BaseException:
-                    os.close(sub)
-                    raise
-                stack.append((sub, f"{prefix}{name}/", iter(subs)))
-        finally:
-            for dfd, _, _ in stack:
-                if dfd != fd:
-                    os.close(dfd)
-    except _Full:
-        return out, True
-    return out, False

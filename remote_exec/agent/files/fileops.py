@@ -1,0 +1,230 @@
+"""The file operations' building blocks, run in worker threads: stat records, atomic write
+sessions (a temporary file beside the target, renamed over it) and race-safe directory walks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import stat
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from ...errors import FileError, RemoteIsADirectoryError
+from ...protocol import FileInfo, FileType
+from .paths import Resolved, os_error, resolve
+
+__all__ = ["Write", "begin_write", "finish_write", "info", "pwrite_all", "stat_at", "umask", "walk"]
+
+_LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def umask() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no /proc: read it the only other way, and put it back
+    os.umask(mask)
+    return mask
+
+
+def file_type(mode: int) -> FileType:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    return "other"
+
+
+def info(path: str, name: str, st: os.stat_result, target: str | None = None) -> FileInfo:
+    return FileInfo(
+        path=path,
+        name=name,
+        type=file_type(st.st_mode),
+        size=st.st_size,
+        mode=stat.S_IMODE(st.st_mode),
+        mtime_ns=st.st_mtime_ns,
+        target=target,
+    )
+
+
+def stat_at(r: Resolved, follow: bool = False) -> FileInfo:
+    st = os.stat(r.name, dir_fd=r.dir_fd, follow_symlinks=follow)
+    target = os.readlink(r.name, dir_fd=r.dir_fd) if stat.S_ISLNK(st.st_mode) else None
+    return info(r.path, os.path.basename(r.path) or "/", st, target)
+
+
+def pwrite_all(fd: int, data: memoryview | bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+
+
+@dataclass
+class Write:
+    """An open atomic write: the temporary file beside the target, and what the target gets."""
+
+    target: Resolved
+    temp: str
+    fd: int
+    mode: int
+    owner: tuple[int, int] | None  # the replaced file's uid/gid, to keep when we may
+    chunks: dict[int, int] = field(default_factory=dict)  # offset -> length, as received
+    busy: int = 0  # chunk writes in flight (a commit waits for them)
+    last_used: float = field(default_factory=time.monotonic)
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def received(self) -> int:
+        end = total = 0
+        for offset, length in sorted(self.chunks.items()):
+            total += max(0, offset + length - max(offset, end))
+            end = max(end, offset + length)
+        return total
+
+    def missing(self, size: int) -> int | None:
+        """The first byte below ``size`` no chunk covered, or None when all arrived."""
+        end = 0
+        for offset, length in sorted(self.chunks.items()):
+            if offset > end:
+                return end
+            end = max(end, offset + length)
+        return None if end >= size else end
+
+    def discard(self) -> None:
+        """Close and remove the temporary file (the target is untouched)."""
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        with contextlib.suppress(OSError):
+            os.unlink(self.temp, dir_fd=self.target.dir_fd)
+        self.target.close()
+
+
+def begin_write(path: str, root: str | None, mode: int | None, parents: bool, umask: int, token: str) -> Write:
+    """Resolve the target and create its temporary file (blocking)."""
+    target = resolve(path, root, make_parents=parents)
+    try:
+        if target.name == ".":
+            raise RemoteIsADirectoryError(f"Is a directory: {path}", path=path, data={"errno": "EISDIR"})
+        owner = None
+        try:
+            st = os.stat(target.name, dir_fd=target.dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            final_mode = 0o666 & ~umask if mode is None else mode
+        else:
+            if stat.S_ISDIR(st.st_mode):
+                raise RemoteIsADirectoryError(f"Is a directory: {path}", path=path, data={"errno": "EISDIR"})
+            final_mode = stat.S_IMODE(st.st_mode) if mode is None else mode
+            if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
+                owner = (st.st_uid, st.st_gid)
+        temp = f".{target.name[:200]}.{token}.rxtmp"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temp, flags, 0o600, dir_fd=target.dir_fd)
+    except OSError as exc:
+        target.close()
+        raise os_error(exc, path) from None
+    except BaseException:
+        target.close()
+        raise
+    return Write(target, temp, fd, final_mode, owner)
+
+
+def finish_write(w: Write, path: str, size: int, mtime_ns: int | None, fsync: bool) -> FileInfo:
+    """Give the temporary file its size, mode, owner and mtime, rename it over the target (blocking)."""
+    try:
+        st = os.fstat(w.fd)
+        if st.st_size != size:
+            raise FileError(
+                f"write of {path}: {st.st_size} bytes written, {size} announced", path=path, data={"size": st.st_size}
+            )
+        if w.owner is not None:
+            with contextlib.suppress(OSError):  # only root may give a file away; others keep theirs
+                os.fchown(w.fd, *w.owner)
+        os.fchmod(w.fd, w.mode)  # after chown, which clears set-id bits
+        if mtime_ns is not None:
+            os.utime(w.fd, ns=(time.time_ns(), mtime_ns))
+        if fsync:
+            os.fsync(w.fd)
+        os.close(w.fd)
+        w.fd = -1
+        os.rename(w.temp, w.target.name, src_dir_fd=w.target.dir_fd, dst_dir_fd=w.target.dir_fd)
+        return stat_at(w.target)
+    except OSError as exc:
+        raise os_error(exc, path) from None
+    finally:
+        w.discard()  # after the rename there is no temporary file left: this only closes
+
+
+class _Full(Exception):
+    """The listing reached its entry limit."""
+
+
+def _scan(dfd: int, prefix: str, path: str, out: list[FileInfo], limit: int) -> list[str]:
+    """Append the entries of the directory open as ``dfd`` to ``out``; return its subdirectories."""
+    with os.scandir(dfd) as it:
+        entries = sorted(it, key=lambda e: e.name)
+    subdirs = []
+    base = path.rstrip("/")
+    for e in entries:
+        try:
+            st = e.stat(follow_symlinks=False)
+            target = os.readlink(e.name, dir_fd=dfd) if stat.S_ISLNK(st.st_mode) else None
+        except FileNotFoundError:
+            continue  # removed while we listed
+        if len(out) >= limit:
+            raise _Full
+        name = prefix + e.name
+        out.append(info(f"{base}/{name}", name, st, target))
+        if stat.S_ISDIR(st.st_mode):
+            subdirs.append(e.name)
+    return subdirs
+
+
+def walk(fd: int, path: str, recursive: bool, limit: int) -> tuple[list[FileInfo], bool]:
+    """Entries of the directory open as ``fd``, then (``recursive``) of each subdirectory in turn,
+    depth first; symlinks are listed, never followed. Only the directories on the current branch
+    are held open, each opened relative to its parent with ``O_NOFOLLOW``."""
+    out: list[FileInfo] = []
+    try:
+        first = _scan(fd, "", path, out, limit)
+        if not recursive:
+            return out, False
+        stack: list[tuple[int, str, Iterator[str]]] = [(fd, "", iter(first))]
+        try:
+            while stack:
+                dfd, prefix, names = stack[-1]
+                name = next(names, None)
+                if name is None:
+                    stack.pop()
+                    if dfd != fd:
+                        os.close(dfd)
+                    continue
+                try:
+                    sub = os.open(name, _LIST, dir_fd=dfd)
+                except OSError:
+                    continue  # unreadable or gone: listed, not descended into
+                try:
+                    subs = _scan(sub, f"{prefix}{name}/", path, out, limit)
+                except OSError:
+                    os.close(sub)
+                    continue
+                except BaseException:
+                    os.close(sub)
+                    raise
+                stack.append((sub, f"{prefix}{name}/", iter(subs)))
+        finally:
+            for dfd, _, _ in stack:
+                if dfd != fd:
+                    os.close(dfd)
+    except _Full:
+        return out, True
+    return out, False
