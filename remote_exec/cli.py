@@ -96,6 +96,8 @@ def _env(pairs: list[str]) -> dict[str, str] | None:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    if args.cmd == "run" and not [a for a in args.command if a != "--"][:1]:  # before connecting anywhere
+        raise SystemExit("remote-exec run: no command (use: remote-exec run -- CMD ARGS...)")
     async with open_sandbox(args.sandbox) as sb:
         return await _dispatch(sb, args)
 

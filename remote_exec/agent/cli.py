@@ -21,6 +21,7 @@ from pathlib import Path
 from ..protocol import default_agent_dir
 from .relay import relay_call, relay_stdio
 from .statedir import ensure_server
+from .stream import STREAM_SOCKET
 
 __all__ = ["main"]
 
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return asyncio.run(relay_call(sock, sys.stdin.buffer.read()))
     if args.cmd == "ensure":
         return asyncio.run(relay_call(sock, b'{"jsonrpc":"2.0","id":0,"method":"server_info","params":{}}'))
-    return asyncio.run(relay_stdio(sock))
+    return relay_stdio(state_dir / STREAM_SOCKET)
 
 
 if __name__ == "__main__":  # pragma: no cover

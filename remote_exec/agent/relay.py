@@ -1,25 +1,30 @@
-"""Relays from the agent CLI to the server's Unix socket: one-shot (``call``) and persistent (``stdio``)."""
+"""Relays from the agent CLI to the server: one-shot ``call`` (over HTTP) and persistent ``stdio``.
+
+``stdio`` is a plain byte pipe to the server's frame stream (:mod:`.stream`).
+"""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import io
 import json
 import os
+import socket
 import sys
+import threading
 from pathlib import Path
 
 import aiohttp
 
 from ..errors import AgentUnavailableError, RemoteExecError
 from ..protocol import frames
-from .server import MAX_REQUEST
+from .stream import SOCKET_BUFFER
 
 __all__ = ["relay_call", "relay_stdio"]
 
 _URL = "http://agent/rpc"
+_CHUNK = 1 << 20
 
 
 def _session(sock: Path) -> aiohttp.ClientSession:
@@ -56,88 +61,45 @@ async def relay_call(sock: Path, body: bytes) -> int:
     return 0
 
 
-class _Out:
-    """Writes whole lines to stdout, in completion order, with flow control."""
+def relay_stdio(stream_sock: Path) -> int:
+    """Copy bytes between stdin/stdout and the server's frame stream, both ways at once.
 
-    def __init__(self, writer: asyncio.StreamWriter | None) -> None:
-        self._writer = writer
-        self._lock = asyncio.Lock()
-
-    async def line(self, data: bytes) -> None:
-        async with self._lock:
-            if self._writer is not None:
-                self._writer.write(data)  # two writes, not a concatenation: no copy of a big payload
-                self._writer.write(b"\n")
-                await self._writer.drain()
-            else:
-                await asyncio.to_thread(_write_all, data + b"\n")
-
-
-def _write_all(data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(1, view) :]
-
-
-async def _stdio_streams() -> tuple[asyncio.StreamReader, _Out]:
-    loop = asyncio.get_running_loop()
-    for fd in (0, 1):  # 1 MiB pipes: a big request or response crosses in few wakeups
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
-    reader = asyncio.StreamReader(limit=MAX_REQUEST)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(0, "rb", 0, closefd=False))
-    try:
-        transport, protocol = await loop.connect_write_pipe(
-            asyncio.streams.FlowControlMixin, os.fdopen(1, "wb", 0, closefd=False)
-        )
-        writer: asyncio.StreamWriter | None = asyncio.StreamWriter(transport, protocol, None, loop)
-    except ValueError:  # stdout is a regular file: plain blocking writes, off the loop
-        writer = None
-    return reader, _Out(writer)
-
-
-async def relay_stdio(sock: Path) -> int:
-    """Relay request lines from stdin to the server and response lines back, concurrently.
-
-    Ends with status 0 at EOF on stdin (after answering what is in flight), or 3 once the server
-    is gone (every request then gets an ``AgentUnavailableError`` answer, so the host never
-    hangs: it reconnects, which starts a new server, and learns there what became of its jobs).
+    The relay does not parse anything: the server reads the frames (see :mod:`.stream`), so a
+    byte costs the relay one read and one write. Ends with status 0 at EOF on stdin (once the
+    server has answered what was in flight and closed its side), or 3 when the server is gone
+    first: the host then sees the channel close, reconnects (which starts a new server) and
+    learns there what became of its jobs.
     """
-    reader, out = await _stdio_streams()
-    gone = asyncio.Event()
-    tasks: set[asyncio.Task[None]] = set()
+    with contextlib.suppress(OSError):  # 1 MiB pipes: a big frame crosses in few wakeups
+        fcntl.fcntl(1, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with contextlib.suppress(OSError):  # big uploads cross in few sends (see stream.SOCKET_BUFFER)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+    try:
+        conn.connect(os.fspath(stream_sock))
+    except OSError as exc:
+        print(f"remote-exec-agent: cannot reach the agent server: {exc}", file=sys.stderr)
+        return 3
+    stdin_done = threading.Event()
 
-    async def one(session: aiohttp.ClientSession, line: bytes) -> None:
+    def upstream() -> None:
         try:
-            async with session.post(_URL, data=line if len(line) < 1 << 20 else io.BytesIO(line)) as resp:
-                answer = await resp.read()
-        except aiohttp.ClientError as exc:
-            gone.set()
-            answer = _error_line(line, AgentUnavailableError(f"agent server connection failed: {exc}"))
-        if answer:
-            await out.line(answer)
+            while data := os.read(0, _CHUNK):
+                conn.sendall(data)
+            stdin_done.set()  # EOF from the host: the server answers what is in flight, then closes
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:  # the server is gone: the loop below sees it too and ends the relay
+            pass
 
-    async with _session(sock) as session:
-        while not gone.is_set():
-            try:
-                line = await frames.read_frame(reader, MAX_REQUEST)
-            except frames.FrameError as exc:  # out of step with the host: answer, then end the channel
-                await out.line(_error_line(b"", RemoteExecError(f"bad request frame: {exc}")))
-                break
-            except asyncio.IncompleteReadError:
-                break
-            except ValueError:  # longer than MAX_REQUEST: answer it, then skip to the next line
-                await out.line(_error_line(b"", RemoteExecError(f"request line over {MAX_REQUEST} bytes")))
-                continue
-            if line is None:
-                break
-            if not line.startswith(frames.MARK):
-                line = line.strip()
-            if not line:
-                continue
-            task = asyncio.create_task(one(session, line))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        if tasks:
-            await asyncio.gather(*tasks)
-    return 3 if gone.is_set() else 0
+    # A daemon thread: when the server goes first, the process exits without waiting for stdin.
+    threading.Thread(target=upstream, name="relay-up", daemon=True).start()
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
+    try:
+        while n := conn.recv_into(buf):
+            out = view[:n]
+            while out:
+                out = out[os.write(1, out) :]
+    except OSError:  # the server reset the connection, or the host closed our stdout
+        pass
+    return 0 if stdin_done.is_set() else 3

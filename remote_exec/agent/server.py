@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import resource
@@ -27,6 +28,7 @@ from .rpc import Dispatcher
 from .shell.controller import ShellController, ShellLimits
 from .shell.methods import shell_methods
 from .statedir import secure_dir
+from .stream import STREAM_SOCKET, serve_frames
 
 __all__ = ["ServerConfig", "build_app", "serve"]
 
@@ -88,13 +90,16 @@ def build_app(config: ServerConfig) -> web.Application:
     dispatcher.register({Method.SERVER_INFO: server_info})
     activity = _Activity()
 
-    async def rpc(request: web.Request) -> web.Response:
+    async def handle(body: bytes) -> bytes | None:
         activity.in_flight += 1
         try:
-            answer = await dispatcher.handle(await request.read())
+            return await dispatcher.handle(body)
         finally:
             activity.in_flight -= 1
             activity.last = time.monotonic()
+
+    async def rpc(request: web.Request) -> web.Response:
+        answer = await handle(await request.read())
         if answer is None:
             return web.Response(status=204)
         framed = answer.startswith(frames.MARK)  # a result with a binary payload
@@ -114,6 +119,7 @@ def build_app(config: ServerConfig) -> web.Application:
     app["ports"] = ports
     app["files"] = files
     app["activity"] = activity
+    app["handle"] = handle
     app["instance_id"] = instance_id
     return app
 
@@ -136,20 +142,30 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
         watcher.attach_loop(asyncio.get_running_loop())
     state_dir = secure_dir(config.state_dir)
     sock = state_dir / "agent.sock"
+    stream_sock = state_dir / STREAM_SOCKET
     app = build_app(config)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
-    if sock.exists():
-        sock.unlink()  # stale: ensure_server holds the lock and found nobody accepting on it
-    old_umask = os.umask(0o177)  # the socket is born 0600: no window where others can connect
+    for stale in (sock, stream_sock):  # ensure_server holds the lock and found nobody accepting
+        if stale.exists():
+            stale.unlink()
+    old_umask = os.umask(0o177)  # the sockets are born 0600: no window where others can connect
     try:
-        # A deep backlog: a burst of connections (1000 clients starting jobs at once) must queue,
-        # not fail with EAGAIN, which asyncio does not retry for Unix sockets.
+        # The frame stream first: the HTTP socket is what clients wait for, so once it accepts
+        # both do. A deep backlog: a burst of connections (1000 clients starting jobs at once)
+        # must queue, not fail with EAGAIN, which asyncio does not retry for Unix sockets.
+        streams = await asyncio.start_unix_server(
+            lambda r, w: serve_frames(r, w, app["handle"], MAX_REQUEST),
+            os.fspath(stream_sock),
+            limit=MAX_REQUEST,
+            backlog=4096,
+        )
         site = web.UnixSite(runner, os.fspath(sock), backlog=4096)
         await site.start()
     finally:
         os.umask(old_umask)
     os.chmod(sock, 0o600)
+    os.chmod(stream_sock, 0o600)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -163,11 +179,10 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
         await stop.wait()
     finally:
         idle.cancel()
-        try:
-            if sock.exists():
-                sock.unlink()
-        except OSError:
-            pass
+        streams.close()
+        for path in (sock, stream_sock):
+            with contextlib.suppress(OSError):
+                path.unlink()
         await runner.cleanup()
 
 

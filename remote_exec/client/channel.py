@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import os
 import re
+import socket
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
-import aiohttp
-
-from ..errors import ProtocolError, TransportError
+from ..errors import AgentUnavailableError, TransportError
 from ..protocol import frames
 
 __all__ = [
@@ -102,51 +100,6 @@ class Channel(ABC):
 
     async def aclose(self) -> None:
         """Release the transport. Requests in flight fail with :class:`ChannelBroken`."""
-
-
-class SocketChannel(Channel):
-    """HTTP over the agent's Unix socket; ``on_unavailable`` (re)starts the agent."""
-
-    def __init__(self, path: Path, on_unavailable: Callable[[], Awaitable[None]]) -> None:
-        self._path = path
-        self._on_unavailable = on_unavailable
-        self._session: aiohttp.ClientSession | None = None
-
-    def _get_session(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.UnixConnector(path=os.fspath(self._path), limit=0),
-                timeout=aiohttp.ClientTimeout(total=None),
-                headers={"Content-Type": "application/json"},
-                skip_auto_headers=("User-Agent", "Accept-Encoding"),
-            )
-        return self._session
-
-    async def request(self, body: bytes, request_id: int, timeout: float) -> bytes:
-        try:
-            async with asyncio.timeout(timeout):
-                async with self._get_session().post(
-                    "http://agent/rpc", data=body if len(body) < 1 << 20 else io.BytesIO(body)
-                ) as resp:
-                    if resp.content_length is not None and resp.content_length > MAX_RESPONSE:
-                        raise ProtocolError(f"response of {resp.content_length} bytes is over the limit")
-                    return (
-                        await resp.content.readexactly(resp.content_length)
-                        if resp.content_length
-                        else await resp.read()
-                    )
-        except (aiohttp.ClientConnectionError, asyncio.IncompleteReadError, ConnectionError) as exc:
-            raise ChannelBroken(f"agent socket {self._path}: {exc or type(exc).__name__}") from exc
-
-    async def reconnect(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-        await self._on_unavailable()
-
-    async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
 
 
 class StdioChannel(Channel):
@@ -226,7 +179,7 @@ class StdioChannel(Channel):
                 except ValueError:
                     why = f"the sandbox sent a line over {MAX_RESPONSE} bytes"
                     break
-                except asyncio.IncompleteReadError:
+                except (asyncio.IncompleteReadError, ConnectionError):  # a reset socket: the stream ended
                     break
                 if frame is None:
                     break
@@ -286,3 +239,105 @@ class CallChannel(Channel):
         if not out.strip():
             raise ChannelBroken(f"agent call exited {code} without a response")
         return out.strip()
+
+
+class _StreamEnd:
+    """The writing half of a socket as a :class:`PipeWriter`: ``close()`` half-closes it.
+
+    So a channel closing the way it closes a relay's stdin lets the server answer what is in
+    flight before it closes its own half.
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+
+    def write(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    async def drain(self) -> None:
+        await self.writer.drain()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, RuntimeError):
+            if self.writer.can_write_eof() and not self.writer.is_closing():
+                self.writer.write_eof()
+
+
+class _SocketReader:
+    """The reading half of a socket as a :class:`PipeReader` that notes when the server is done."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self._reader = reader
+        self.done = asyncio.Event()
+
+    async def readline(self) -> bytes:
+        line = await self._reader.readline()
+        if not line:
+            self.done.set()
+        return line
+
+    async def readexactly(self, n: int) -> bytes:
+        try:
+            return await self._reader.readexactly(n)
+        except asyncio.IncompleteReadError:
+            self.done.set()
+            raise
+
+    async def read(self, n: int = -1) -> bytes:
+        data = await self._reader.read(n)
+        if not data:
+            self.done.set()
+        return data
+
+
+class _SocketPipe:
+    """A connection to the agent's frame stream, shaped like a relay process (:class:`PipeProcess`)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.stdin = _StreamEnd(writer)
+        self.stdout = _SocketReader(reader)
+        self._writer = writer
+
+    def kill(self) -> None:
+        self._writer.transport.abort()
+        self.stdout.done.set()
+
+    async def wait(self) -> int:
+        """Until the server has closed its half (a relay process's exit, for a socket)."""
+        await self.stdout.done.wait()
+        self._writer.close()
+        return 0
+
+
+class SocketChannel(StdioChannel):
+    """The agent's frame stream socket, straight from the host (``local://``): no relay process.
+
+    The same multiplexed frames as :class:`StdioChannel`, over one Unix-socket connection;
+    ``on_unavailable`` (re)starts the agent when the socket does not answer.
+    """
+
+    def __init__(self, path: Path, on_unavailable: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(self._connect)
+        self._path = path
+        self._on_unavailable = on_unavailable
+
+    async def _connect(self) -> PipeProcess:
+        try:
+            reader, writer = await asyncio.open_unix_connection(os.fspath(self._path), limit=MAX_RESPONSE)
+        except OSError:
+            await self._on_unavailable()
+            try:
+                reader, writer = await asyncio.open_unix_connection(os.fspath(self._path), limit=MAX_RESPONSE)
+            except OSError as exc:
+                if not self._path.exists() and (self._path.parent / "agent.sock").exists():
+                    # Its HTTP socket answers, but it has no frame stream: an agent from an
+                    # older remote_exec still serves this directory. Retrying cannot help.
+                    raise AgentUnavailableError(
+                        f"the agent serving {self._path.parent} is an older version without a frame stream; "
+                        "stop it (`remote-exec-agent` exits after its idle timeout, or kill its pid) and retry"
+                    ) from exc
+                raise ChannelBroken(f"agent stream {self._path}: {exc}") from exc
+        sock = writer.get_extra_info("socket")
+        with contextlib.suppress(OSError, AttributeError):  # big uploads cross in few sends
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        return _SocketPipe(reader, writer)

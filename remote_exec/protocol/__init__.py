@@ -93,6 +93,7 @@ __all__ = [
     "MAX_WAIT",
     "METHODS",
     "PROTOCOL_VERSION",
+    "STREAM_SOCKET",
     "TERMINAL_STATES",
     "Empty",
     "Encoding",
@@ -229,6 +230,10 @@ METHODS: dict[str, MethodSpec] = {
     Method.PORT_LIST: MethodSpec(params=Empty, result=PortListResult),
 }
 """Every method the agent serves, with its params and result models."""
+
+
+STREAM_SOCKET = "agent.stream"
+"""The agent's frame-stream socket (``stdio``-style frames, no HTTP), beside ``agent.sock``."""
 
 
 def default_agent_dir() -> Path:

@@ -21,7 +21,7 @@ from urllib.parse import parse_qs, urlsplit
 from ..client.channel import MAX_RESPONSE, CallChannel, Channel, SocketChannel, StdioChannel
 from ..client.sandbox import SandboxTransport
 from ..errors import AgentUnavailableError, SandboxError
-from ..protocol import default_agent_dir
+from ..protocol import STREAM_SOCKET, default_agent_dir
 
 __all__ = ["LocalTransport"]
 
@@ -121,4 +121,4 @@ class LocalTransport(SandboxTransport):
             return StdioChannel(lambda: self._spawn("stdio"))
         if self.channel_kind == "call":
             return CallChannel(lambda: self._spawn("call"))
-        return SocketChannel(self.socket_path, self.ensure_agent)
+        return SocketChannel(self.state_dir / STREAM_SOCKET, self.ensure_agent)

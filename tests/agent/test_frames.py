@@ -171,3 +171,42 @@ def test_batches_carry_no_payloads(agent_sock: Path) -> None:
     answers = {a["id"]: a for a in json.loads(raw)}
     assert status == 200 and "result" in answers[1]
     assert answers[2]["error"]["code"] == -32600 and "cannot be batched" in answers[2]["error"]["message"]
+
+
+def test_frame_stream_socket_answers_out_of_order_and_closes_after_eof(agent_sock: Path) -> None:
+    """The frame stream: many requests in flight, answers by completion, EOF ends it cleanly."""
+    import socket
+
+    job_id = rpc(agent_sock, "exec_remote_start", {"command": ["sh", "-c", "sleep 0.3; echo late"]})["result"]["job_id"]
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(str(agent_sock.parent / "agent.stream"))
+    long_poll = {"job_id": job_id, "wait": 10, "binary": True}
+    conn.sendall(_request("exec_remote_poll", long_poll, id_=1) + b"\n" + _request("server_info", {}, id_=2) + b"\n")
+    conn.sendall(b"\n")  # blank lines are skipped
+    conn.shutdown(socket.SHUT_WR)  # EOF: answers still due must come before the server closes
+    data = b""
+    while chunk := conn.recv(65536):
+        data += chunk
+    conn.close()
+
+    async def parse() -> list[bytes | None]:
+        return await _frames(data)
+
+    got = [f for f in asyncio.run(parse()) if f]
+    ids = [json.loads(frames.split(f)[0])["id"] for f in got]
+    assert ids == [2, 1]  # server_info did not wait behind the long poll
+    assert bytes(frames.split(got[1])[1] or b"") == b"late\n"
+
+
+def test_frame_stream_bad_header_ends_the_connection_with_an_answer(agent_sock: Path) -> None:
+    import socket
+
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(str(agent_sock.parent / "agent.stream"))
+    with conn:
+        conn.sendall(b"\x00nope\n{}\n")
+        data = b""
+        while chunk := conn.recv(65536):
+            data += chunk
+    answer = json.loads(data)
+    assert answer["error"]["code"] == -32000 and "bad request frame" in answer["error"]["message"]

@@ -39,8 +39,9 @@ def test_state_dir_and_socket_modes_and_no_network(fresh_agent_dir: Path) -> Non
     with rx.connect(f"local://?dir={fresh_agent_dir}") as sb:
         pid = sb.info.pid
         assert stat.S_IMODE(os.stat(fresh_agent_dir).st_mode) == 0o700
-        sock = fresh_agent_dir / "agent.sock"
-        assert stat.S_ISSOCK(os.stat(sock).st_mode) and stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+        for name in ("agent.sock", "agent.stream"):  # HTTP, and the frame stream
+            sock = fresh_agent_dir / name
+            assert stat.S_ISSOCK(os.stat(sock).st_mode) and stat.S_IMODE(os.stat(sock).st_mode) == 0o600
         assert socket_inodes(pid)  # it has sockets (the Unix one)...
         assert not socket_inodes(pid) & listening_inodes()  # ...none of them TCP or UDP
 

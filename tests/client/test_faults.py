@@ -123,3 +123,16 @@ async def test_job_survives_client_and_is_reattached(agent_dir: Path) -> None:
         res = await again.wait()
     assert res.stdout == "one A\ntwo B\n"
     assert group_members(again.pid or 0) == []
+
+
+async def test_an_agent_without_a_frame_stream_is_named_not_retried(fresh_agent_dir: Path) -> None:
+    """An older agent (HTTP socket only) still serving the dir: a precise error at once, no hang."""
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}") as sb:
+        pid = sb.info.pid
+    (fresh_agent_dir / "agent.stream").unlink()  # the server lives on; new connections cannot reach it
+    try:
+        with anyio.fail_after(30), pytest.raises(rx.AgentUnavailableError, match="older version without a frame"):
+            async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}"):
+                pass
+    finally:
+        os.kill(pid, signal.SIGTERM)

@@ -1,0 +1,107 @@
+"""The agent's frame stream: JSON-RPC frames over one long-lived Unix-socket connection.
+
+HTTP costs a header parse, a request object and a response object per call, and the ``stdio``
+relay used to pay all of that again to re-post every line. On this socket a connection carries
+the same newline-delimited frames as the ``stdio`` channel (:mod:`remote_exec.protocol.frames`),
+many requests in flight at once, answers in completion order and matched by ``id``. So the
+relay only copies bytes between its pipes and the socket, and a local host can talk to it
+directly. The HTTP endpoint stays for one-shot ``call`` and for tools such as ``curl``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+from collections.abc import Awaitable, Callable
+
+from ..errors import RemoteExecError
+from ..protocol import STREAM_SOCKET, frames
+
+__all__ = ["STREAM_SOCKET", "serve_frames"]
+
+log = logging.getLogger("remote_exec.agent")
+_WRITE_CHUNK = 1 << 20
+
+
+SOCKET_BUFFER = 4 << 20
+"""Bytes a frame-stream socket may hold in flight: a whole 4 MiB poll answer in one send, not
+twenty ~200 KiB ones (Linux caps it at ``net.core.wmem_max``; the default is kept if refused)."""
+
+
+def widen_socket(writer: asyncio.StreamWriter) -> None:
+    """Ask for :data:`SOCKET_BUFFER` bytes of send buffer on a stream's socket."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+
+
+def _error_frame(exc: RemoteExecError) -> bytes:
+    err = {"code": exc.code, "message": exc.message}
+    return json.dumps({"jsonrpc": "2.0", "id": None, "error": err}, separators=(",", ":")).encode()
+
+
+async def serve_frames(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    handle: Callable[[bytes], Awaitable[bytes | None]],
+    max_request: int,
+) -> None:
+    """Answer the frames of one connection until its EOF, then close it.
+
+    Every request runs as its own task (a long poll does not hold up the calls behind it);
+    answers are written whole, one at a time. At EOF the answers still due are written
+    before the connection closes. A malformed frame header ends the connection (the stream
+    is out of step), after an error answer saying why.
+    """
+    lock = asyncio.Lock()
+    tasks: set[asyncio.Task[None]] = set()
+    widen_socket(writer)
+
+    async def send(answer: bytes) -> None:
+        async with lock:
+            # Payload and newline go separately: joining them would copy the payload again.
+            writer.write(answer)
+            writer.write(b"\n")
+            await writer.drain()
+
+    async def one(frame: bytes) -> None:
+        answer = await handle(frame)
+        if answer is not None:
+            with contextlib.suppress(ConnectionError):
+                await send(answer)
+
+    try:
+        while True:
+            try:
+                frame = await frames.read_frame(reader, max_request)
+            except frames.FrameError as exc:
+                await send(_error_frame(RemoteExecError(f"bad request frame: {exc}")))
+                break
+            except ValueError:  # a JSON line over the limit: answer it, go on with the next line
+                await send(_error_frame(RemoteExecError(f"request line over {max_request} bytes")))
+                continue
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            if frame is None:
+                break
+            if not frame.startswith(frames.MARK):
+                frame = frame.strip()
+                if not frame:
+                    continue
+            task = asyncio.create_task(one(frame))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+    except ConnectionError:
+        pass
+    finally:
+        for task in tasks:
+            task.cancel()
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
