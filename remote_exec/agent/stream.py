@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import socket
+from collections import deque
 from collections.abc import Awaitable, Callable
 
 from ..errors import RemoteExecError
@@ -44,6 +45,50 @@ def _error_frame(exc: RemoteExecError) -> bytes:
     return json.dumps({"jsonrpc": "2.0", "id": None, "error": err}, separators=(",", ":")).encode()
 
 
+class _Outbox:
+    """Writes whole answers to one connection, small ones ahead of queued big ones.
+
+    A hundred busy jobs can queue a hundred 4 MiB poll answers; in arrival order, a ``kill`` or a
+    ``server_info`` behind them would wait for all of them (a second or more). Small answers
+    overtake the queue, so one waits at most for the big answer already on its way.
+    """
+
+    SMALL = 64 * 1024
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._small: deque[tuple[bytes, asyncio.Future[None]]] = deque()
+        self._big: deque[tuple[bytes, asyncio.Future[None]]] = deque()
+        self._pumping = False
+
+    async def send(self, answer: bytes) -> None:
+        """Queue ``answer``; return once it is written (the first caller writes for all)."""
+        done = asyncio.get_running_loop().create_future()
+        (self._small if len(answer) <= self.SMALL else self._big).append((answer, done))
+        if not self._pumping:
+            self._pumping = True
+            try:
+                while self._small or self._big:
+                    data, waiter = (self._small or self._big).popleft()
+                    try:
+                        # Payload and newline go separately: joining them would copy the payload again.
+                        self._writer.write(data)
+                        self._writer.write(b"\n")
+                        await self._writer.drain()
+                    except BaseException as exc:  # the connection is gone: so is every answer queued
+                        for _, w in (*self._small, *self._big, (data, waiter)):
+                            if w is not done and not w.done():  # ours: the raise below tells us
+                                w.set_exception(ConnectionResetError(str(exc) or type(exc).__name__))
+                        self._small.clear()
+                        self._big.clear()
+                        raise
+                    if not waiter.done():
+                        waiter.set_result(None)
+            finally:
+                self._pumping = False
+        await done
+
+
 async def serve_frames(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
@@ -53,20 +98,13 @@ async def serve_frames(
     """Answer the frames of one connection until its EOF, then close it.
 
     Every request runs as its own task (a long poll does not hold up the calls behind it);
-    answers are written whole, one at a time. At EOF the answers still due are written
-    before the connection closes. A malformed frame header ends the connection (the stream
-    is out of step), after an error answer saying why.
+    answers are written whole, one at a time, small ones first (see :class:`_Outbox`). At EOF
+    the answers still due are written before the connection closes. A malformed frame header
+    ends the connection (the stream is out of step), after an error answer saying why.
     """
-    lock = asyncio.Lock()
     tasks: set[asyncio.Task[None]] = set()
     widen_socket(writer)
-
-    async def send(answer: bytes) -> None:
-        async with lock:
-            # Payload and newline go separately: joining them would copy the payload again.
-            writer.write(answer)
-            writer.write(b"\n")
-            await writer.drain()
+    send = _Outbox(writer).send
 
     async def one(frame: bytes) -> None:
         answer = await handle(frame)

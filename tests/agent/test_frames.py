@@ -210,3 +210,29 @@ def test_frame_stream_bad_header_ends_the_connection_with_an_answer(agent_sock: 
             data += chunk
     answer = json.loads(data)
     assert answer["error"]["code"] == -32000 and "bad request frame" in answer["error"]["message"]
+
+
+def test_small_answers_overtake_queued_big_ones() -> None:
+    """A ``kill`` answer must not wait behind a queue of 4 MiB poll answers (one at most)."""
+    import socket
+
+    from remote_exec.agent.stream import _Outbox
+
+    async def scenario() -> list[bytes]:
+        ours, theirs = socket.socketpair()
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 65536)  # the first big answer blocks
+        _, writer = await asyncio.open_connection(sock=ours)
+        outbox = _Outbox(writer)
+        big = [bytes([65 + i]) * (1 << 20) for i in range(3)]
+        sends = [asyncio.create_task(outbox.send(b)) for b in big]
+        await asyncio.sleep(0)  # all three queued, the first one on its way
+        sends.append(asyncio.create_task(outbox.send(b"small")))
+        reader, peer = await asyncio.open_connection(sock=theirs, limit=4 << 20)
+        lines = [(await reader.readline()).rstrip(b"\n") for _ in range(4)]
+        await asyncio.gather(*sends)
+        writer.close()
+        peer.close()
+        return lines
+
+    lines = asyncio.run(scenario())
+    assert [line[:5] for line in lines] == [b"A" * 5, b"small", b"B" * 5, b"C" * 5]
