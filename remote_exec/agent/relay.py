@@ -70,8 +70,9 @@ def relay_stdio(stream_sock: Path) -> int:
     first: the host then sees the channel close, reconnects (which starts a new server) and
     learns there what became of its jobs.
     """
-    with contextlib.suppress(OSError):  # 1 MiB pipes: a big frame crosses in few wakeups
-        fcntl.fcntl(1, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    for fd in (0, 1):  # 1 MiB pipes both ways: a big frame crosses in few wakeups
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with contextlib.suppress(OSError):  # big uploads cross in few sends (see stream.SOCKET_BUFFER)
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
