@@ -80,15 +80,20 @@ class Dispatcher:
         self._handlers.update(handlers)
 
     async def handle(self, body: bytes) -> bytes | None:
-        """Answer one request frame or a batch; ``None`` when nothing needs an answer."""
+        """Answer one request frame (an HTTP body) or a batch; ``None`` when nothing needs an answer."""
         try:
-            body, payload = frames.split(body)
+            frame = frames.split(body)
         except frames.FrameError as exc:
             return _error(None, ParseError(f"request frame: {exc}"))
+        return await self.handle_frame(frame)
+
+    async def handle_frame(self, frame: frames.Frame) -> bytes | None:
+        """Like :meth:`handle`, for a frame already split into its message and payload."""
+        payload = None if frame.payload is None else memoryview(frame.payload)
         try:
             # pydantic's parser, unlike json.loads, rejects lone surrogates that could never be
             # encoded back out (a job labelled with one would poison every later list).
-            msg = from_json(body)
+            msg = from_json(frame.message)
         except (ValueError, RecursionError) as exc:
             return _error(None, ParseError(f"request is not valid JSON: {exc}"))
         if isinstance(msg, list):

@@ -11,6 +11,7 @@ import secrets
 import signal
 import sys
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,16 +91,19 @@ def build_app(config: ServerConfig) -> web.Application:
     dispatcher.register({Method.SERVER_INFO: server_info})
     activity = _Activity()
 
-    async def handle(body: bytes) -> bytes | None:
+    async def tracked(answer: Awaitable[bytes | None]) -> bytes | None:
         activity.in_flight += 1
         try:
-            return await dispatcher.handle(body)
+            return await answer
         finally:
             activity.in_flight -= 1
             activity.last = time.monotonic()
 
+    async def handle_frame(frame: frames.Frame) -> bytes | None:
+        return await tracked(dispatcher.handle_frame(frame))
+
     async def rpc(request: web.Request) -> web.Response:
-        answer = await handle(await request.read())
+        answer = await tracked(dispatcher.handle(await request.read()))
         if answer is None:
             return web.Response(status=204)
         framed = answer.startswith(frames.MARK)  # a result with a binary payload
@@ -119,7 +123,7 @@ def build_app(config: ServerConfig) -> web.Application:
     app["ports"] = ports
     app["files"] = files
     app["activity"] = activity
-    app["handle"] = handle
+    app["handle_frame"] = handle_frame
     app["instance_id"] = instance_id
     return app
 
@@ -155,7 +159,7 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
         # both do. A deep backlog: a burst of connections (1000 clients starting jobs at once)
         # must queue, not fail with EAGAIN, which asyncio does not retry for Unix sockets.
         streams = await asyncio.start_unix_server(
-            lambda r, w: serve_frames(r, w, app["handle"], MAX_REQUEST),
+            lambda r, w: serve_frames(r, w, app["handle_frame"], MAX_REQUEST),
             os.fspath(stream_sock),
             limit=MAX_REQUEST,
             backlog=4096,

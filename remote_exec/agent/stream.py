@@ -92,7 +92,7 @@ class _Outbox:
 async def serve_frames(
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
-    handle: Callable[[bytes], Awaitable[bytes | None]],
+    handle: Callable[[frames.Frame], Awaitable[bytes | None]],
     max_request: int,
 ) -> None:
     """Answer the frames of one connection until its EOF, then close it.
@@ -106,7 +106,7 @@ async def serve_frames(
     widen_socket(writer)
     send = _Outbox(writer).send
 
-    async def one(frame: bytes) -> None:
+    async def one(frame: frames.Frame) -> None:
         answer = await handle(frame)
         if answer is not None:
             with contextlib.suppress(ConnectionError):
@@ -126,10 +126,8 @@ async def serve_frames(
                 break
             if frame is None:
                 break
-            if not frame.startswith(frames.MARK):
-                frame = frame.strip()
-                if not frame:
-                    continue
+            if frame.payload is None and not frame.message.strip():
+                continue  # a blank line
             task = asyncio.create_task(one(frame))
             tasks.add(task)
             task.add_done_callback(tasks.discard)

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import AgentUnavailableError, TransportError
+from ..errors import AgentUnavailableError, ProtocolError, TransportError
 from ..protocol import frames
 
 __all__ = [
@@ -87,12 +87,13 @@ class Channel(ABC):
     """Carries request bodies to the agent. Implementations must be safe for concurrent use."""
 
     @abstractmethod
-    async def request(self, body: bytes, request_id: int, timeout: float) -> bytes:
-        """Send ``body`` and return the response body.
+    async def request(self, body: bytes, request_id: int, timeout: float) -> frames.Frame:
+        """Send ``body`` (one frame) and return the response, split into message and payload.
 
         :raises ChannelBroken: the transport failed (reconnect, then retry).
         :raises TimeoutError: no response within ``timeout`` seconds (the request or its
             response may be lost; retrying an idempotent request is safe).
+        :raises ProtocolError: the response is not a well-formed frame.
         """
 
     async def reconnect(self) -> None:
@@ -109,7 +110,7 @@ class StdioChannel(Channel):
         self._spawn = spawn
         self._proc: PipeProcess | None = None
         self._reader_task: asyncio.Task[None] | None = None
-        self._pending: dict[int, asyncio.Future[bytes]] = {}
+        self._pending: dict[int, asyncio.Future[frames.Frame]] = {}
         self._write_lock = asyncio.Lock()
         self._open_lock = asyncio.Lock()
         self._broken: str | None = None
@@ -127,11 +128,11 @@ class StdioChannel(Channel):
                 self._reader_task = asyncio.get_running_loop().create_task(self._read_loop(self._proc))
             return self._proc
 
-    async def request(self, body: bytes, request_id: int, timeout: float) -> bytes:
+    async def request(self, body: bytes, request_id: int, timeout: float) -> frames.Frame:
         proc = await self._ensure_open()
         if self._broken is not None:
             raise ChannelBroken(self._broken)
-        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[frames.Frame] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = fut
         try:
             assert proc.stdin is not None
@@ -149,11 +150,9 @@ class StdioChannel(Channel):
             if fut.done() and not fut.cancelled():
                 fut.exception()  # the channel broke while this request was still being written: seen
 
-    def _deliver(self, frame: bytes) -> None:
+    def _deliver(self, frame: frames.Frame) -> None:
         """Hand one response frame to the request waiting for it (unknown ids are dropped)."""
-        line = frame
-        if frame.startswith(frames.MARK):
-            line = frames.split(frame)[0]
+        line = frame.message
         m = _ID_PREFIX.match(line)
         if m is not None:
             request_id = int(m.group(1))
@@ -222,7 +221,7 @@ class CallChannel(Channel):
     def __init__(self, spawn: SpawnFn) -> None:
         self._spawn = spawn
 
-    async def request(self, body: bytes, request_id: int, timeout: float) -> bytes:
+    async def request(self, body: bytes, request_id: int, timeout: float) -> frames.Frame:
         proc = await self._spawn()
         assert proc.stdin is not None and proc.stdout is not None
         try:
@@ -238,7 +237,10 @@ class CallChannel(Channel):
             await proc.wait()
         if not out.strip():
             raise ChannelBroken(f"agent call exited {code} without a response")
-        return out.strip()
+        try:
+            return frames.split(out.strip())
+        except frames.FrameError as exc:
+            raise ProtocolError(f"malformed response frame from the agent: {exc}") from None
 
 
 class _StreamEnd:

@@ -125,13 +125,9 @@ class RpcClient:
                 raise AgentUnavailableError(f"cannot reconnect to the agent: {exc}") from exc
             self._generation += 1
 
-    def _decode(self, raw: bytes, request_id: int, result: type[T]) -> tuple[T, memoryview | None]:
+    def _decode(self, frame: frames.Frame, request_id: int, result: type[T]) -> tuple[T, memoryview | None]:
         try:
-            raw, payload = frames.split(raw)
-        except frames.FrameError as exc:
-            raise ProtocolError(f"malformed response frame from the agent: {exc}") from None
-        try:
-            env = _Envelope[result].model_validate_json(raw)  # type: ignore[valid-type]
+            env = _Envelope[result].model_validate_json(frame.message)  # type: ignore[valid-type]
         except ValidationError as exc:
             raise ProtocolError(f"malformed response from the agent: {exc.errors(include_url=False)[:3]}") from None
         if env.id != request_id:
@@ -140,4 +136,4 @@ class RpcClient:
             raise error_from_wire(env.error.code, env.error.message, env.error.data)
         if env.result is None:
             raise ProtocolError("response has neither result nor error")
-        return env.result, payload
+        return env.result, None if frame.payload is None else memoryview(frame.payload)

@@ -14,12 +14,19 @@ method's business (e.g. ``exec_remote_poll`` with ``binary=true``).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
-__all__ = ["FrameError", "LineReader", "encode", "read_frame", "split"]
+__all__ = ["Frame", "FrameError", "LineReader", "encode", "read_frame", "split"]
 
 MARK = b"\x00"
 _MAX_HEADER = 24
+
+
+class Frame(NamedTuple):
+    """One message as read: its JSON and its payload (``None`` when it has none)."""
+
+    message: bytes
+    payload: bytes | memoryview | None = None
 
 
 class FrameError(ValueError):
@@ -50,13 +57,13 @@ def _length(header: bytes | memoryview, limit: int) -> int:
     return n
 
 
-def split(frame: bytes, limit: int = 1 << 40) -> tuple[bytes, memoryview | None]:
-    """The JSON message of a frame and its payload (``None`` when it has none).
+def split(frame: bytes, limit: int = 1 << 40) -> Frame:
+    """The JSON message of a frame and its payload, which is a view into ``frame`` (no copy).
 
     :raises FrameError: the frame starts like a payload header but is not one.
     """
     if not frame.startswith(MARK):
-        return frame, None
+        return Frame(frame)
     end = frame.find(b"\n", 0, _MAX_HEADER + 2)
     if end < 0:
         raise FrameError("payload header without its newline")
@@ -64,13 +71,12 @@ def split(frame: bytes, limit: int = 1 << 40) -> tuple[bytes, memoryview | None]
     if len(frame) - end - 1 < n:
         raise FrameError(f"payload of {n} bytes announced, {len(frame) - end - 1} present")
     view = memoryview(frame)
-    return bytes(view[end + 1 + n :]), view[end + 1 : end + 1 + n]
+    return Frame(bytes(view[end + 1 + n :]), view[end + 1 : end + 1 + n])
 
 
-async def read_frame(reader: LineReader, limit: int) -> bytes | None:
-    """Read one frame from a newline-delimited stream; ``None`` at EOF (an empty line is ``b""``).
-
-    The frame comes back as :func:`split` takes it, without its final newline.
+async def read_frame(reader: LineReader, limit: int) -> Frame | None:
+    """Read one frame from a newline-delimited stream; ``None`` at EOF (an empty line is an
+    empty message). The parts come back as read: nothing is joined or copied again.
 
     :raises FrameError: a malformed header or a payload over ``limit`` bytes; the stream is
         then out of step and must be closed.
@@ -81,8 +87,8 @@ async def read_frame(reader: LineReader, limit: int) -> bytes | None:
     if not line:
         return None
     if not line.startswith(MARK):
-        return line.rstrip(b"\r\n")
+        return Frame(line.rstrip(b"\r\n"))
     n = _length(line.rstrip(b"\n"), limit)
     payload = await reader.readexactly(n)
     message = await reader.readline()
-    return b"".join((line, payload, message.rstrip(b"\r\n")))
+    return Frame(message.rstrip(b"\r\n"), payload)

@@ -53,9 +53,9 @@ def _reader(data: bytes) -> asyncio.StreamReader:
     return reader
 
 
-async def _frames(data: bytes, limit: int = 1 << 20) -> list[bytes | None]:
+async def _frames(data: bytes, limit: int = 1 << 20) -> list[frames.Frame | None]:
     reader = _reader(data)
-    out: list[bytes | None] = []
+    out: list[frames.Frame | None] = []
     while True:
         frame = await frames.read_frame(reader, limit)
         out.append(frame)
@@ -66,9 +66,8 @@ async def _frames(data: bytes, limit: int = 1 << 20) -> list[bytes | None]:
 def test_read_frame_payload_may_hold_newlines() -> None:
     stream = frames.encode(b'{"a":1}', b"line\nline\n\x00") + b"\n" + b'{"b":2}\n' + b"\n"
     got = asyncio.run(_frames(stream))
-    assert got[0] is not None and frames.split(got[0])[0] == b'{"a":1}'
-    assert bytes(frames.split(got[0])[1] or b"") == b"line\nline\n\x00"
-    assert got[1:] == [b'{"b":2}', b"", None]  # an empty line is not EOF
+    assert got[0] == (b'{"a":1}', b"line\nline\n\x00")
+    assert got[1:] == [(b'{"b":2}', None), (b"", None), None]  # an empty line is not EOF
 
 
 def test_read_frame_eof_inside_payload() -> None:
@@ -189,13 +188,13 @@ def test_frame_stream_socket_answers_out_of_order_and_closes_after_eof(agent_soc
         data += chunk
     conn.close()
 
-    async def parse() -> list[bytes | None]:
+    async def parse() -> list[frames.Frame | None]:
         return await _frames(data)
 
     got = [f for f in asyncio.run(parse()) if f]
-    ids = [json.loads(frames.split(f)[0])["id"] for f in got]
+    ids = [json.loads(f.message)["id"] for f in got]
     assert ids == [2, 1]  # server_info did not wait behind the long poll
-    assert bytes(frames.split(got[1])[1] or b"") == b"late\n"
+    assert got[1].payload == b"late\n"
 
 
 def test_frame_stream_bad_header_ends_the_connection_with_an_answer(agent_sock: Path) -> None:
@@ -225,7 +224,8 @@ def test_small_answers_overtake_queued_big_ones() -> None:
         outbox = _Outbox(writer)
         big = [bytes([65 + i]) * (1 << 20) for i in range(3)]
         sends = [asyncio.create_task(outbox.send(b)) for b in big]
-        await asyncio.sleep(0)  # all three queued, the first one on its way
+        await asyncio.sleep(0)  # one loop turn: the three sends run up to their first wait
+        assert outbox._pumping and len(outbox._big) == 2  # A is on its way, B and C queued
         sends.append(asyncio.create_task(outbox.send(b"small")))
         reader, peer = await asyncio.open_connection(sock=theirs, limit=4 << 20)
         lines = [(await reader.readline()).rstrip(b"\n") for _ in range(4)]

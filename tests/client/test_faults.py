@@ -12,7 +12,7 @@ import pytest
 
 import remote_exec as rx
 from remote_exec.agent.jobs.proctable import group_members
-from remote_exec.client.channel import SocketChannel, StdioChannel
+from remote_exec.client.channel import StdioChannel
 from remote_exec.protocol import frames
 
 pytestmark = pytest.mark.anyio
@@ -22,9 +22,9 @@ EXPECTED_OUT = "".join(f"line {i}\n" for i in range(1, 301))
 EXPECTED_ERR = "".join(f"err {i}\n" for i in range(1, 301))
 
 
-def _is_poll_with_data(raw: bytes) -> bool:
+def _is_poll_with_data(frame: frames.Frame) -> bool:
     """A poll response carrying output (binary polls carry it in a non-empty payload)."""
-    message, payload = frames.split(raw)
+    message, payload = frame
     if payload is not None:
         return b'"stdout_offset"' in message and len(payload) > 0
     return b'"stdout_offset"' in message and (b'"stdout":""' not in message or b'"stderr":""' not in message)
@@ -34,31 +34,18 @@ def drop_poll_responses(sb: rx.AsyncSandbox, which: set[int]) -> list[int]:
     """Make the channel lose the n-th poll responses that carry data (1-based); return a log."""
     channel = sb._client().channel
     seen: list[int] = []
-    if isinstance(channel, StdioChannel):
-        deliver = channel._deliver
+    # Every channel kind (the socket one included) reads frames in one loop: drop them there.
+    assert isinstance(channel, StdioChannel)
+    deliver = channel._deliver
 
-        def lossy_deliver(line: bytes) -> None:
-            if _is_poll_with_data(line):
-                seen.append(len(seen) + 1)
-                if seen[-1] in which:
-                    return  # the response vanishes on its way back
-            deliver(line)
+    def lossy_deliver(frame: frames.Frame) -> None:
+        if _is_poll_with_data(frame):
+            seen.append(len(seen) + 1)
+            if seen[-1] in which:
+                return  # the response vanishes on its way back
+        deliver(frame)
 
-        channel._deliver = lossy_deliver  # type: ignore[method-assign]
-    else:
-        assert isinstance(channel, SocketChannel)
-        request = channel.request
-
-        async def lossy_request(body: bytes, request_id: int, timeout: float) -> bytes:
-            raw = await request(body, request_id, timeout)
-            if _is_poll_with_data(raw):
-                seen.append(len(seen) + 1)
-                if seen[-1] in which:
-                    await anyio.sleep(timeout)  # as if the response never came
-                    raise TimeoutError
-            return raw
-
-        channel.request = lossy_request  # type: ignore[method-assign]
+    channel._deliver = lossy_deliver  # type: ignore[method-assign]
     return seen
 
 
