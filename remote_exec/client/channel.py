@@ -1,8 +1,10 @@
 """Channels: ways to carry one JSON-RPC request body to the agent and its response back.
 
-- :class:`SocketChannel` talks HTTP to the agent's Unix socket directly (``local://``).
 - :class:`StdioChannel` holds ONE persistent ``remote-exec-agent stdio`` process in the sandbox
-  and multiplexes every request over its pipes, matched by id.
+  and multiplexes every request over its pipes as frames (:mod:`remote_exec.protocol.frames`),
+  matched by id.
+- :class:`SocketChannel` is the same over one connection to the agent's frame-stream socket,
+  with no relay process (``local://``).
 - :class:`CallChannel` runs one ``remote-exec-agent call`` per request: the fallback for
   transports that cannot hold a stream open.
 
