@@ -39,7 +39,7 @@ def test_cp_trees_and_errors(agent_dir: Path, tmp_path: Path) -> None:
     dest = tmp_path / "dest"
     r = run_cli("-s", sb, "cp", "--no-progress", str(src), f"sandbox:{dest}")
     assert r.returncode == 0, r.stderr
-    assert "uploaded 1 files" in r.stderr and "1 ignored" in r.stderr
+    assert "uploaded 1 file (" in r.stderr and "1 ignored" in r.stderr
     assert (dest / "pkg" / "m.py").read_text() == "M = 1\n" and not (dest / ".env").exists()
     r = run_cli("-s", sb, "cp", "--no-progress", str(src), f"sandbox:{dest}")  # dest exists: copied into it
     assert r.returncode == 0 and (dest / "proj" / "pkg" / "m.py").exists()

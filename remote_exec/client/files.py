@@ -6,6 +6,9 @@ bound throughput; memory stays bounded by ``window * chunk_size`` on each side, 
 file's size. Every request is safe to repeat (reads are by offset, chunks carry their offset,
 sessions are named by the client, commits are remembered), so :class:`RpcClient` may retry
 any of them.
+
+A transport may offer a :class:`~remote_exec.client.native.NativeCopy` (``docker cp``): big
+files then go through it instead (see :mod:`remote_exec.client.native`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from ..protocol import (
     FileWriteParams,
     Method,
 )
+from .native import NativeCopy, read_native, write_staged
 from .rpc import RpcClient
 
 __all__ = ["TEXT_LIMIT", "FileClient", "Progress"]
@@ -76,15 +80,23 @@ class FileClient:
 
     :param chunk_size: bytes per read or write request.
     :param window: chunk requests of one file in flight at once.
+    :param native: the transport's own copy command, for files of at least its ``min_size``.
     """
 
     def __init__(
-        self, rpc: RpcClient, root: str | None = None, *, chunk_size: int = DEFAULT_CHUNK, window: int = 4
+        self,
+        rpc: RpcClient,
+        root: str | None = None,
+        *,
+        chunk_size: int = DEFAULT_CHUNK,
+        window: int = 4,
+        native: NativeCopy | None = None,
     ) -> None:
         self.rpc = rpc
         self.root = root
         self.chunk_size = chunk_size
         self.window = window
+        self.native = native
 
     # -- metadata ---------------------------------------------------------------------------
 
@@ -198,7 +210,11 @@ class FileClient:
             async def sink(offset: int, data: memoryview) -> None:
                 await asyncio.to_thread(_pwrite_all, fd, data, offset)
 
-            first = await self._read(path, sink, None, progress)
+            first: FileInfo | FileReadResult | None = None
+            if self.native is not None:
+                first = await read_native(self, self.native, path, fd, progress)
+            if first is None:
+                first = await self._read(path, sink, None, progress)
             await asyncio.to_thread(_finish_local, fd, temp, dest, first.size, first.mode & 0o777, first.mtime_ns)
             fd = -1
         finally:
@@ -247,8 +263,7 @@ class FileClient:
             commit = FileWriteCommitParams(session_id=sid, size=size, mtime_ns=mtime_ns)
             return await self.rpc.call(Method.FILE_WRITE_COMMIT, commit, FileInfo)
         except BaseException:
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await self.rpc.call(Method.FILE_WRITE_ABORT, FileSessionParams(session_id=sid), Empty, timeout=10)
+            await self.abort(sid)
             raise
 
     async def write_bytes(
@@ -289,17 +304,21 @@ class FileClient:
             async def chunk(offset: int, n: int) -> bytes:
                 return await asyncio.to_thread(_pread_all, fd, n, offset)
 
-            return await self._write(
-                path,
-                st.st_size,
-                chunk,
-                stat.S_IMODE(st.st_mode) if mode is None else mode,
-                st.st_mtime_ns if keep_mtime else None,
-                parents,
-                progress,
-            )
+            final_mode = stat.S_IMODE(st.st_mode) if mode is None else mode
+            mtime_ns = st.st_mtime_ns if keep_mtime else None
+            if self.native is not None and st.st_size >= self.native.min_size:
+                args = (fd, path, st.st_size, final_mode, mtime_ns, parents, progress)
+                staged = await write_staged(self, self.native, *args)
+                if staged is not None:
+                    return staged
+            return await self._write(path, st.st_size, chunk, final_mode, mtime_ns, parents, progress)
         finally:
             os.close(fd)
+
+    async def abort(self, session_id: str) -> None:
+        """Abort a write session, even while being cancelled; an unreachable agent drops it itself."""
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await self.rpc.call(Method.FILE_WRITE_ABORT, FileSessionParams(session_id=session_id), Empty, timeout=10)
 
 
 # -- local-side helpers (blocking; run in threads) -------------------------------------------------

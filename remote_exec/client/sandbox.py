@@ -15,6 +15,7 @@ from ..errors import ExecTimeoutError, JobNotFoundError, SandboxError
 from ..protocol import PROTOCOL_VERSION, Empty, FileInfo, JobInfo, ListResult, Method, ServerInfo, ShellInfo
 from .channel import Channel
 from .files import TEXT_LIMIT, FileClient
+from .native import NativeCopy
 from .ports import PortForward
 from .process import RESPONSE_MARGIN, ExecRemoteProcess
 from .rpc import RpcClient
@@ -36,6 +37,10 @@ class SandboxTransport(ABC):
     @abstractmethod
     async def open_channel(self) -> Channel:
         """Make sure an agent runs in the sandbox and return a channel to it."""
+
+    def native_copy(self) -> NativeCopy | None:
+        """The transport's own copy command for big files (``None``: the agent channel only)."""
+        return None
 
     async def aclose(self) -> None:
         """Tear down whatever the transport set up (containers, connections...)."""
@@ -238,7 +243,7 @@ class AsyncSandbox:
     # -- files (see client/files.py and client/transfer.py) ---------------------------------
 
     def _files(self) -> FileClient:
-        return FileClient(self._client(), self.workspace_root)
+        return FileClient(self._client(), self.workspace_root, native=self.transport.native_copy())
 
     async def write_file(
         self, path: str, data: str | bytes, mode: int | None = None, *, mtime: float | None = None, parents: bool = True

@@ -97,10 +97,8 @@ class TransferResult:
         extra = [f"{self.files_unchanged} unchanged", f"{self.ignored} ignored"]
         if self.skipped:
             extra.append(f"{len(self.skipped)} symlinks/special files skipped")
-        return (
-            f"{verb} {self.files_sent} files ({self.bytes_sent / (1 << 20):.1f} MiB) in {self.seconds:.1f} s; "
-            + ", ".join(extra)
-        )
+        files = "1 file" if self.files_sent == 1 else f"{self.files_sent} files"
+        return f"{verb} {files} ({_human(self.bytes_sent)}) in {self.seconds:.1f} s; " + ", ".join(extra)
 
     @property
     def mb_per_s(self) -> float:

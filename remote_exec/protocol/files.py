@@ -15,6 +15,13 @@ it once complete. A large file is written through a **write session**: ``file_wr
 ``file_write_chunk`` (each carries its byte offset, so a retried or reordered chunk is written
 once, in place), then ``file_write_commit`` (checks every byte arrived, sets mode and mtime,
 renames) or ``file_write_abort``. A session idle for too long is aborted by the agent.
+
+A **staged** session (``staged=True``) takes its bytes out of band: the agent makes an empty
+directory beside the target (mode ``0700``) and names it in ``stage_dir``; the client puts the
+file there as :data:`STAGED_NAME` with the transport's own copy command (``docker cp``, whose
+engine-side archive API is faster than any pipe through ``docker exec``), then commits. The
+commit checks the staged file (a regular file of the announced size, the agent's own) before it
+renames it over the target, so the result is as atomic as a chunked write.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ __all__ = [
     "DEFAULT_CHUNK",
     "MAX_CHUNK",
     "MAX_LIST_ENTRIES",
+    "STAGED_NAME",
     "FileInfo",
     "FileListParams",
     "FileListResult",
@@ -163,18 +171,31 @@ class FileWriteParams(_WriteTarget):
     mtime_ns: int | None = None
 
 
+STAGED_NAME = "data"
+"""The file's name inside a staged session's ``stage_dir``."""
+
+
 class FileWriteOpenParams(_WriteTarget):
     """Params of ``file_write_open``: start a write session named ``session_id`` (chosen by the
-    client: opening a session that exists returns it again)."""
+    client: opening a session that exists returns it again). ``staged``: the bytes will be put
+    in a staging directory out of band, not sent as chunks."""
 
     session_id: SessionId
+    staged: bool = False
 
 
 class FileWriteOpenResult(WireModel):
-    """The session and the path it will write (symlinks resolved)."""
+    """The session and the path it will write (symlinks resolved).
+
+    For a staged session, ``stage_dir`` is the absolute path of its staging directory and
+    ``uid``/``gid`` the agent's: the staged file must be owned by them (unless the agent is root).
+    """
 
     session_id: str
     path: str
+    stage_dir: str | None = None
+    uid: int | None = None
+    gid: int | None = None
 
 
 class FileWriteChunkParams(WireModel):

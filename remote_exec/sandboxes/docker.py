@@ -29,6 +29,7 @@ from ..client.channel import Channel, PipeProcess
 from ..errors import SandboxError
 from .base import ExecTransport, spawn_local
 from .hostcli import CliError, InjectMode, common_options, map_cli_errors, parse_query, run_cli
+from .native_copy import ArchiveCopy
 
 __all__ = ["COMMON_OPTIONS", "ContainerTransport", "DockerTransport", "PodmanTransport"]
 
@@ -46,6 +47,7 @@ class ContainerTransport(ExecTransport):
 
     scheme = "docker"
     host_flag = "-H"
+    cp_flags: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -100,6 +102,13 @@ class ContainerTransport(ExecTransport):
         """
         with map_cli_errors(self.cli):
             return await spawn_local(self.exec_argv(argv))
+
+    def native_copy(self) -> ArchiveCopy:
+        """Big files go in and out with ``<cli> cp`` (the engine's archive API), not ``exec`` pipes."""
+        return ArchiveCopy(
+            lambda where: self.cli_argv("cp", *self.cp_flags, "-", f"{self.container}:{where}"),
+            lambda path: self.cli_argv("cp", f"{self.container}:{path}", "-"),
+        )
 
     async def check_running(self) -> None:
         """Fail early, with the engine's own words, unless the container is running.

@@ -22,7 +22,7 @@ def test_upload_and_download_a_tree(ip: InteractiveShell, tmp_path: Path, plain:
     remote = tmp_path / "remote"
     with capture_output() as cap:
         ip.run_line_magic("exec_remote_upload", f"{src} {remote} --ignore '*.log' --name up")
-    assert cap.stdout.startswith("uploaded 1 files") and "2 ignored" in cap.stdout
+    assert cap.stdout.startswith("uploaded 1 file (") and "2 ignored" in cap.stdout
     assert (remote / "pkg" / "m.py").read_text() == "M = 1\n" and not (remote / ".env").exists()
     up = ip.user_ns["up"]
     assert isinstance(up, rx.TransferResult) and up.files_sent == 1
@@ -33,7 +33,7 @@ def test_upload_and_download_a_tree(ip: InteractiveShell, tmp_path: Path, plain:
     back = tmp_path / "back"
     with capture_output() as cap:
         ip.run_line_magic("exec_remote_download", f"{remote} {back} --name down")
-    assert cap.stdout.startswith("downloaded 1 files")
+    assert cap.stdout.startswith("downloaded 1 file (")
     assert (back / "pkg" / "m.py").read_text() == "M = 1\n"
 
 

@@ -253,14 +253,13 @@ class FileController:
     async def write_open(self, p: FileWriteOpenParams) -> FileWriteOpenResult:
         known = self._writes.get(p.session_id)
         if known is not None:  # a retried open
-            return FileWriteOpenResult(session_id=p.session_id, path=known.target.path)
+            return self._opened(p.session_id, known)
         if p.session_id in self._committed:
             raise WriteSessionNotFoundError(f"write session {p.session_id} was committed already")
         if len(self._writes) >= self.limits.max_sessions:
             raise ServerBusyError(f"{len(self._writes)} write sessions are open, the limit of this agent")
-        w = await asyncio.to_thread(
-            begin_write, p.path, p.root, p.mode, p.parents, self.umask, p.session_id[:16] + secrets.token_hex(3)
-        )
+        token = p.session_id[:16] + secrets.token_hex(3)
+        w = await asyncio.to_thread(begin_write, p.path, p.root, p.mode, p.parents, self.umask, token, p.staged)
         if p.session_id in self._writes:  # a concurrent retry won the race: keep its file
             await asyncio.to_thread(w.discard)
             w = self._writes[p.session_id]
@@ -269,11 +268,21 @@ class FileController:
             self._writes[p.session_id] = w
             self._paths[p.session_id] = p.path
             self._start_reaper()
-        return FileWriteOpenResult(session_id=p.session_id, path=w.target.path)
+        return self._opened(p.session_id, w)
+
+    @staticmethod
+    def _opened(session_id: str, w: Write) -> FileWriteOpenResult:
+        if not w.staged:
+            return FileWriteOpenResult(session_id=session_id, path=w.target.path)
+        return FileWriteOpenResult(
+            session_id=session_id, path=w.target.path, stage_dir=w.stage_dir, uid=os.geteuid(), gid=os.getegid()
+        )
 
     async def write_chunk(self, p: FileWriteChunkParams, payload: memoryview | None) -> FileWriteChunkResult:
         w = self._session(p.session_id)
         data = payload if payload is not None else memoryview(b"")
+        if w.staged:
+            raise InvalidParamsError(f"write session {p.session_id} is staged: its file is put in place, not sent")
         if len(data) > MAX_CHUNK:
             raise InvalidParamsError(f"a chunk holds at most {MAX_CHUNK} bytes, not {len(data)}")
         if data:
@@ -299,7 +308,7 @@ class FileController:
         if self._writes.get(p.session_id) is not w:
             return await self.write_commit(p)  # another commit (or an abort) got there first
         path = self._paths[p.session_id]
-        gap = w.missing(p.size)
+        gap = None if w.staged else w.missing(p.size)  # a staged file's size is checked by finish_write
         if gap is not None:  # recoverable: the client may still send what is missing
             raise FileError(
                 f"write of {path}: byte {gap} of {p.size} never arrived ({w.received} received)",

@@ -1,18 +1,21 @@
 """The file operations' building blocks, run in worker threads: stat records, atomic write
-sessions (a temporary file beside the target, renamed over it) and race-safe directory walks."""
+sessions (a temporary file beside the target, renamed over it; or, staged, a private directory
+the client fills out of band) and race-safe directory walks."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
+import shutil
 import stat
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ...errors import FileError, RemoteIsADirectoryError
-from ...protocol import FileInfo, FileType
+from ...protocol import STAGED_NAME, FileInfo, FileType
 from .paths import Resolved, os_error, resolve
 
 __all__ = ["Write", "begin_write", "finish_write", "info", "pwrite_all", "stat_at", "umask", "walk"]
@@ -70,13 +73,17 @@ def pwrite_all(fd: int, data: memoryview | bytes, offset: int) -> None:
 
 @dataclass
 class Write:
-    """An open atomic write: the temporary file beside the target, and what the target gets."""
+    """An open atomic write: the temporary file beside the target, and what the target gets.
+
+    Staged (``staged``), ``temp`` is a directory (``fd`` -1) that will hold :data:`STAGED_NAME`.
+    """
 
     target: Resolved
     temp: str
     fd: int
     mode: int
     owner: tuple[int, int] | None  # the replaced file's uid/gid, to keep when we may
+    staged: bool = False
     chunks: dict[int, int] = field(default_factory=dict)  # offset -> length, as received
     busy: int = 0  # chunk writes in flight (a commit waits for them)
     last_used: float = field(default_factory=time.monotonic)
@@ -99,18 +106,29 @@ class Write:
             end = max(end, offset + length)
         return None if end >= size else end
 
+    @property
+    def stage_dir(self) -> str | None:
+        """The staging directory's absolute path (staged sessions only)."""
+        return os.path.join(os.path.dirname(self.target.path), self.temp) if self.staged else None
+
     def discard(self) -> None:
-        """Close and remove the temporary file (the target is untouched)."""
+        """Close and remove the temporary file or staging directory (the target is untouched)."""
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
-        with contextlib.suppress(OSError):
-            os.unlink(self.temp, dir_fd=self.target.dir_fd)
+        if self.target.dir_fd >= 0:
+            with contextlib.suppress(OSError):
+                if self.staged:  # fd-based and symlink-safe: whatever landed in it goes, nothing else
+                    shutil.rmtree(self.temp, dir_fd=self.target.dir_fd)
+                else:
+                    os.unlink(self.temp, dir_fd=self.target.dir_fd)
         self.target.close()
 
 
-def begin_write(path: str, root: str | None, mode: int | None, parents: bool, umask: int, token: str) -> Write:
-    """Resolve the target and create its temporary file (blocking)."""
+def begin_write(
+    path: str, root: str | None, mode: int | None, parents: bool, umask: int, token: str, staged: bool = False
+) -> Write:
+    """Resolve the target and create its temporary file, or staging directory (blocking)."""
     target = resolve(path, root, make_parents=parents)
     try:
         if target.name == ".":
@@ -126,21 +144,49 @@ def begin_write(path: str, root: str | None, mode: int | None, parents: bool, um
             final_mode = stat.S_IMODE(st.st_mode) if mode is None else mode
             if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
                 owner = (st.st_uid, st.st_gid)
-        temp = f".{target.name[:200]}.{token}.rxtmp"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(temp, flags, 0o600, dir_fd=target.dir_fd)
+        if staged:
+            temp, fd = f".{target.name[:200]}.{token}.rxstage", -1
+            os.mkdir(temp, 0o700, dir_fd=target.dir_fd)
+        else:
+            temp = f".{target.name[:200]}.{token}.rxtmp"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(temp, flags, 0o600, dir_fd=target.dir_fd)
     except OSError as exc:
         target.close()
         raise os_error(exc, path) from None
     except BaseException:
         target.close()
         raise
-    return Write(target, temp, fd, final_mode, owner)
+    return Write(target, temp, fd, final_mode, owner, staged)
+
+
+def _open_staged(w: Write, path: str) -> int:
+    """Open the staged file (no symlink followed on the way) and check it is one we may commit:
+    a regular file, ours unless we are root (we must be able to chmod it). Returns the stage
+    directory's fd; ``w.fd`` is the file's."""
+    sfd = os.open(w.temp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=w.target.dir_fd)
+    try:
+        w.fd = os.open(STAGED_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=sfd)
+        st = os.fstat(w.fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileError(f"write of {path}: the staged file is not a regular file", path=path)
+        euid = os.geteuid()
+        if euid != 0 and st.st_uid != euid:
+            raise FileError(f"write of {path}: the staged file belongs to uid {st.st_uid}, not {euid}", path=path)
+        if euid == 0 and w.owner is None and (st.st_uid, st.st_gid) != (0, os.getegid()):
+            w.owner = (0, os.getegid())  # what a file we wrote ourselves would get
+    except BaseException:
+        os.close(sfd)
+        raise
+    return sfd
 
 
 def finish_write(w: Write, path: str, size: int, mtime_ns: int | None, fsync: bool) -> FileInfo:
     """Give the temporary file its size, mode, owner and mtime, rename it over the target (blocking)."""
+    sfd = -1
     try:
+        if w.staged:
+            sfd = _open_staged(w, path)
         st = os.fstat(w.fd)
         if st.st_size != size:
             raise FileError(
@@ -156,12 +202,19 @@ def finish_write(w: Write, path: str, size: int, mtime_ns: int | None, fsync: bo
             os.fsync(w.fd)
         os.close(w.fd)
         w.fd = -1
-        os.rename(w.temp, w.target.name, src_dir_fd=w.target.dir_fd, dst_dir_fd=w.target.dir_fd)
+        if w.staged:
+            os.rename(STAGED_NAME, w.target.name, src_dir_fd=sfd, dst_dir_fd=w.target.dir_fd)
+        else:
+            os.rename(w.temp, w.target.name, src_dir_fd=w.target.dir_fd, dst_dir_fd=w.target.dir_fd)
         return stat_at(w.target)
     except OSError as exc:
+        if exc.errno == errno.ENOENT and w.staged and w.fd < 0:
+            raise FileError(f"write of {path}: nothing was staged", path=path, data={"errno": "ENOENT"}) from None
         raise os_error(exc, path) from None
     finally:
-        w.discard()  # after the rename there is no temporary file left: this only closes
+        if sfd >= 0:
+            os.close(sfd)
+        w.discard()  # after the rename there is no temporary file left (a staging directory is removed)
 
 
 class _Full(Exception):

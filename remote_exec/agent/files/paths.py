@@ -54,7 +54,10 @@ _ERRORS: dict[int, type[FileError]] = {
 
 def os_error(exc: OSError, path: str) -> FileError:
     """The wire error for an ``OSError`` about ``path``: its class by errno, the errno's name in
-    ``data["errno"]``."""
+    ``data["errno"]``. One of ours (a ``RemoteIsADirectoryError`` is an ``OSError`` too) is
+    returned as it is, so an ``except OSError`` around a check does not wrap its words again."""
+    if isinstance(exc, FileError):
+        return exc
     code = exc.errno or 0
     cls = _ERRORS.get(code, FileError)
     text = exc.strerror or str(exc)

@@ -1,0 +1,281 @@
+"""``docker cp`` / ``podman cp`` as a native copy: big files in and out of a container through
+the engine's archive API, not through the pipes of ``docker exec`` and the agent's relay.
+
+:class:`ArchiveCopy` implements :class:`~remote_exec.client.native.NativeCopy` (which says how
+uploads are staged and committed by the agent, and how any failure falls back to the channel).
+An upload feeds a one-file tar stream to ``<cli> cp - CONTAINER:DIR``; a download reads the
+one-file tar stream of ``<cli> cp CONTAINER:PATH -``. Measured here: uploads ~1.5-2x and
+downloads ~2x the throughput of the channel through ``docker exec`` (``bench/files.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import os
+import tarfile
+import time
+from collections.abc import Callable
+
+import anyio
+
+from ..client.files import Progress
+from ..errors import FileError
+from .hostcli import CliError
+
+__all__ = ["ArchiveCopy"]
+
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_PIECE = 4 * 1024 * 1024  # bytes per sendfile/read: progress granularity, bounded memory
+
+
+class ArchiveCopy:
+    """``<cli> cp`` with tar streams on stdin/stdout, one file per copy.
+
+    Uploads: the tar header carries the agent's uid/gid (which docker keeps) and the bytes go
+    from the local file to the pipe with ``sendfile``, never through Python.
+
+    :param put_argv: the command line that extracts a tar stream from stdin into a directory
+        (``put_argv(dir)``).
+    :param get_argv: the command line that writes a tar stream of a path to stdout (``get_argv(path)``).
+    :param min_size: smaller files go through the channel (``docker cp`` takes ~0.1 s to start).
+    """
+
+    def __init__(
+        self,
+        put_argv: Callable[[str], list[str]],
+        get_argv: Callable[[str], list[str]],
+        *,
+        min_size: int = 16 * 1024 * 1024,
+    ) -> None:
+        self.put_argv = put_argv
+        self.get_argv = get_argv
+        self.min_size = min_size
+
+    async def put(
+        self, fd: int, size: int, stage_dir: str, name: str, owner: tuple[int, int], progress: Progress | None
+    ) -> None:
+        """Copy the open local file ``fd`` into the container as ``stage_dir/name``.
+
+        On cancellation the ``cp`` process is killed (its half-written file stays in the
+        staging directory, which the caller's abort removes).
+
+        :raises CliError: the engine refused (e.g. a read-only root, no such directory).
+        :raises FileError: the local file changed size while it was being sent.
+        """
+        read_end, write_end = _pipe()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.put_argv(stage_dir),
+                stdin=read_end,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)  # the child has its own copy: EOF/EPIPE now follow the child alone
+        report = _threadsafe(progress)
+        sender = asyncio.ensure_future(asyncio.to_thread(_send_tar, write_end, fd, size, name, owner, report))
+        try:
+            try:
+                await asyncio.shield(sender)
+            except BaseException:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()  # a local failure or a cancellation: the engine must not finish a short file
+                raise
+            finally:
+                with anyio.CancelScope(shield=True):
+                    _, err = await proc.communicate()
+                    await asyncio.gather(sender, return_exceptions=True)
+        except (OSError, FileError) as exc:
+            # A broken pipe means the engine stopped reading: its own words say why.
+            if proc.returncode and err:
+                raise _cli_error(self.put_argv(stage_dir), proc.returncode, err) from exc
+            raise
+        if proc.returncode:
+            raise _cli_error(self.put_argv(stage_dir), proc.returncode, err)
+
+    async def get(self, path: str, fd: int, size: int, progress: Progress | None) -> None:
+        """Copy the container's regular file ``path`` (``size`` bytes) into the local file ``fd``.
+
+        On cancellation the ``cp`` process is killed before this returns.
+
+        :raises CliError: the engine refused (no such file...).
+        :raises FileError: the stream did not hold one regular file of ``size`` bytes.
+        """
+        read_end, write_end = _pipe()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.get_argv(path),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=write_end,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)
+        report = _threadsafe(progress)
+        receiver = asyncio.ensure_future(asyncio.to_thread(_receive_tar, read_end, fd, size, path, report))
+        try:
+            try:
+                await asyncio.shield(receiver)
+            except BaseException:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()  # a bad stream or a cancellation: stop the engine's copy
+                raise
+            finally:
+                with anyio.CancelScope(shield=True):
+                    _, err = await proc.communicate()
+                    await asyncio.gather(receiver, return_exceptions=True)
+        except (OSError, FileError) as exc:
+            if proc.returncode and err:
+                raise _cli_error(self.get_argv(path), proc.returncode, err) from exc
+            raise
+        if proc.returncode:
+            raise _cli_error(self.get_argv(path), proc.returncode, err)
+
+
+def _pipe() -> tuple[int, int]:
+    """A pipe of 1 MiB (the default 64 KiB costs a context switch every 64 KiB)."""
+    read_end, write_end = os.pipe()
+    with contextlib.suppress(OSError):  # above /proc/sys/fs/pipe-max-size for an unprivileged user
+        fcntl.fcntl(write_end, _F_SETPIPE_SZ, 1024 * 1024)
+    return read_end, write_end
+
+
+def _threadsafe(progress: Progress | None) -> Progress | None:
+    """``progress`` called on the event loop, from a worker thread."""
+    if progress is None:
+        return None
+    loop = asyncio.get_running_loop()
+
+    def report(n: int) -> None:
+        loop.call_soon_threadsafe(progress, n)
+
+    return report
+
+
+def _send_tar(pipe: int, fd: int, size: int, name: str, owner: tuple[int, int], progress: Progress | None) -> None:
+    """Write a tar stream holding one regular file (``fd``'s first ``size`` bytes) to ``pipe``,
+    then close it (blocking; run in a thread)."""
+    try:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = size, 0o600, int(time.time())
+        info.uid, info.gid = owner
+        _write_all(pipe, info.tobuf(tarfile.PAX_FORMAT))  # PAX: sizes and ids of any width
+        offset = 0
+        while offset < size:
+            n = os.sendfile(pipe, fd, offset, min(_PIECE, size - offset))
+            if n == 0:
+                raise FileError(f"the local file shrank while it was being sent ({offset} of {size} bytes)")
+            offset += n
+            if progress is not None:
+                progress(n)
+        _write_all(pipe, bytes((-size) % tarfile.BLOCKSIZE + 2 * tarfile.BLOCKSIZE))  # padding, end of archive
+    finally:
+        os.close(pipe)
+
+
+def _receive_tar(pipe: int, fd: int, size: int, path: str, progress: Progress | None) -> None:
+    """Read a tar stream from ``pipe`` whose first member must be a regular file of ``size``
+    bytes, and write that file into ``fd`` (blocking; run in a thread). Closes ``pipe``.
+
+    Headers are parsed by :mod:`tarfile`; the file's bytes go from the pipe to the file with
+    ``splice`` (no copy through Python) where the file system takes it.
+    """
+    try:
+        try:
+            member_size = _file_header(pipe)
+        except tarfile.TarError as exc:  # what the engine wrote is no tar stream (it failed, or lies)
+            raise FileError(f"the copy of {path} is not a tar stream: {exc}", path=path) from None
+        if member_size != size:
+            raise FileError(f"the copy of {path} held {member_size} bytes, not {size}", path=path)
+        offset = 0
+        while offset < size:
+            n = _move(pipe, fd, min(_PIECE, size - offset), offset)
+            if n == 0:
+                raise FileError(f"the copy of {path} ended after {offset} of {size} bytes", path=path)
+            offset += n
+            if progress is not None:
+                progress(n)
+        while os.read(pipe, _PIECE):  # padding and end-of-archive blocks: let the engine finish
+            pass
+    finally:
+        os.close(pipe)
+
+
+def _move(pipe: int, fd: int, count: int, offset: int) -> int:
+    """Up to ``count`` bytes from ``pipe`` to ``fd`` at ``offset``: 0 at the end of the stream."""
+    try:
+        return os.splice(pipe, fd, count, offset_dst=offset)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise
+    data = os.read(pipe, count)  # a file system without splice
+    view = memoryview(data)
+    while view:
+        n = os.pwrite(fd, view, offset)
+        view, offset = view[n:], offset + n
+    return len(data)
+
+
+def _read_exact(pipe: int, n: int) -> bytes:
+    parts, got = [], 0
+    while got < n:
+        data = os.read(pipe, n - got)
+        if not data:
+            raise tarfile.ReadError(f"the stream ended after {got} of {n} header bytes")
+        parts.append(data)
+        got += len(data)
+    return b"".join(parts)
+
+
+def _file_header(pipe: int) -> int:
+    """Read the headers of the stream's first member, which must be a regular file: its size.
+
+    Extended headers before it (PAX, GNU long names) are read; a PAX ``size`` record wins over
+    the header's own field, as in any tar reader.
+    """
+    pax_size = None
+    while True:
+        block = _read_exact(pipe, tarfile.BLOCKSIZE)
+        if block == bytes(tarfile.BLOCKSIZE):
+            raise tarfile.ReadError("the stream holds no file")
+        info = tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+        if info.type in (tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK):
+            if info.size > 1024 * 1024:
+                raise tarfile.ReadError(f"an extended header of {info.size} bytes")
+            data = _read_exact(pipe, info.size + (-info.size) % tarfile.BLOCKSIZE)[: info.size]
+            if info.type == tarfile.XHDTYPE:
+                pax_size = _pax_size(data, pax_size)
+            continue
+        if not info.isreg():
+            raise tarfile.ReadError(f"its first entry is of type {info.type!r}, not a regular file")
+        return info.size if pax_size is None else pax_size
+
+
+def _pax_size(records: bytes, default: int | None) -> int | None:
+    """The ``size`` record of PAX extended header data (``"<len> size=<n>\n"`` records)."""
+    for line in records.split(b"\n"):
+        _, _, record = line.partition(b" ")
+        key, eq, value = record.partition(b"=")
+        if eq and key == b"size" and value.isdigit():
+            return int(value)
+    return default
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _cli_error(argv: list[str], returncode: int, stderr: bytes) -> CliError:
+    text = stderr.decode(errors="replace").strip()
+    return CliError(f"{' '.join(argv[:2])} failed ({returncode}): {text}", returncode=returncode, stderr=text)
