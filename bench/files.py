@@ -9,9 +9,11 @@ One file of random bytes (256 MiB by default) goes up and comes back down, each 
 and checked by size, through:
 
 - **docker://** (a private dockerd from ``tests/sandboxes/dockerd.py``, a container with the
-  host's /usr and the injected agent): ``sb.write_file_from`` / ``sb.read_file_to`` over the
-  persistent ``docker exec -i ... stdio`` channel, against ``docker cp`` in and out of the same
-  container's /tmp.
+  host's /usr and the injected agent): ``sb.write_file_from`` / ``sb.read_file_to``, which for
+  a file this big take the engine's archive API (a staged write: ``docker cp -`` of a one-file
+  tar stream into the agent's staging directory, then the agent's checked rename; a download:
+  ``docker cp CONTAINER:PATH -``), against ``docker cp`` in and out of the same container's /tmp.
+  ``--channel-only`` measures the persistent ``docker exec -i ... stdio`` channel instead.
 - **ssh://** (a private sshd on 127.0.0.1 from ``tests/sandboxes/sshd.py``): the same calls
   over the SSH channel, against OpenSSH ``scp`` to and from the same machine.
 - **local stdio**: the same calls through the agent's stdio relay on this machine (no
@@ -45,6 +47,7 @@ import remote_exec as rx
 
 HERE = Path(__file__).resolve().parent
 TARGET = 0.5  # ours / native, per direction
+CHANNEL_ONLY = False  # --channel-only: no docker cp for ours
 
 
 def _load(name: str) -> ModuleType:
@@ -73,14 +76,20 @@ async def ours(url: str, src: Path, remote: str, back: Path, reps: int) -> dict[
     size = os.path.getsize(src)  # noqa: ASYNC240 (a bench: nothing else runs on this loop)
     up, down = [], []
     async with rx.open_sandbox(url) as sb:
+        if CHANNEL_ONLY:
+            sb.transport.native_copy = lambda: None  # type: ignore[method-assign]
         await sb.write_file_from(src, remote)  # warm-up (page cache, agent, channel)
+        # All uploads, then all downloads: the same order as the native tools' runs below (a
+        # download's 256 MiB of dirty pages would otherwise be written back during the next upload).
         for _ in range(reps):
             t0 = time.perf_counter()
             info = await sb.write_file_from(src, remote)
             up.append(size / (time.perf_counter() - t0) / MB)
             assert info.size == size
+        for _ in range(reps):
+            back.unlink(missing_ok=True)  # noqa: ASYNC240 (as before each native download below)
             t0 = time.perf_counter()
-            got = await sb.read_file_to(remote, back)  # replaces `back` atomically
+            got = await sb.read_file_to(remote, back)
             down.append(size / (time.perf_counter() - t0) / MB)
             assert got.size == size
         await sb.remove(remote)
@@ -196,7 +205,10 @@ def main() -> int:
     parser.add_argument("--mib", type=int, help="file size in MiB (default 256, --quick 32)")
     parser.add_argument("--reps", type=int, help="repetitions per direction (default 3, --quick 1)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "files.json")
+    parser.add_argument("--channel-only", action="store_true", help="ours without the engine's archive API")
     args = parser.parse_args()
+    global CHANNEL_ONLY
+    CHANNEL_ONLY = channel_only = args.channel_only
     mib = args.mib or (32 if args.quick else 256)
     reps = args.reps or (1 if args.quick else 3)
     with tempfile.TemporaryDirectory(prefix="bench-files-") as tmp:
@@ -204,8 +216,11 @@ def main() -> int:
     print(table(rows))
     notes = [
         "MB/s = 10^6 bytes/s of a file of random bytes; median of the repetitions after one warm-up",
-        "ours: write_file_from / read_file_to on an open sandbox: 4 MiB chunks as frame payloads, 4 in flight, "
-        "atomic (temp file + rename) with mode and mtime kept",
+        "ours: write_file_from / read_file_to on an open sandbox, atomic (temp file or staging dir + rename) with "
+        "mode and mtime kept; docker: the engine's archive API (docker cp with tar streams, staged and checked by "
+        "the agent) for files >= 16 MiB"
+        + (" (disabled: --channel-only)" if channel_only else "")
+        + "; ssh and local: 4 MiB chunks as frame payloads, 4 in flight",
         "docker cp / scp: a new process per copy (scp includes its SSH handshake); scp -O (the classic scp "
         "protocol: the test sshd has no sftp subsystem)",
         "private dockerd (data-root in /tmp), sshd on 127.0.0.1; all on one 2-core machine, run one after another; "
@@ -215,6 +230,7 @@ def main() -> int:
     doc = {
         "machine": machine_info(),
         "quick": args.quick,
+        "channel_only": channel_only,
         "mib": mib,
         "reps": reps,
         "rows": [{k: dataclasses.asdict(v) if isinstance(v, Stat) else v for k, v in r.items()} for r in rows],

@@ -74,9 +74,11 @@ class SandboxServer:
         self.output = ""
 
     @classmethod
-    async def start(cls, sb: rx.AsyncSandbox, argv: list[str], timeout: float = 30.0) -> SandboxServer:
-        """Start ``argv`` and wait for it to print the port it listens on."""
-        server = cls(sb.exec_remote(argv))
+    async def start(
+        cls, sb: rx.AsyncSandbox | rx.ExecRemoteProcess, argv: list[str] | None = None, timeout: float = 30.0
+    ) -> SandboxServer:
+        """Start ``argv`` (or take a started job) and wait for it to print the port it listens on."""
+        server = cls(sb if isinstance(sb, rx.ExecRemoteProcess) else sb.exec_remote(argv or []))
         match = await server.wait_for(r"\bport (\d+)", timeout)
         server.port = int(match.group(1))
         return server

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Literal
 
 import anyio
 
-from ..errors import PortClosedError, ProtocolError, RemoteExecError, SandboxError
+from ..errors import PortClosedError, ProtocolError, RemoteExecError, SandboxError, TransportError
 from ..protocol import (
     DEFAULT_MAX_BYTES,
     Empty,
@@ -228,6 +228,7 @@ class PortForward:
         conn_id: str | None = None
         clean = False
         rpc: RpcClient | None = None
+        params: PortConnectParams | None = None  # set while a port_connect may be under way unanswered
         try:
             rpc = self._sandbox._client()
             params = PortConnectParams(
@@ -238,11 +239,14 @@ class PortForward:
             )
             margin = self._sandbox.response_margin
             info = await rpc.call(Method.PORT_CONNECT, params, PortConnInfo, timeout=CONNECT_TIMEOUT + margin)
+            params = None
             conn_id = info.conn_id
             self._conn_ids.add(conn_id)
             clean = await self._pump(rpc, conn_id, reader, writer)
         except (RemoteExecError, OSError, RuntimeError) as exc:
             # RuntimeError: the sandbox was closed under the forward
+            if not isinstance(exc, TransportError):
+                params = None  # the agent answered: it made no connection
             self._failed(exc, logging.WARNING if conn_id is None else logging.INFO)
         finally:
             with anyio.CancelScope(shield=True):
@@ -250,6 +254,13 @@ class PortForward:
                     writer.close()
                 else:
                     writer.transport.abort()  # the client sees a reset: something went wrong
+                if params is not None and rpc is not None:
+                    # Cancelled (or cut off) while the agent was connecting: the connection it
+                    # makes would have nobody to close it. Asking again with the same key
+                    # returns that connection (waiting for the connect to end), to close below.
+                    with anyio.move_on_after(CLOSE_TIMEOUT), contextlib.suppress(RemoteExecError, RuntimeError):
+                        late = await rpc.call(Method.PORT_CONNECT, params, PortConnInfo, timeout=CLOSE_TIMEOUT)
+                        conn_id = late.conn_id
                 if conn_id is not None and rpc is not None:
                     with anyio.move_on_after(CLOSE_TIMEOUT), contextlib.suppress(RemoteExecError):
                         await rpc.call(Method.PORT_CLOSE, PortIdParams(conn_id=conn_id), PortConnInfo)

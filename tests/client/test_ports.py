@@ -232,6 +232,53 @@ async def test_closing_the_forward_closes_every_connection(url: str) -> None:
         await echo.stop()
 
 
+SLOW_ACCEPT = r"""
+import socket, sys
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen(0)  # one queued connection at most: further connects hang in SYN_SENT
+filler = socket.create_connection(server.getsockname())
+print("port", server.getsockname()[1], flush=True)
+sys.stdin.readline()  # "go": accept from now on
+server.accept()  # the filler
+conn, _ = server.accept()
+print("accepted", flush=True)
+while conn.recv(65536):
+    pass
+print("forwarded connection closed", flush=True)
+"""
+
+
+def syn_sent_to(port: int) -> bool:
+    """Whether a TCP connect to 127.0.0.1:port is hanging in SYN_SENT (from /proc/net/tcp)."""
+    rows = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return any(r.split()[2] == f"0100007F:{port:04X}" and r.split()[3] == "02" for r in rows)
+
+
+async def test_a_connect_in_flight_when_the_forward_closes_is_closed_too(url: str) -> None:
+    # The agent is still connecting (the target's accept queue is full) when the forward closes:
+    # the connection it makes afterwards must be closed at once, not left to the idle limit.
+    async with rx.open_sandbox(url) as sb:
+        job = sb.exec_remote([sys.executable, "-u", "-c", SLOW_ACCEPT], stdin_open=True)
+        server = await SandboxServer.start(job)
+        fwd = await sb.forward_port(server.port).start()
+        reader, writer = await asyncio.open_connection(*fwd.address)
+        with anyio.fail_after(10):
+            while not syn_sent_to(server.port):  # noqa: ASYNC110 (kernel state: no event tells us)
+                await anyio.sleep(0.01)
+        closing = asyncio.ensure_future(fwd.aclose())
+        with anyio.fail_after(10):
+            assert await read_to_eof(reader) == b""  # the tunnel was cancelled mid-connect
+        writer.close()
+        await server.proc.write_stdin("go\n")
+        await server.wait_for("accepted", timeout=15)  # the SYN is retried within ~1 s
+        with anyio.fail_after(15):
+            await closing
+        await server.wait_for("forwarded connection closed", timeout=5)
+        listed = await sb._client().call(Method.PORT_LIST, Empty(), PortListResult)
+        assert [c.conn_id for c in listed.conns if c.state != "closed"] == []
+
+
 async def test_cancellation_and_sandbox_close_end_forwards(url: str) -> None:
     async with rx.open_sandbox(url) as sb:
         echo = await SandboxServer.python(sb, "echo")

@@ -10,6 +10,7 @@ import errno
 import os
 import shutil
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from .paths import Resolved, os_error, resolve
 
 __all__ = ["Write", "begin_write", "finish_write", "info", "pwrite_all", "stat_at", "umask", "walk"]
 
+_O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
 _LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -181,6 +183,36 @@ def _open_staged(w: Write, path: str) -> int:
     return sfd
 
 
+_BIG_REPLACED = 8 * 1024 * 1024
+
+
+def _hold_big_file(target: Resolved) -> int:
+    """An ``O_PATH`` fd on the file about to be replaced, if it is a big regular file, else -1.
+
+    Whoever drops a file's last reference pays for freeing it (its page cache and blocks:
+    ~0.1-0.2 s for 256 MiB here). Held across the rename, that cost moves from the write's
+    answer to :func:`_release_later`'s thread.
+    """
+    try:
+        fd = os.open(target.name, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=target.dir_fd)
+    except OSError:
+        return -1  # no such file (or nothing we may hold): nothing to free
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        st = None
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size < _BIG_REPLACED:
+        os.close(fd)
+        return -1
+    return fd
+
+
+def _release_later(fd: int) -> None:
+    """Close ``fd`` in a thread of its own (freeing the replaced file), not in the caller's."""
+    if fd >= 0:
+        threading.Thread(target=os.close, args=(fd,), name="rx-free-replaced", daemon=True).start()
+
+
 def finish_write(w: Write, path: str, size: int, mtime_ns: int | None, fsync: bool) -> FileInfo:
     """Give the temporary file its size, mode, owner and mtime, rename it over the target (blocking)."""
     sfd = -1
@@ -202,10 +234,14 @@ def finish_write(w: Write, path: str, size: int, mtime_ns: int | None, fsync: bo
             os.fsync(w.fd)
         os.close(w.fd)
         w.fd = -1
-        if w.staged:
-            os.rename(STAGED_NAME, w.target.name, src_dir_fd=sfd, dst_dir_fd=w.target.dir_fd)
-        else:
-            os.rename(w.temp, w.target.name, src_dir_fd=w.target.dir_fd, dst_dir_fd=w.target.dir_fd)
+        replaced = _hold_big_file(w.target)
+        try:
+            if w.staged:
+                os.rename(STAGED_NAME, w.target.name, src_dir_fd=sfd, dst_dir_fd=w.target.dir_fd)
+            else:
+                os.rename(w.temp, w.target.name, src_dir_fd=w.target.dir_fd, dst_dir_fd=w.target.dir_fd)
+        finally:
+            _release_later(replaced)
         return stat_at(w.target)
     except OSError as exc:
         if exc.errno == errno.ENOENT and w.staged and w.fd < 0:
