@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .blocking import BlockingShellSession as BlockingShellSession
     from .blocking import Sandbox as Sandbox
     from .blocking import connect as connect
+    from .blocking_pool import BlockingSandboxPool as BlockingSandboxPool
     from .client.ports import PortForward as PortForward
     from .client.process import ExecRemoteProcess as ExecRemoteProcess
     from .client.sandbox import AsyncSandbox as AsyncSandbox
@@ -134,6 +135,7 @@ _LAZY: dict[str, str] = {
     "FleetEvent": ".fleet",
     "gather": ".fleet",
     "SandboxPool": ".pool",
+    "BlockingSandboxPool": ".blocking_pool",
     "FileInfo": ".protocol",
     "JobInfo": ".protocol",
     "PortConnInfo": ".protocol",
@@ -178,6 +180,7 @@ __all__ = [
     "AsyncSandbox",
     "BlockingExecRemoteProcess",
     "BlockingPortForward",
+    "BlockingSandboxPool",
     "BlockingShellSession",
     "Completed",
     "ExecRemoteEvent",

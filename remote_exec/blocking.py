@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar, Unpack, overload
 
-from anyio.from_thread import BlockingPortalProvider
+from anyio.from_thread import BlockingPortal, BlockingPortalProvider
 
 from .blocking_handles import BlockingExecRemoteProcess, BlockingPortForward, BlockingShellSession, interruptible
 from .client.process import ExecRemoteProcess
@@ -33,14 +33,26 @@ _provider = BlockingPortalProvider(backend="asyncio")
 _provider_lock = threading.Lock()
 
 
+def lease_portal() -> BlockingPortal:
+    """A lease on the blocking API's shared event-loop thread (started by the first lease)."""
+    with _provider_lock:
+        return _provider.__enter__()
+
+
+def release_portal() -> None:
+    """Give back a lease taken with :func:`lease_portal` (the last one stops the thread)."""
+    with _provider_lock:
+        _provider.__exit__(None, None, None)
+
+
 class Sandbox:
     """Blocking twin of :class:`~remote_exec.AsyncSandbox`: ``with rx.connect(url) as sb``."""
 
     def __init__(
         self, url: str = "local://", *, response_margin: float | None = None, workspace_root: str | None = None
     ) -> None:
-        with _provider_lock:
-            self._portal = _provider.__enter__()  # a lease on the shared loop thread
+        self._portal = lease_portal()
+        self._owns_lease = True
         self._closed = False
         try:
             self.async_sandbox: AsyncSandbox = self._portal.call(self._open, url, response_margin, workspace_root)
@@ -52,9 +64,17 @@ class Sandbox:
     async def _open(url: str, response_margin: float | None, workspace_root: str | None) -> AsyncSandbox:
         return await open_sandbox(url, response_margin=response_margin, workspace_root=workspace_root)
 
+    @classmethod
+    def _borrowing(cls, async_sandbox: AsyncSandbox, portal: BlockingPortal) -> Sandbox:
+        """A blocking face for a sandbox someone else opened (a pool), on that owner's portal lease."""
+        self = cls.__new__(cls)
+        self._portal, self._owns_lease, self._closed = portal, False, False
+        self.async_sandbox = async_sandbox
+        return self
+
     def _release_portal(self) -> None:
-        with _provider_lock:
-            _provider.__exit__(None, None, None)
+        if self._owns_lease:
+            release_portal()
 
     def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         if self._closed:
@@ -274,6 +294,7 @@ class Sandbox:
         max_files: int | None = DEFAULT_MAX_FILES,
         max_bytes: int | None = DEFAULT_MAX_BYTES,
         progress: bool = True,
+        delete: bool = False,
     ) -> TransferResult:
         """Copy a local tree into the sandbox, only changes; Ctrl-C stops it (see :meth:`AsyncSandbox.upload`).
 
@@ -282,7 +303,7 @@ class Sandbox:
         self._check_open()
         fn = functools.partial(
             self.async_sandbox.upload, ignore=ignore, default_ignores=default_ignores, gitignore=gitignore,
-            max_files=max_files, max_bytes=max_bytes, progress=progress,
+            max_files=max_files, max_bytes=max_bytes, progress=progress, delete=delete,
         )  # fmt: skip
         return interruptible(self._portal, fn, local_dir, remote_dir)
 
@@ -297,6 +318,7 @@ class Sandbox:
         max_files: int | None = DEFAULT_MAX_FILES,
         max_bytes: int | None = DEFAULT_MAX_BYTES,
         progress: bool = True,
+        delete: bool = False,
     ) -> TransferResult:
         """Copy a tree out of the sandbox, only changes; Ctrl-C stops it (see :meth:`AsyncSandbox.download`).
 
@@ -305,7 +327,7 @@ class Sandbox:
         self._check_open()
         fn = functools.partial(
             self.async_sandbox.download, ignore=ignore, default_ignores=default_ignores, gitignore=gitignore,
-            max_files=max_files, max_bytes=max_bytes, progress=progress,
+            max_files=max_files, max_bytes=max_bytes, progress=progress, delete=delete,
         )  # fmt: skip
         return interruptible(self._portal, fn, remote_dir, local_dir)
 

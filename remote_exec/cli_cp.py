@@ -48,6 +48,9 @@ def add_cp_parser(sub: Any) -> None:
     cp.add_argument("--max-files", type=int, default=DEFAULT_MAX_FILES, help="refuse bigger trees (0: no cap)")
     cp.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, help="refuse bigger trees (0: no cap)")
     cp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cp.add_argument(
+        "--delete", action="store_true", help="trees: remove what DST has and SRC has not (ignored paths stay)"
+    )
 
 
 def _local(path: Path) -> tuple[str | None, str]:
@@ -78,6 +81,7 @@ async def copy(sb: AsyncSandbox, args: argparse.Namespace) -> int:
         "max_files": args.max_files or None,
         "max_bytes": args.max_bytes or None,
         "progress": not args.no_progress,
+        "delete": args.delete,
     }
     try:
         if up:

@@ -48,6 +48,13 @@ def test_cp_trees_and_errors(agent_dir: Path, tmp_path: Path) -> None:
     assert r.returncode == 0 and (back / "pkg" / "m.py").read_text() == "M = 1\n"
     assert "downloaded 2 files" in r.stderr
 
+    parent = tmp_path / "parent"  # an existing directory: the tree goes into it, as with docker cp
+    parent.mkdir()
+    assert run_cli("-s", sb, "cp", "--no-progress", str(src), f"sandbox:{parent}").returncode == 0
+    (parent / "proj" / "stale.txt").write_text("gone from the source")
+    r = run_cli("-s", sb, "cp", "--no-progress", "--delete", str(src), f"sandbox:{parent}")
+    assert r.returncode == 0 and "1 deleted" in r.stderr and not (parent / "proj" / "stale.txt").exists()
+
     r = run_cli("-s", sb, "cp", f"sandbox:{tmp_path}/missing", str(tmp_path / "x"))
     assert r.returncode == 2 and "RemoteFileNotFoundError" in r.stderr
     r = run_cli("-s", sb, "cp", "--root", str(dest), str(src / "pkg" / "m.py"), "sandbox:../escape.py")

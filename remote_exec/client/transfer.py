@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import posixpath
+import shutil
 import stat
 import time
 from collections import Counter
@@ -80,6 +81,9 @@ class TransferResult:
     :ivar files_unchanged: files already there with the same size, mode and mtime (not sent).
     :ivar dirs_created: directories made on the receiving side.
     :ivar ignored: entries left out by the ignore rules (an ignored directory counts once).
+    :ivar ignored_paths: those entries, relative to the tree's top (a directory ends in ``/``).
+    :ivar deleted: with ``delete=True``, what was removed on the receiving side because the
+        sending side has it no more (a removed directory is one entry, ending in ``/``).
     :ivar skipped: symlinks and special files, which are not transferred.
     :ivar seconds: wall time.
     """
@@ -91,10 +95,14 @@ class TransferResult:
     ignored: int = 0
     skipped: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    ignored_paths: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
 
     def describe(self, verb: str = "sent") -> str:
         """One line for people: ``sent 3 files (1.2 MiB) in 0.4 s; 7 unchanged, 12 ignored``."""
         extra = [f"{self.files_unchanged} unchanged", f"{self.ignored} ignored"]
+        if self.deleted:
+            extra.append(f"{len(self.deleted)} deleted")
         if self.skipped:
             extra.append(f"{len(self.skipped)} symlinks/special files skipped")
         files = "1 file" if self.files_sent == 1 else f"{self.files_sent} files"
@@ -154,7 +162,7 @@ class _Entry:
 class _Tree:
     files: list[_Entry] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
-    ignored: int = 0
+    ignored: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
 
@@ -232,7 +240,7 @@ def _scan_local(top: Path, rules: IgnoreRules, gitignore: bool) -> _Tree:
             st = e.stat(follow_symlinks=False)
             is_dir = stat.S_ISDIR(st.st_mode)
             if rules.ignored(rel, is_dir):
-                tree.ignored += 1
+                tree.ignored.append(f"{rel}/" if is_dir else rel)
             elif is_dir:
                 tree.dirs.append(rel)
                 subdirs.append(rel)
@@ -255,7 +263,7 @@ def _remote_tree(entries: Iterable[FileInfo], rules: IgnoreRules) -> _Tree:
                 dropped.add(e.name)
             continue
         if rules.ignored(e.name, e.type == "dir"):
-            tree.ignored += 1
+            tree.ignored.append(f"{e.name}/" if e.type == "dir" else e.name)
             if e.type == "dir":
                 dropped.add(e.name)
         elif e.type == "dir":
@@ -265,6 +273,31 @@ def _remote_tree(entries: Iterable[FileInfo], rules: IgnoreRules) -> _Tree:
         else:
             tree.skipped.append(e.name)
     return tree
+
+
+def _stale(source: _Tree, dest: _Tree) -> list[str]:
+    """What a mirror removes from ``dest``: what the rules keep there and ``source`` has not (a
+    directory once, ending in ``/``, before anything below it). Ignored entries are never
+    touched: a ``node_modules`` built in the sandbox stays."""
+    files, dirs, others = {f.rel for f in source.files}, set(source.dirs), set(source.skipped)
+    gone: list[str] = []
+    gone_dirs: set[str] = set()
+
+    def under_gone(rel: str) -> bool:
+        parent = posixpath.dirname(rel)
+        while parent:
+            if parent in gone_dirs:
+                return True
+            parent = posixpath.dirname(parent)
+        return False
+
+    for d in sorted(dest.dirs):  # parents sort before their children
+        if d not in dirs and not under_gone(d):  # gone, or now a file: it makes way
+            gone_dirs.add(d)
+            gone.append(f"{d}/")
+    stale = [f.rel for f in dest.files if f.rel not in files] + [o for o in dest.skipped if o not in others]
+    gone.extend(rel for rel in sorted(stale) if not under_gone(rel))
+    return gone
 
 
 class ProgressBar:
@@ -302,6 +335,7 @@ async def upload_tree(
     max_files: int | None = DEFAULT_MAX_FILES,
     max_bytes: int | None = DEFAULT_MAX_BYTES,
     progress: bool = True,
+    delete: bool = False,
 ) -> TransferResult:
     """Copy the local tree ``local_dir`` into ``remote_dir`` (created if missing); only what
     differs from the remote side is sent. See :meth:`AsyncSandbox.upload`.
@@ -317,20 +351,34 @@ async def upload_tree(
     rules = IgnoreRules(ignore, default_ignores=default_ignores)
     tree = await asyncio.to_thread(_scan_local, top, rules, gitignore)
     check_caps(f"upload of {top}", tree.files, max_files, max_bytes)
+    stale: list[str] = []
     try:
         listing = await files.listing(remote_dir, recursive=True, max_entries=LISTING_LIMIT)
         remote = {e.name: e for e in listing.entries}
+        if delete:
+            if listing.truncated:
+                raise TransferLimitError(
+                    f"upload of {top} with delete=True: {remote_dir} holds more than {LISTING_LIMIT} entries, "
+                    "too many to tell what to delete",
+                    data={"max_entries": LISTING_LIMIT},
+                )
+            stale = _stale(tree, _remote_tree(listing.entries, rules))
     except RemoteFileNotFoundError:
         remote = {}
         await files.mkdir(remote_dir, parents=True)
+    for rel in stale:  # first: a directory that is now a file (or the reverse) makes way
+        await files.remove(posixpath.join(remote_dir, rel.rstrip("/")), recursive=True, missing_ok=True)
+        remote.pop(rel.rstrip("/"), None)
     there = {k: _Entry(k, v.size, v.mode, v.mtime_ns) for k, v in remote.items() if v.type == "file"}
     new_dirs = [d for d in tree.dirs if remote.get(d) is None or remote[d].type != "dir"]
     todo = [f for f in tree.files if not _same(f, there.get(f.rel))]
     result = TransferResult(
         files_unchanged=len(tree.files) - len(todo),
         dirs_created=len(new_dirs),
-        ignored=tree.ignored,
+        ignored=len(tree.ignored),
+        ignored_paths=tree.ignored,
         skipped=tree.skipped,
+        deleted=stale,
     )
 
     async def make_dir(i: int) -> None:
@@ -370,6 +418,7 @@ async def download_tree(
     max_files: int | None = DEFAULT_MAX_FILES,
     max_bytes: int | None = DEFAULT_MAX_BYTES,
     progress: bool = True,
+    delete: bool = False,
 ) -> TransferResult:
     """Copy the remote tree ``remote_dir`` into ``local_dir`` (created if missing); only what
     differs from the local side is fetched. See :meth:`AsyncSandbox.download`.
@@ -418,14 +467,29 @@ async def download_tree(
                 made += 1
         return made
 
+    def delete_stale() -> list[str]:
+        if not top.is_dir():
+            return []
+        gone = _stale(tree, _scan_local(top, rules, False))  # the remote's rules, not the local .gitignore
+        for rel in gone:
+            path = top / rel.rstrip("/")
+            if rel.endswith("/"):
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        return gone
+
+    stale = await asyncio.to_thread(delete_stale) if delete else []
     here = await asyncio.to_thread(local_state)
     # set-id bits are dropped on the way down (read_to does the same): compare without them
     todo = [f for f in tree.files if not _same(_Entry(f.rel, f.size, f.mode & 0o777, f.mtime_ns), here.get(f.rel))]
     result = TransferResult(
         files_unchanged=len(tree.files) - len(todo),
         dirs_created=await asyncio.to_thread(make_dirs),
-        ignored=tree.ignored,
+        ignored=len(tree.ignored),
+        ignored_paths=tree.ignored,
         skipped=tree.skipped,
+        deleted=stale,
     )
     bar = ProgressBar(
         sum(f.size for f in todo), f"download {posixpath.basename(remote_dir.rstrip('/')) or remote_dir}", progress

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -88,7 +89,10 @@ async def test_upload_ignores_then_sends_only_changes(url: str, tmp_path: Path) 
             len(SENT), 0, sum(len(TREE[f]) for f in SENT)
         )  # fmt: skip
         assert first.skipped == ["link-to-readme"] and (dest / "empty").is_dir()
-        # .env .env.local .git .venv app.log build node_modules certs/server.{key,pem} src/__pycache__ docs/draft.md
+        assert sorted(first.ignored_paths) == [
+            ".env", ".env.local", ".git/", ".venv/", "app.log", "build/", "certs/server.key", "certs/server.pem",
+            "docs/draft.md", "node_modules/", "src/__pycache__/",
+        ]  # fmt: skip
         assert first.ignored == 11
         assert (dest / "src" / "app.py").stat().st_mode & 0o777 == 0o755
         assert (dest / "src" / "pkg" / "data.bin").read_bytes() == TREE["src/pkg/data.bin"]
@@ -168,3 +172,38 @@ async def test_upload_into_workspace_root(url: str, tmp_path: Path) -> None:
             await sb.upload(src, "../elsewhere", progress=False)
         back = await sb.download("project", tmp_path / "back", progress=False)
         assert back.files_sent == len(SENT)
+
+
+async def test_delete_mirrors_both_ways_and_never_touches_ignored_paths(url: str, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    for rel, text in {"keep.txt": "k", "gone.txt": "g", "old/a.txt": "a", "old/deep/b.txt": "b", "x": "file"}.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
+    dest = tmp_path / "remote"
+    async with rx.open_sandbox(url) as sb:
+        await sb.upload(src, str(dest), progress=False)
+        (dest / "node_modules" / "pkg").mkdir(parents=True)  # built in the sandbox: ignored, so kept
+        (dest / "node_modules" / "pkg" / "index.js").write_text("js")
+        (dest / "results.log").write_text("made there")
+        (src / "gone.txt").unlink()
+        shutil.rmtree(src / "old")
+        plain = await sb.upload(src, str(dest), progress=False)
+        assert plain.deleted == [] and (dest / "gone.txt").exists()  # no delete unless asked
+        (src / "x").unlink()
+        (src / "x").mkdir()  # a file that became a directory: the mirror makes way for it
+        (src / "x" / "inside.txt").write_text("i")
+        mirrored = await sb.upload(src, str(dest), delete=True, ignore=["*.log"], progress=False)
+        assert mirrored.deleted == ["old/", "gone.txt", "x"]
+        assert "3 deleted" in mirrored.describe()
+        assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == [
+            "keep.txt", "node_modules/pkg/index.js", "results.log", "x/inside.txt"
+        ]  # fmt: skip
+
+        back = tmp_path / "back"
+        await sb.download(str(dest), back, progress=False)
+        (back / "stale.txt").write_text("only here")
+        (back / "stale-dir" / "sub").mkdir(parents=True)
+        (back / ".env").write_text("SECRET=1")  # ignored by default: never deleted
+        down = await sb.download(str(dest), back, delete=True, progress=False)
+        assert down.deleted == ["stale-dir/", "stale.txt"]
+        assert not (back / "stale.txt").exists() and (back / ".env").read_text() == "SECRET=1"

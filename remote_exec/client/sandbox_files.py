@@ -1,0 +1,229 @@
+"""The file methods of :class:`~remote_exec.AsyncSandbox`: single files, streams and trees.
+
+A mixin, so the sandbox class stays one screenful per concern; the work is done by
+:class:`~remote_exec.client.files.FileClient` (single files and streams, over the agent channel
+or the transport's native copy) and :mod:`~remote_exec.client.transfer` (trees).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, overload
+
+from ..protocol import FileInfo
+from .files import TEXT_LIMIT, FileClient
+from .transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, ProgressBar, TransferResult, download_tree, upload_tree
+
+if TYPE_CHECKING:
+    from .rpc import RpcClient
+    from .sandbox import SandboxTransport
+
+__all__ = ["SandboxFiles"]
+
+
+class SandboxFiles:
+    """Files in the sandbox, inside :attr:`workspace_root` when one is set."""
+
+    transport: SandboxTransport
+    workspace_root: str | None
+
+    def _client(self) -> RpcClient:
+        raise NotImplementedError
+
+    def _files(self) -> FileClient:
+        return FileClient(self._client(), self.workspace_root, native=self.transport.native_copy())
+
+    async def write_file(
+        self, path: str, data: str | bytes, mode: int | None = None, *, mtime: float | None = None, parents: bool = True
+    ) -> FileInfo:
+        """Write ``data`` (a ``str`` is encoded as UTF-8) to ``path``, atomically.
+
+        The bytes go to a temporary file beside ``path``, renamed over it once complete: a
+        reader sees the old content or the new, never a part, and a failed write leaves the old
+        file as it was. ``mode`` sets the permission bits (default: the replaced file's, or
+        ``0o666`` less the umask for a new one); ``mtime`` the modification time (seconds);
+        ``parents`` creates missing directories. Large data is sent in pipelined chunks.
+
+        :raises RemoteIsADirectoryError: ``path`` is a directory.
+        :raises RemotePermissionError: the agent may not write there.
+        :raises PathEscapeError: ``path`` leads out of :attr:`workspace_root`.
+        """
+        raw = data.encode() if isinstance(data, str) else data
+        mtime_ns = None if mtime is None else int(mtime * 1e9)
+        return await self._files().write_bytes(path, raw, mode=mode, mtime_ns=mtime_ns, parents=parents)
+
+    @overload
+    async def read_file(self, path: str, text: Literal[True] = True, *, max_size: int | None = TEXT_LIMIT) -> str: ...
+
+    @overload
+    async def read_file(self, path: str, text: Literal[False], *, max_size: int | None = None) -> bytes: ...
+
+    @overload
+    async def read_file(self, path: str, text: bool, *, max_size: int | None = ...) -> str | bytes: ...
+
+    async def read_file(self, path: str, text: bool = True, *, max_size: int | None = -1) -> str | bytes:
+        """The content of ``path``: a ``str`` (UTF-8) with ``text=True``, else ``bytes``.
+
+        A text read refuses a file over ``max_size`` bytes (64 MiB by default; ``None``: no
+        limit); a bytes read has no limit unless given one. For big files, stream to disk with
+        :meth:`read_file_to`.
+
+        :raises RemoteFileNotFoundError: no such file.
+        :raises RemoteIsADirectoryError: ``path`` is a directory.
+        :raises RemotePermissionError: the agent may not read it.
+        :raises FileTooLargeError: the file is over ``max_size``.
+        :raises FileEncodingError: ``text=True`` and the file is not valid UTF-8.
+        :raises PathEscapeError: ``path`` leads out of :attr:`workspace_root`.
+        """
+        files = self._files()
+        if text:
+            return await files.read_text(path, max_size=TEXT_LIMIT if max_size == -1 else max_size)
+        return await files.read_bytes(path, max_size=None if max_size == -1 else max_size)
+
+    async def read_file_to(self, path: str, local_path: str | os.PathLike[str], *, progress: bool = False) -> FileInfo:
+        """Stream ``path`` into the local file ``local_path`` in bounded memory, whatever its size.
+
+        The local file is replaced atomically and gets the remote file's mode (set-id bits
+        dropped) and mtime. ``progress`` shows a tqdm bar. Returns the remote file's info.
+
+        :raises RemoteFileNotFoundError: no such file.
+        :raises RemoteIsADirectoryError: ``path`` is a directory (use :meth:`download`).
+        """
+        bar = ProgressBar((await self.stat(path)).size if progress else 0, f"download {path}", progress)
+        try:
+            return await self._files().read_to(path, local_path, progress=bar.update)
+        finally:
+            bar.close()
+
+    async def write_file_from(
+        self,
+        local_path: str | os.PathLike[str],
+        path: str,
+        *,
+        mode: int | None = None,
+        keep_mtime: bool = True,
+        parents: bool = True,
+        progress: bool = False,
+    ) -> FileInfo:
+        """Stream the local file ``local_path`` to ``path`` in bounded memory, atomically.
+
+        The remote file gets the local one's permission bits (unless ``mode``) and, with
+        ``keep_mtime``, its mtime. ``progress`` shows a tqdm bar.
+
+        :raises RemoteIsADirectoryError: ``path`` is a directory.
+        :raises PathEscapeError: ``path`` leads out of :attr:`workspace_root`.
+        """
+        bar = ProgressBar(os.stat(local_path).st_size if progress else 0, f"upload {os.fspath(local_path)}", progress)
+        try:
+            return await self._files().write_from(
+                local_path, path, mode=mode, keep_mtime=keep_mtime, parents=parents, progress=bar.update
+            )
+        finally:
+            bar.close()
+
+    async def list_dir(self, path: str = ".", *, recursive: bool = False, max_entries: int = 100_000) -> list[FileInfo]:
+        """The entries of the directory ``path``, sorted by name (symlinks are listed, not followed).
+
+        With ``recursive`` every entry below it, each directory's entries before its
+        subdirectories' contents; ``name`` is then the path relative to ``path``.
+
+        :raises RemoteFileNotFoundError: no such directory.
+        :raises RemoteNotADirectoryError: ``path`` is a file.
+        :raises FileError: more than ``max_entries`` entries.
+        """
+        return await self._files().list_dir(path, recursive=recursive, max_entries=max_entries)
+
+    async def stat(self, path: str, *, follow: bool = True) -> FileInfo:
+        """Type, size, mode and mtime of ``path`` (``follow=False``: of a final symlink itself).
+
+        :raises RemoteFileNotFoundError: no such file or directory.
+        """
+        return await self._files().stat(path, follow=follow)
+
+    async def exists(self, path: str) -> bool:
+        """Whether ``path`` exists (a dangling symlink does not)."""
+        try:
+            await self._files().stat(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def remove(self, path: str, *, recursive: bool = False, missing_ok: bool = False) -> bool:
+        """Remove a file, a symlink (not its target), an empty directory or, with ``recursive``,
+        a tree. Returns False when nothing was there (``missing_ok``).
+
+        :raises RemoteFileNotFoundError: nothing there and not ``missing_ok``.
+        :raises FileError: a non-empty directory without ``recursive``.
+        :raises RemotePermissionError: not allowed, or ``path`` is the workspace root itself.
+        """
+        return await self._files().remove(path, recursive=recursive, missing_ok=missing_ok)
+
+    async def mkdir(
+        self, path: str, *, parents: bool = True, exist_ok: bool = True, mode: int | None = None
+    ) -> FileInfo:
+        """Create the directory ``path`` (with ``parents``, its missing ancestors too).
+
+        :raises RemoteFileExistsError: it exists and not ``exist_ok``, or a file is in the way.
+        """
+        return await self._files().mkdir(path, parents=parents, exist_ok=exist_ok, mode=mode)
+
+    async def upload(
+        self,
+        local_dir: str | os.PathLike[str],
+        remote_dir: str,
+        *,
+        ignore: Sequence[str] = (),
+        default_ignores: bool = True,
+        gitignore: bool = True,
+        max_files: int | None = DEFAULT_MAX_FILES,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
+        progress: bool = True,
+        delete: bool = False,
+    ) -> TransferResult:
+        """Copy a local project tree into ``remote_dir``; only new or changed files are sent.
+
+        Left out: :data:`~remote_exec.client.transfer.DEFAULT_IGNORES` (``.git``,
+        ``node_modules``, ``__pycache__``, ``.venv``, ``.env*`` but ``.env.example``, ``*.pem``,
+        ``*.key``; ``default_ignores=False`` sends them), whatever ``.gitignore`` files in the
+        tree ignore (``gitignore=False``: nothing), and ``ignore`` (gitignore patterns, which
+        win: ``"!.env"`` sends ``.env``). A file is "unchanged" when its size, mode and mtime
+        match the remote copy's. ``progress`` shows a tqdm bar (a widget in Jupyter).
+
+        ``delete=True`` mirrors: what ``remote_dir`` holds that the local tree has no more is
+        removed first (listed in :attr:`TransferResult.deleted`). What the rules ignore is never
+        deleted, so a ``node_modules`` or ``.venv`` built in the sandbox stays.
+
+        :raises TransferLimitError: more than ``max_files`` files or ``max_bytes`` bytes
+            (``None``: no cap) would be selected; the message names the biggest offenders.
+        :raises PathEscapeError: ``remote_dir`` leads out of :attr:`workspace_root`.
+        """
+        return await upload_tree(
+            self._files(), local_dir, remote_dir, ignore=ignore, default_ignores=default_ignores,
+            gitignore=gitignore, max_files=max_files, max_bytes=max_bytes, progress=progress, delete=delete,
+        )  # fmt: skip
+
+    async def download(
+        self,
+        remote_dir: str,
+        local_dir: str | os.PathLike[str],
+        *,
+        ignore: Sequence[str] = (),
+        default_ignores: bool = True,
+        gitignore: bool = True,
+        max_files: int | None = DEFAULT_MAX_FILES,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
+        progress: bool = True,
+        delete: bool = False,
+    ) -> TransferResult:
+        """Copy the remote tree ``remote_dir`` into ``local_dir``; only new or changed files are
+        fetched. The same ignores (``.gitignore`` files read from the sandbox), caps and
+        ``delete`` (here: local files the remote tree has no more are removed) as :meth:`upload`.
+
+        :raises RemoteFileNotFoundError: ``remote_dir`` does not exist.
+        :raises TransferLimitError: over ``max_files`` or ``max_bytes``.
+        """
+        return await download_tree(
+            self._files(), remote_dir, local_dir, ignore=ignore, default_ignores=default_ignores,
+            gitignore=gitignore, max_files=max_files, max_bytes=max_bytes, progress=progress, delete=delete,
+        )  # fmt: skip
