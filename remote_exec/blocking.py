@@ -295,6 +295,7 @@ class Sandbox:
         max_bytes: int | None = DEFAULT_MAX_BYTES,
         progress: bool = True,
         delete: bool = False,
+        checksum: bool = False,
     ) -> TransferResult:
         """Copy a local tree into the sandbox, only changes; Ctrl-C stops it (see :meth:`AsyncSandbox.upload`).
 
@@ -304,6 +305,7 @@ class Sandbox:
         fn = functools.partial(
             self.async_sandbox.upload, ignore=ignore, default_ignores=default_ignores, gitignore=gitignore,
             max_files=max_files, max_bytes=max_bytes, progress=progress, delete=delete,
+            checksum=checksum,
         )  # fmt: skip
         return interruptible(self._portal, fn, local_dir, remote_dir)
 
@@ -319,6 +321,7 @@ class Sandbox:
         max_bytes: int | None = DEFAULT_MAX_BYTES,
         progress: bool = True,
         delete: bool = False,
+        checksum: bool = False,
     ) -> TransferResult:
         """Copy a tree out of the sandbox, only changes; Ctrl-C stops it (see :meth:`AsyncSandbox.download`).
 
@@ -328,6 +331,7 @@ class Sandbox:
         fn = functools.partial(
             self.async_sandbox.download, ignore=ignore, default_ignores=default_ignores, gitignore=gitignore,
             max_files=max_files, max_bytes=max_bytes, progress=progress, delete=delete,
+            checksum=checksum,
         )  # fmt: skip
         return interruptible(self._portal, fn, remote_dir, local_dir)
 

@@ -48,6 +48,7 @@ def add_cp_parser(sub: Any) -> None:
     cp.add_argument("--max-files", type=int, default=DEFAULT_MAX_FILES, help="refuse bigger trees (0: no cap)")
     cp.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES, help="refuse bigger trees (0: no cap)")
     cp.add_argument("--no-progress", action="store_true", help="no progress bar")
+    cp.add_argument("--checksum", action="store_true", help="trees: compare contents (SHA-256), not size and mtime")
     cp.add_argument(
         "--delete", action="store_true", help="trees: remove what DST has and SRC has not (ignored paths stay)"
     )
@@ -82,6 +83,7 @@ async def copy(sb: AsyncSandbox, args: argparse.Namespace) -> int:
         "max_bytes": args.max_bytes or None,
         "progress": not args.no_progress,
         "delete": args.delete,
+        "checksum": args.checksum,
     }
     try:
         if up:

@@ -18,7 +18,7 @@ import contextlib
 import os
 import secrets
 import stat
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 
 import anyio
@@ -26,7 +26,10 @@ import anyio
 from ..errors import FileEncodingError, FileError, FileTooLargeError
 from ..protocol import (
     DEFAULT_CHUNK,
+    MAX_HASH_PATHS,
     Empty,
+    FileHashParams,
+    FileHashResult,
     FileInfo,
     FileListParams,
     FileListResult,
@@ -52,6 +55,8 @@ __all__ = ["TEXT_LIMIT", "FileClient", "Progress"]
 
 TEXT_LIMIT = 64 * 1024 * 1024
 """Largest file ``read_file(text=True)`` reads by default (``FileTooLargeError`` beyond)."""
+
+_HASH_BATCH = 256 * 1024 * 1024
 
 Progress = Callable[[int], None]
 """Called with the byte count of each chunk as it completes."""
@@ -126,6 +131,27 @@ class FileClient:
     ) -> FileInfo:
         params = FileMkdirParams(path=path, root=self.root, parents=parents, exist_ok=exist_ok, mode=mode)
         return await self.rpc.call(Method.FILE_MKDIR, params, FileInfo)
+
+    async def hashes(self, paths: Sequence[str], sizes: Sequence[int]) -> list[str | None]:
+        """The SHA-256 (hex) of each path (``None``: not a readable regular file), asked in
+        batches of at most 1024 paths or 256 MiB (``sizes``: the expected sizes), so that no
+        single request hashes for long."""
+        out: list[str | None] = []
+        start = 0
+        while start < len(paths):
+            end, budget = start, 0
+            while (
+                end < len(paths)
+                and end - start < MAX_HASH_PATHS
+                and (end == start or budget + sizes[end] <= _HASH_BATCH)
+            ):
+                budget += sizes[end]
+                end += 1
+            params = FileHashParams(paths=list(paths[start:end]), root=self.root)
+            timeout = 30.0 + budget / 50e6  # a slow disk hashes 50 MB/s
+            out.extend((await self.rpc.call(Method.FILE_HASH, params, FileHashResult, timeout=timeout)).hashes)
+            start = end
+        return out
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -180,6 +180,7 @@ class SandboxFiles:
         max_bytes: int | None = DEFAULT_MAX_BYTES,
         progress: bool = True,
         delete: bool = False,
+        checksum: bool = False,
     ) -> TransferResult:
         """Copy a local project tree into ``remote_dir``; only new or changed files are sent.
 
@@ -189,6 +190,10 @@ class SandboxFiles:
         tree ignore (``gitignore=False``: nothing), and ``ignore`` (gitignore patterns, which
         win: ``"!.env"`` sends ``.env``). A file is "unchanged" when its size, mode and mtime
         match the remote copy's. ``progress`` shows a tqdm bar (a widget in Jupyter).
+
+        ``checksum=True`` compares contents instead of mtimes: a file of the same size and mode
+        is unchanged when its SHA-256 (computed by the agent there, locally here) is the same
+        (for trees whose mtimes moved, e.g. after a ``git checkout``; costs reading both copies).
 
         ``delete=True`` mirrors: what ``remote_dir`` holds that the local tree has no more is
         removed first (listed in :attr:`TransferResult.deleted`). What the rules ignore is never
@@ -201,6 +206,7 @@ class SandboxFiles:
         return await upload_tree(
             self._files(), local_dir, remote_dir, ignore=ignore, default_ignores=default_ignores,
             gitignore=gitignore, max_files=max_files, max_bytes=max_bytes, progress=progress, delete=delete,
+            checksum=checksum,
         )  # fmt: skip
 
     async def download(
@@ -215,10 +221,12 @@ class SandboxFiles:
         max_bytes: int | None = DEFAULT_MAX_BYTES,
         progress: bool = True,
         delete: bool = False,
+        checksum: bool = False,
     ) -> TransferResult:
         """Copy the remote tree ``remote_dir`` into ``local_dir``; only new or changed files are
-        fetched. The same ignores (``.gitignore`` files read from the sandbox), caps and
-        ``delete`` (here: local files the remote tree has no more are removed) as :meth:`upload`.
+        fetched. The same ignores (``.gitignore`` files read from the sandbox), caps,
+        ``checksum`` and ``delete`` (here: local files the remote tree has no more are removed)
+        as :meth:`upload`.
 
         :raises RemoteFileNotFoundError: ``remote_dir`` does not exist.
         :raises TransferLimitError: over ``max_files`` or ``max_bytes``.
@@ -226,4 +234,5 @@ class SandboxFiles:
         return await download_tree(
             self._files(), remote_dir, local_dir, ignore=ignore, default_ignores=default_ignores,
             gitignore=gitignore, max_files=max_files, max_bytes=max_bytes, progress=progress, delete=delete,
+            checksum=checksum,
         )  # fmt: skip

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import os
 import posixpath
 import shutil
@@ -175,6 +176,27 @@ def same_mtime(a_ns: int, b_ns: int) -> bool:
 
 def _same(src: _Entry, dst: _Entry | None) -> bool:
     return dst is not None and (src.size, src.mode) == (dst.size, dst.mode) and same_mtime(src.mtime_ns, dst.mtime_ns)
+
+
+def _sha256(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.file_digest(f, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+async def _same_content(
+    files: FileClient, remote_dir: str, local_top: Path, pairs: Sequence[tuple[_Entry, _Entry | None]]
+) -> set[str]:
+    """With ``checksum=True``: the files whose size and mode match and whose SHA-256 is the same
+    on both sides (hashed there by the agent, here in a thread), whatever their mtimes say."""
+    candidates = [src for src, dst in pairs if dst is not None and (src.size, src.mode) == (dst.size, dst.mode)]
+    if not candidates:
+        return set()
+    there = await files.hashes([posixpath.join(remote_dir, f.rel) for f in candidates], [f.size for f in candidates])
+    here = await asyncio.to_thread(lambda: [_sha256(local_top / f.rel) for f in candidates])
+    return {f.rel for f, a, b in zip(candidates, here, there, strict=True) if a is not None and a == b}
 
 
 def _human(n: float) -> str:
@@ -336,6 +358,7 @@ async def upload_tree(
     max_bytes: int | None = DEFAULT_MAX_BYTES,
     progress: bool = True,
     delete: bool = False,
+    checksum: bool = False,
 ) -> TransferResult:
     """Copy the local tree ``local_dir`` into ``remote_dir`` (created if missing); only what
     differs from the remote side is sent. See :meth:`AsyncSandbox.upload`.
@@ -371,7 +394,11 @@ async def upload_tree(
         remote.pop(rel.rstrip("/"), None)
     there = {k: _Entry(k, v.size, v.mode, v.mtime_ns) for k, v in remote.items() if v.type == "file"}
     new_dirs = [d for d in tree.dirs if remote.get(d) is None or remote[d].type != "dir"]
-    todo = [f for f in tree.files if not _same(f, there.get(f.rel))]
+    if checksum:
+        same = await _same_content(files, remote_dir, top, [(f, there.get(f.rel)) for f in tree.files])
+        todo = [f for f in tree.files if f.rel not in same]
+    else:
+        todo = [f for f in tree.files if not _same(f, there.get(f.rel))]
     result = TransferResult(
         files_unchanged=len(tree.files) - len(todo),
         dirs_created=len(new_dirs),
@@ -419,6 +446,7 @@ async def download_tree(
     max_bytes: int | None = DEFAULT_MAX_BYTES,
     progress: bool = True,
     delete: bool = False,
+    checksum: bool = False,
 ) -> TransferResult:
     """Copy the remote tree ``remote_dir`` into ``local_dir`` (created if missing); only what
     differs from the local side is fetched. See :meth:`AsyncSandbox.download`.
@@ -482,7 +510,12 @@ async def download_tree(
     stale = await asyncio.to_thread(delete_stale) if delete else []
     here = await asyncio.to_thread(local_state)
     # set-id bits are dropped on the way down (read_to does the same): compare without them
-    todo = [f for f in tree.files if not _same(_Entry(f.rel, f.size, f.mode & 0o777, f.mtime_ns), here.get(f.rel))]
+    sent_as = {f.rel: _Entry(f.rel, f.size, f.mode & 0o777, f.mtime_ns) for f in tree.files}
+    if checksum:
+        same = await _same_content(files, remote_dir, top, [(sent_as[f.rel], here.get(f.rel)) for f in tree.files])
+        todo = [f for f in tree.files if f.rel not in same]
+    else:
+        todo = [f for f in tree.files if not _same(sent_as[f.rel], here.get(f.rel))]
     result = TransferResult(
         files_unchanged=len(tree.files) - len(todo),
         dirs_created=await asyncio.to_thread(make_dirs),

@@ -29,8 +29,11 @@ from .base import (
 from .files import (
     DEFAULT_CHUNK,
     MAX_CHUNK,
+    MAX_HASH_PATHS,
     MAX_LIST_ENTRIES,
     STAGED_NAME,
+    FileHashParams,
+    FileHashResult,
     FileInfo,
     FileListParams,
     FileListResult,
@@ -90,6 +93,7 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "ERROR_CLASSES",
     "MAX_CHUNK",
+    "MAX_HASH_PATHS",
     "STAGED_NAME",
     "MAX_LIST_ENTRIES",
     "MAX_WAIT",
@@ -99,6 +103,8 @@ __all__ = [
     "TERMINAL_STATES",
     "Empty",
     "Encoding",
+    "FileHashParams",
+    "FileHashResult",
     "FileInfo",
     "FileListParams",
     "FileListResult",
@@ -181,6 +187,7 @@ class Method(StrEnum):
     FILE_WRITE_CHUNK = "file_write_chunk"
     FILE_WRITE_COMMIT = "file_write_commit"
     FILE_WRITE_ABORT = "file_write_abort"
+    FILE_HASH = "file_hash"
     PORT_CONNECT = "port_connect"
     PORT_SEND = "port_send"
     PORT_RECV = "port_recv"
@@ -225,6 +232,7 @@ METHODS: dict[str, MethodSpec] = {
     Method.FILE_WRITE_CHUNK: MethodSpec(params=FileWriteChunkParams, result=FileWriteChunkResult, takes_payload=True),
     Method.FILE_WRITE_COMMIT: MethodSpec(params=FileWriteCommitParams, result=FileInfo),
     Method.FILE_WRITE_ABORT: MethodSpec(params=FileSessionParams, result=Empty),
+    Method.FILE_HASH: MethodSpec(params=FileHashParams, result=FileHashResult),
     Method.PORT_CONNECT: MethodSpec(params=PortConnectParams, result=PortConnInfo),
     Method.PORT_SEND: MethodSpec(params=PortSendParams, result=PortSendResult, takes_payload=True),
     Method.PORT_RECV: MethodSpec(params=PortRecvParams, result=PortRecvResult, gives_payload=True),

@@ -35,8 +35,11 @@ from .base import Offset, WireModel
 __all__ = [
     "DEFAULT_CHUNK",
     "MAX_CHUNK",
+    "MAX_HASH_PATHS",
     "MAX_LIST_ENTRIES",
     "STAGED_NAME",
+    "FileHashParams",
+    "FileHashResult",
     "FileInfo",
     "FileListParams",
     "FileListResult",
@@ -264,6 +267,37 @@ class FileRemoveResult(WireModel):
     """Whether something was removed."""
 
     removed: bool
+
+
+MAX_HASH_PATHS = 1024
+"""Most paths one ``file_hash`` may name."""
+
+
+class FileHashParams(WireModel):
+    """Params of ``file_hash``: the SHA-256 of each of ``paths`` (resolved like any path, inside
+    ``root`` if given). Used to tell whether a file changed when mtimes cannot be trusted."""
+
+    paths: Annotated[list[PathStr], Field(min_length=1, max_length=MAX_HASH_PATHS)]
+    root: PathStr | None = None
+
+    @field_validator("paths")
+    @classmethod
+    def _check_paths(cls, v: list[str]) -> list[str]:
+        for p in v:
+            _no_nul(p)
+        return v
+
+    @field_validator("root")
+    @classmethod
+    def _check_root(cls, v: str | None) -> str | None:
+        return _PathParams._absolute_root(_no_nul(v))
+
+
+class FileHashResult(WireModel):
+    """The hex SHA-256 of each path, in order; ``None`` where the path is not a regular file the
+    agent may read (missing, a directory, a symlink, no permission)."""
+
+    hashes: list[Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None]
 
 
 class FileMkdirParams(_PathParams):

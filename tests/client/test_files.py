@@ -308,3 +308,40 @@ async def test_abandoned_write_sessions_expire(fresh_agent_dir: Path, tmp_path: 
     await ctl.write_open(FileWriteOpenParams(session_id=secrets.token_urlsafe(12), path=str(tmp_path / "g")))
     await ctl.aclose()  # the agent stopping aborts what is open
     assert temps(tmp_path) == []
+
+
+async def test_file_hash_digests_and_refusals(url: str, tmp_path: Path) -> None:
+    import hashlib
+
+    from remote_exec.protocol import FileHashParams, FileHashResult
+
+    ws = tmp_path / "ws"
+    (ws / "d").mkdir(parents=True)
+    (ws / "a.bin").write_bytes(ALL_BYTES)
+    (ws / "empty").write_bytes(b"")
+    os.symlink("a.bin", ws / "link")  # inside: followed
+    os.mkfifo(ws / "fifo")  # not a regular file: None, and no hang on open
+    (tmp_path / "out.txt").write_text("outside")
+    async with rx.open_sandbox(url, workspace_root=str(ws)) as sb:
+        rpc = sb._client()
+
+        async def hashes(*paths: str, root: str | None = str(ws)) -> list[str | None]:
+            res = await rpc.call(Method.FILE_HASH, FileHashParams(paths=list(paths), root=root), FileHashResult)
+            return res.hashes
+
+        digest = hashlib.sha256(ALL_BYTES).hexdigest()
+        assert await hashes("a.bin", "empty", "link", "d", "fifo", "missing", "d/missing/x") == [
+            digest, hashlib.sha256(b"").hexdigest(), digest, None, None, None, None
+        ]  # fmt: skip
+        with pytest.raises(rx.PathEscapeError):
+            await hashes("a.bin", "../out.txt")
+        with pytest.raises(rx.InvalidParamsError):
+            await rpc.call(Method.FILE_HASH, FileHashParams.model_construct(paths=[], root=None), FileHashResult)
+        with pytest.raises(rx.InvalidParamsError):
+            too_many = FileHashParams.model_construct(paths=["x"] * 1025, root=None)  # unchecked: the agent checks
+            await rpc.call(Method.FILE_HASH, too_many, FileHashResult)
+        with pytest.raises(rx.InvalidParamsError):
+            relative = FileHashParams.model_construct(paths=["x"], root="relative")
+            await rpc.call(Method.FILE_HASH, relative, FileHashResult)
+        many = await FileClient(rpc, str(ws)).hashes(["a.bin"] * 2500, [len(ALL_BYTES)] * 2500)  # 3 batches
+        assert many == [digest] * 2500

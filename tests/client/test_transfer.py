@@ -207,3 +207,35 @@ async def test_delete_mirrors_both_ways_and_never_touches_ignored_paths(url: str
         down = await sb.download(str(dest), back, delete=True, progress=False)
         assert down.deleted == ["stale-dir/", "stale.txt"]
         assert not (back / "stale.txt").exists() and (back / ".env").read_text() == "SECRET=1"
+
+
+async def test_checksum_compares_contents_not_mtimes(url: str, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(5):
+        (src / f"f{i}.txt").write_text(f"content {i}\n")
+    dest = tmp_path / "remote"
+    async with rx.open_sandbox(url) as sb:
+        await sb.upload(src, str(dest), progress=False)
+        for f in src.iterdir():  # a fresh checkout: every mtime moved, no content did
+            os.utime(f, ns=(1, 1_700_000_000_000_000_000))
+        assert (await sb.upload(src, str(tmp_path / "probe"), progress=False)).files_sent == 5
+        by_mtime = await sb.upload(src, str(dest), progress=False, checksum=True)
+        assert (by_mtime.files_sent, by_mtime.files_unchanged) == (0, 5)
+        st = (src / "f2.txt").stat()  # same size, same mtime, new bytes: only a checksum sees it
+        (src / "f2.txt").write_text("CONTENT 2\n")
+        os.utime(src / "f2.txt", ns=(st.st_atime_ns, st.st_mtime_ns))
+        (dest / "f2.txt").write_text("content 2\n")
+        os.utime(dest / "f2.txt", ns=(st.st_atime_ns, st.st_mtime_ns))
+        await sb.upload(src, str(dest), progress=False)  # sends the 4 files whose mtimes moved...
+        assert (dest / "f2.txt").read_text() == "content 2\n"  # ...and is fooled by f2
+        fixed = await sb.upload(src, str(dest), progress=False, checksum=True)
+        assert fixed.files_sent == 1 and (dest / "f2.txt").read_text() == "CONTENT 2\n"
+
+        back = tmp_path / "back"
+        await sb.download(str(dest), back, progress=False)
+        (dest / "f4.txt").write_text("CONTENT 4\n")
+        os.utime(dest / "f4.txt", ns=(1, (back / "f4.txt").stat().st_mtime_ns))
+        assert (await sb.download(str(dest), back, progress=False)).files_sent == 0
+        down = await sb.download(str(dest), back, progress=False, checksum=True)
+        assert (down.files_sent, down.files_unchanged) == (1, 4) and (back / "f4.txt").read_text() == "CONTENT 4\n"

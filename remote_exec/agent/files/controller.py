@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import hashlib
 import os
 import secrets
 import shutil
@@ -34,6 +35,8 @@ from ...errors import (
 from ...protocol import (
     MAX_CHUNK,
     Empty,
+    FileHashParams,
+    FileHashResult,
     FileInfo,
     FileListParams,
     FileListResult,
@@ -144,6 +147,34 @@ class FileController:
                 raise os_error(exc, p.path) from None
             finally:
                 os.close(fd)
+
+        return await asyncio.to_thread(run)
+
+    async def hash(self, p: FileHashParams) -> FileHashResult:
+        def one(path: str) -> str | None:
+            with resolve(path, p.root) as r:  # a path leading out of the root raises: no silent None
+                try:
+                    fd = os.open(r.name, _READ | os.O_NONBLOCK, dir_fd=r.dir_fd)
+                except OSError:
+                    return None
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return None
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    return hashlib.file_digest(f, "sha256").hexdigest()
+            except OSError:
+                return None
+            finally:
+                os.close(fd)
+
+        def run() -> FileHashResult:
+            hashes = []
+            for path in p.paths:
+                try:
+                    hashes.append(one(path))
+                except (FileNotFoundError, NotADirectoryError, PermissionError):
+                    hashes.append(None)  # a missing or unreadable parent directory
+            return FileHashResult(hashes=hashes)
 
         return await asyncio.to_thread(run)
 

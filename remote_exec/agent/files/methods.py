@@ -22,4 +22,5 @@ def file_methods(ctl: FileController) -> dict[str, Handler]:
         Method.FILE_WRITE_CHUNK: ctl.write_chunk,
         Method.FILE_WRITE_COMMIT: ctl.write_commit,
         Method.FILE_WRITE_ABORT: ctl.write_abort,
+        Method.FILE_HASH: ctl.hash,
     }
