@@ -41,6 +41,10 @@ class ArchiveCopy:
         (``put_argv(dir)``).
     :param get_argv: the command line that writes a tar stream of a path to stdout (``get_argv(path)``).
     :param min_size: smaller files go through the channel (``docker cp`` takes ~0.1 s to start).
+    :param grace: seconds a copy may take on top of ``size / min_rate``; a copy that takes
+        longer (a stuck engine) is killed and raises ``TimeoutError``, and the caller falls
+        back to the channel, whose requests have timeouts of their own.
+    :param min_rate: bytes per second a copy is expected to reach at least.
     """
 
     def __init__(
@@ -49,10 +53,17 @@ class ArchiveCopy:
         get_argv: Callable[[str], list[str]],
         *,
         min_size: int = 16 * 1024 * 1024,
+        grace: float = 60.0,
+        min_rate: float = 10e6,
     ) -> None:
         self.put_argv = put_argv
         self.get_argv = get_argv
         self.min_size = min_size
+        self.grace = grace
+        self.min_rate = min_rate
+
+    def _deadline(self, size: int) -> float:
+        return self.grace + size / self.min_rate
 
     async def put(
         self, fd: int, size: int, stage_dir: str, name: str, owner: tuple[int, int], progress: Progress | None
@@ -64,6 +75,7 @@ class ArchiveCopy:
 
         :raises CliError: the engine refused (e.g. a read-only root, no such directory).
         :raises FileError: the local file changed size while it was being sent.
+        :raises TimeoutError: the copy took longer than ``grace + size / min_rate`` seconds.
         """
         read_end, write_end = _pipe()
         try:
@@ -80,24 +92,7 @@ class ArchiveCopy:
             os.close(read_end)  # the child has its own copy: EOF/EPIPE now follow the child alone
         report = _threadsafe(progress)
         sender = asyncio.ensure_future(asyncio.to_thread(_send_tar, write_end, fd, size, name, owner, report))
-        try:
-            try:
-                await asyncio.shield(sender)
-            except BaseException:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()  # a local failure or a cancellation: the engine must not finish a short file
-                raise
-            finally:
-                with anyio.CancelScope(shield=True):
-                    _, err = await proc.communicate()
-                    await asyncio.gather(sender, return_exceptions=True)
-        except (OSError, FileError) as exc:
-            # A broken pipe means the engine stopped reading: its own words say why.
-            if proc.returncode and err:
-                raise _cli_error(self.put_argv(stage_dir), proc.returncode, err) from exc
-            raise
-        if proc.returncode:
-            raise _cli_error(self.put_argv(stage_dir), proc.returncode, err)
+        await _finish(proc, sender, self._deadline(size), self.put_argv(stage_dir))
 
     async def get(self, path: str, fd: int, size: int, progress: Progress | None) -> None:
         """Copy the container's regular file ``path`` (``size`` bytes) into the local file ``fd``.
@@ -106,6 +101,7 @@ class ArchiveCopy:
 
         :raises CliError: the engine refused (no such file...).
         :raises FileError: the stream did not hold one regular file of ``size`` bytes.
+        :raises TimeoutError: the copy took longer than ``grace + size / min_rate`` seconds.
         """
         read_end, write_end = _pipe()
         try:
@@ -122,23 +118,40 @@ class ArchiveCopy:
             os.close(write_end)
         report = _threadsafe(progress)
         receiver = asyncio.ensure_future(asyncio.to_thread(_receive_tar, read_end, fd, size, path, report))
-        try:
-            try:
-                await asyncio.shield(receiver)
-            except BaseException:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()  # a bad stream or a cancellation: stop the engine's copy
-                raise
-            finally:
-                with anyio.CancelScope(shield=True):
-                    _, err = await proc.communicate()
-                    await asyncio.gather(receiver, return_exceptions=True)
-        except (OSError, FileError) as exc:
-            if proc.returncode and err:
-                raise _cli_error(self.get_argv(path), proc.returncode, err) from exc
-            raise
-        if proc.returncode:
-            raise _cli_error(self.get_argv(path), proc.returncode, err)
+        await _finish(proc, receiver, self._deadline(size), self.get_argv(path))
+
+
+async def _finish(
+    proc: asyncio.subprocess.Process, worker: asyncio.Future[None], deadline: float, argv: list[str]
+) -> None:
+    """Wait for ``worker`` (the thread that feeds or drains the pipe) and then the ``cp`` process.
+
+    On any failure, on cancellation and after ``deadline`` seconds the process is killed (the
+    engine must not finish a short file) and waited for, with the worker, before this returns.
+
+    :raises CliError: the engine failed (its own words), whatever the worker saw (a broken pipe).
+    :raises TimeoutError: the deadline passed.
+    """
+    assert proc.stderr is not None
+    try:
+        async with asyncio.timeout(deadline):
+            await asyncio.shield(worker)
+            await proc.wait()
+    except BaseException as exc:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        with anyio.CancelScope(shield=True):
+            await proc.wait()
+            await asyncio.gather(worker, return_exceptions=True)
+            err = await proc.stderr.read()
+        if isinstance(exc, TimeoutError):
+            raise TimeoutError(f"{' '.join(argv[:2])} took over {deadline:.0f} s: killed") from None
+        if isinstance(exc, OSError | FileError) and proc.returncode and err:
+            raise _cli_error(argv, proc.returncode, err) from exc  # a broken pipe: the engine says why
+        raise
+    err = await proc.stderr.read()
+    if proc.returncode:
+        raise _cli_error(argv, proc.returncode, err)
 
 
 def _pipe() -> tuple[int, int]:

@@ -17,6 +17,7 @@ import io
 import os
 import secrets
 import subprocess
+import sys
 import tarfile
 import threading
 from collections.abc import Iterator
@@ -292,3 +293,27 @@ def test_download_stream_headers_are_parsed(fmt: int, tmp_path: Path) -> None:
 def test_download_stream_that_is_not_one_file_is_refused(stream: bytes, why: str, tmp_path: Path) -> None:
     with pytest.raises(FileError, match=why):
         receive(stream, 10, tmp_path)
+
+
+async def test_a_stuck_engine_is_killed_at_the_deadline(tmp_path: Path) -> None:
+    # "cp" stand-ins that never read or never write: each copy is killed after its deadline
+    # (grace + size / min_rate), with nothing left running.
+    src = tmp_path / "big.bin"
+    sparse_file(src, 8 * 1024 * 1024)  # more than the pipe holds: the sender blocks
+    marker = f"rx-stuck-{secrets.token_hex(4)}"
+    stuck = ArchiveCopy(
+        lambda d: [sys.executable, "-c", "import time; time.sleep(60)", marker],  # one process, marked
+        lambda p: [sys.executable, "-c", "import time; time.sleep(60)", marker],
+        grace=0.5,
+        min_rate=1e12,
+    )
+    fd = os.open(src, os.O_RDWR)
+    try:
+        with pytest.raises(TimeoutError, match="killed"):
+            await stuck.put(fd, 8 * 1024 * 1024, "/nowhere", "data", (0, 0), None)
+        with pytest.raises(TimeoutError, match="killed"):
+            await stuck.get("/nowhere/data", fd, 8 * 1024 * 1024, None)
+    finally:
+        os.close(fd)
+    ps = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)  # noqa: ASYNC221
+    assert ps.stdout == ""
