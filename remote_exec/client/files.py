@@ -226,9 +226,19 @@ class FileClient:
                 data={"offset": exc.start},
             ) from None
 
-    async def read_to(self, path: str, local: str | os.PathLike[str], *, progress: Progress | None = None) -> FileInfo:
+    async def read_to(
+        self,
+        path: str,
+        local: str | os.PathLike[str],
+        *,
+        progress: Progress | None = None,
+        size_hint: int | None = None,
+    ) -> FileInfo:
         """Stream ``path`` into the local file ``local``, atomically (a temporary file beside it,
-        renamed once complete), with the remote file's mode (set-id bits dropped) and mtime."""
+        renamed once complete), with the remote file's mode (set-id bits dropped) and mtime.
+
+        ``size_hint``: the size the caller expects (from a listing); below the native copy's
+        ``min_size`` the file goes straight through the channel, without the stat that decides."""
         dest = Path(local)
         fd, temp = await asyncio.to_thread(_local_temp, dest)
         try:
@@ -237,7 +247,7 @@ class FileClient:
                 await asyncio.to_thread(_pwrite_all, fd, data, offset)
 
             first: FileInfo | FileReadResult | None = None
-            if self.native is not None:
+            if self.native is not None and (size_hint is None or size_hint >= self.native.min_size):
                 first = await read_native(self, self.native, path, fd, progress)
             if first is None:
                 first = await self._read(path, sink, None, progress)
@@ -247,7 +257,7 @@ class FileClient:
             if fd >= 0:
                 with anyio.CancelScope(shield=True):
                     await asyncio.to_thread(_drop_local, fd, temp)
-        return await self.stat(path)
+        return first if isinstance(first, FileInfo) else await self.stat(path)
 
     # -- writes -----------------------------------------------------------------------------
 

@@ -529,7 +529,7 @@ async def download_tree(
     )
 
     async def fetch(f: _Entry) -> None:
-        await files.read_to(posixpath.join(remote_dir, f.rel), top / f.rel, progress=bar.update)
+        await files.read_to(posixpath.join(remote_dir, f.rel), top / f.rel, progress=bar.update, size_hint=f.size)
         result.files_sent += 1
         result.bytes_sent += f.size
 
