@@ -343,8 +343,9 @@ class FileClient:
             final_mode = stat.S_IMODE(st.st_mode) if mode is None else mode
             mtime_ns = st.st_mtime_ns if keep_mtime else None
             if self.native is not None and st.st_size >= self.native.min_size:
-                args = (fd, path, st.st_size, final_mode, mtime_ns, parents, progress)
-                staged = await write_staged(self, self.native, *args)
+                staged = await write_staged(
+                    self, self.native, fd, path, st.st_size, final_mode, mtime_ns, parents, progress
+                )
                 if staged is not None:
                     return staged
             return await self._write(path, st.st_size, chunk, final_mode, mtime_ns, parents, progress)

@@ -14,9 +14,7 @@ native copy only ever makes a transfer faster. Cancellation stops the copy and a
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import os
 import secrets
 from typing import TYPE_CHECKING, Protocol
 
@@ -147,8 +145,7 @@ async def read_native(
     except (RemoteExecError, OSError) as exc:
         _log.debug("native copy of %s out of the sandbox failed, using the channel: %s", path, exc)
         counted.take_back()
-        await asyncio.to_thread(os.ftruncate, fd, 0)
-        return None
+        return None  # what was written is overwritten by the channel read, then cut to its size
     if (after.path, after.size, after.mtime_ns) != (before.path, before.size, before.mtime_ns):
         raise FileError(f"{path} changed while it was being read", path=path)
     return before

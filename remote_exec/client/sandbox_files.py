@@ -90,9 +90,10 @@ class SandboxFiles:
         :raises RemoteFileNotFoundError: no such file.
         :raises RemoteIsADirectoryError: ``path`` is a directory (use :meth:`download`).
         """
-        bar = ProgressBar((await self.stat(path)).size if progress else 0, f"download {path}", progress)
+        size = (await self.stat(path)).size if progress else None
+        bar = ProgressBar(size or 0, f"download {path}", progress)
         try:
-            return await self._files().read_to(path, local_path, progress=bar.update)
+            return await self._files().read_to(path, local_path, progress=bar.update, size_hint=size)
         finally:
             bar.close()
 

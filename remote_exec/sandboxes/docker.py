@@ -47,7 +47,6 @@ class ContainerTransport(ExecTransport):
 
     scheme = "docker"
     host_flag = "-H"
-    cp_flags: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -106,7 +105,7 @@ class ContainerTransport(ExecTransport):
     def native_copy(self) -> ArchiveCopy:
         """Big files go in and out with ``<cli> cp`` (the engine's archive API), not ``exec`` pipes."""
         return ArchiveCopy(
-            lambda where: self.cli_argv("cp", *self.cp_flags, "-", f"{self.container}:{where}"),
+            lambda where: self.cli_argv("cp", "-", f"{self.container}:{where}"),
             lambda path: self.cli_argv("cp", f"{self.container}:{path}", "-"),
         )
 

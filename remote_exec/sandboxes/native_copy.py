@@ -77,22 +77,13 @@ class ArchiveCopy:
         :raises FileError: the local file changed size while it was being sent.
         :raises TimeoutError: the copy took longer than ``grace + size / min_rate`` seconds.
         """
-        read_end, write_end = _pipe()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.put_argv(stage_dir),
-                stdin=read_end,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.PIPE,
-            )
-        except BaseException:
-            os.close(write_end)
-            raise
-        finally:
-            os.close(read_end)  # the child has its own copy: EOF/EPIPE now follow the child alone
         report = _threadsafe(progress)
-        sender = asyncio.ensure_future(asyncio.to_thread(_send_tar, write_end, fd, size, name, owner, report))
-        await _finish(proc, sender, self._deadline(size), self.put_argv(stage_dir))
+        await _copy(
+            self.put_argv(stage_dir),
+            lambda pipe: _send_tar(pipe, fd, size, name, owner, report),
+            feeds_child=True,
+            deadline=self._deadline(size),
+        )
 
     async def get(self, path: str, fd: int, size: int, progress: Progress | None) -> None:
         """Copy the container's regular file ``path`` (``size`` bytes) into the local file ``fd``.
@@ -103,22 +94,33 @@ class ArchiveCopy:
         :raises FileError: the stream did not hold one regular file of ``size`` bytes.
         :raises TimeoutError: the copy took longer than ``grace + size / min_rate`` seconds.
         """
-        read_end, write_end = _pipe()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.get_argv(path),
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=write_end,
-                stderr=asyncio.subprocess.PIPE,
-            )
-        except BaseException:
-            os.close(read_end)
-            raise
-        finally:
-            os.close(write_end)
         report = _threadsafe(progress)
-        receiver = asyncio.ensure_future(asyncio.to_thread(_receive_tar, read_end, fd, size, path, report))
-        await _finish(proc, receiver, self._deadline(size), self.get_argv(path))
+        await _copy(
+            self.get_argv(path),
+            lambda pipe: _receive_tar(pipe, fd, size, path, report),
+            feeds_child=False,
+            deadline=self._deadline(size),
+        )
+
+
+async def _copy(argv: list[str], work: Callable[[int], None], *, feeds_child: bool, deadline: float) -> None:
+    """Run ``argv`` with one end of a pipe as its stdin (``feeds_child``) or its stdout, and
+    ``work(our_end)`` in a thread on the other end (``work`` closes it); see :func:`_finish`."""
+    read_end, write_end = _pipe()
+    child_end, our_end = (read_end, write_end) if feeds_child else (write_end, read_end)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=child_end if feeds_child else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL if feeds_child else child_end,
+            stderr=asyncio.subprocess.PIPE,
+        )
+    except BaseException:
+        os.close(our_end)
+        raise
+    finally:
+        os.close(child_end)  # the child has its own copy: EOF/EPIPE now follow the child alone
+    await _finish(proc, asyncio.ensure_future(asyncio.to_thread(work, our_end)), deadline, argv)
 
 
 async def _finish(

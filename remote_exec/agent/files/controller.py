@@ -160,7 +160,7 @@ class FileController:
             try:
                 if not stat.S_ISREG(os.fstat(fd).st_mode):
                     return None
-                with os.fdopen(os.dup(fd), "rb") as f:
+                with open(fd, "rb", closefd=False) as f:
                     return hashlib.file_digest(f, "sha256").hexdigest()
             except OSError:
                 return None
