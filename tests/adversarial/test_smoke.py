@@ -9,15 +9,14 @@ import pytest
 import remote_exec as rx
 
 from .conftest import Adversary
-from .hostile_agent import HostileAgent, Silence
+from .hostile_agent import Handler, HostileAgent
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_fake_agent_opens_a_sandbox(tmp_path: Path, adversary: Adversary) -> None:
-    handlers = {"exec_remote_list": lambda p, _: {"jobs": []}}
+    handlers: dict[str, Handler] = {"exec_remote_list": lambda p, _: {"jobs": []}}
     async with HostileAgent(tmp_path, handlers) as agent, rx.open_sandbox(agent.url) as sb:
         assert await sb.jobs() == []
         assert sb.info.instance_id == agent.instance_id
     assert agent.calls[:1] == ["server_info"]
-    assert Silence  # re-exported for attack tests
