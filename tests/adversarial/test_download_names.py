@@ -38,7 +38,14 @@ MTIME = 1_700_000_000_000_000_000
 def info(name: str, type: str = "file", path: str | None = None) -> dict[str, Any]:
     """One entry of a listing (or a stat) as the agent sends it."""
     size = len(CONTENT) if type == "file" else 0
-    return {"path": path or f"{ROOT}/{name}", "name": name, "type": type, "size": size, "mode": 0o644, "mtime_ns": MTIME}
+    return {
+        "path": path or f"{ROOT}/{name}",
+        "name": name,
+        "type": type,
+        "size": size,
+        "mode": 0o644,
+        "mtime_ns": MTIME,
+    }
 
 
 def handlers(entries: list[dict[str, Any]], top: dict[str, Any] | None = None) -> dict[str, Any]:
