@@ -461,6 +461,8 @@ async def download_tree(
     :raises TransferLimitError: the selected tree is over ``max_files`` or ``max_bytes``.
     :raises RemoteFileNotFoundError: ``remote_dir`` does not exist.
     :raises RemoteNotADirectoryError: ``remote_dir`` is a file.
+    :raises ProtocolError: the listing holds an unsafe name (see :mod:`.localtree`); nothing is written.
+    :raises NotADirectoryError: a symlink or file in ``local_dir`` is where a directory comes.
     """
     t0 = time.monotonic()
     top = Path(local_dir)
