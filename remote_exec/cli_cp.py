@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .client.files import FileClient
+from .client.localtree import check_name
 from .client.sandbox import AsyncSandbox
 from .client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
 from .errors import RemoteExecError
@@ -130,7 +131,9 @@ async def _download(sb: AsyncSandbox, remote: str, dst: str, tree: dict[str, Any
         return 0
     local = Path(dst)
     into = (await asyncio.to_thread(_local, local))[0] == "dir"
-    target = local / (posixpath.basename(info.path) or "root") if into else local
+    # The name comes from the sandbox (a stat's path): a hostile one could say "..".
+    name = check_name(posixpath.basename(info.path) or "root", f"cp of {remote}") if into else ""
+    target = local / name if into else local
     if info.type == "dir":
         print((await sb.download(remote, target, **tree)).describe("downloaded"), file=sys.stderr)
     else:

@@ -233,14 +233,17 @@ class FileClient:
         *,
         progress: Progress | None = None,
         size_hint: int | None = None,
+        dir_fd: int | None = None,
     ) -> FileInfo:
         """Stream ``path`` into the local file ``local``, atomically (a temporary file beside it,
         renamed once complete), with the remote file's mode (set-id bits dropped) and mtime.
 
         ``size_hint``: the size the caller expects (from a listing); below the native copy's
-        ``min_size`` the file goes straight through the channel, without the stat that decides."""
+        ``min_size`` the file goes straight through the channel, without the stat that decides.
+        ``dir_fd``: ``local`` is a bare name in the directory open as ``dir_fd``, and nothing is
+        followed there (a symlink of that name is replaced, not written through)."""
         dest = Path(local)
-        fd, temp = await asyncio.to_thread(_local_temp, dest)
+        fd, temp = await asyncio.to_thread(_local_temp, dest, dir_fd)
         try:
 
             async def sink(offset: int, data: memoryview) -> None:
@@ -251,12 +254,14 @@ class FileClient:
                 first = await read_native(self, self.native, path, fd, progress)
             if first is None:
                 first = await self._read(path, sink, None, progress)
-            await asyncio.to_thread(_finish_local, fd, temp, dest, first.size, first.mode & 0o777, first.mtime_ns)
+            await asyncio.to_thread(
+                _finish_local, fd, temp, dest, first.size, first.mode & 0o777, first.mtime_ns, dir_fd
+            )
             fd = -1
         finally:
             if fd >= 0:
                 with anyio.CancelScope(shield=True):
-                    await asyncio.to_thread(_drop_local, fd, temp)
+                    await asyncio.to_thread(_drop_local, fd, temp, dir_fd)
         return first if isinstance(first, FileInfo) else await self.stat(path)
 
     # -- writes -----------------------------------------------------------------------------
@@ -378,31 +383,41 @@ def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
         data, offset = data[n:], offset + n
 
 
-def _local_temp(dest: Path) -> tuple[int, str]:
-    if dest.is_dir():
-        raise IsADirectoryError(f"{dest} is a directory")
-    temp = os.fspath(dest.with_name(f".{dest.name[:200]}.{secrets.token_hex(4)}.rxpart"))
-    return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), temp
+def _local_temp(dest: Path, dir_fd: int | None = None) -> tuple[int, str]:
+    """A new temporary file beside ``dest`` (with ``dir_fd``: ``dest`` is a name in that directory)."""
+    if dir_fd is None:
+        if dest.is_dir():
+            raise IsADirectoryError(f"{dest} is a directory")
+        temp = os.fspath(dest.with_name(f".{dest.name[:200]}.{secrets.token_hex(4)}.rxpart"))
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISDIR(os.stat(dest, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                raise IsADirectoryError(f"{dest} is a directory")
+        temp = f".{dest.name[:200]}.{secrets.token_hex(4)}.rxpart"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.open(temp, flags, 0o600, dir_fd=dir_fd), temp
 
 
-def _finish_local(fd: int, temp: str, dest: Path, size: int, mode: int, mtime_ns: int) -> None:
+def _finish_local(
+    fd: int, temp: str, dest: Path, size: int, mode: int, mtime_ns: int, dir_fd: int | None = None
+) -> None:
     try:
         os.ftruncate(fd, size)
         os.fchmod(fd, mode)
         os.utime(fd, ns=(mtime_ns, mtime_ns))
     except BaseException:
-        _drop_local(fd, temp)
+        _drop_local(fd, temp, dir_fd)
         raise
     os.close(fd)
     try:
-        os.replace(temp, dest)
+        os.replace(temp, dest, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(temp)
+            os.unlink(temp, dir_fd=dir_fd)
         raise
 
 
-def _drop_local(fd: int, temp: str) -> None:
+def _drop_local(fd: int, temp: str, dir_fd: int | None = None) -> None:
     os.close(fd)
     with contextlib.suppress(OSError):
-        os.unlink(temp)
+        os.unlink(temp, dir_fd=dir_fd)

@@ -229,8 +229,15 @@ class SandboxFiles:
         ``checksum`` and ``delete`` (here: local files the remote tree has no more are removed)
         as :meth:`upload`.
 
+        Nothing is written outside ``local_dir``: every name the sandbox lists is checked first
+        (relative, no ``..``), and a symlink inside ``local_dir`` is never followed.
+
         :raises RemoteFileNotFoundError: ``remote_dir`` does not exist.
         :raises TransferLimitError: over ``max_files`` or ``max_bytes``.
+        :raises ProtocolError: the listing holds a name that could lead out of ``local_dir``
+            (nothing is written).
+        :raises NotADirectoryError: a symlink or file inside ``local_dir`` is where a directory
+            comes (``delete=True`` replaces it).
         """
         return await download_tree(
             self._files(), remote_dir, local_dir, ignore=ignore, default_ignores=default_ignores,

@@ -22,7 +22,6 @@ import contextlib
 import hashlib
 import os
 import posixpath
-import shutil
 import stat
 import time
 from collections import Counter
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING
 from ..errors import RemoteFileNotFoundError, TransferLimitError
 from ..protocol import FileInfo
 from .files import FileClient, _pipelined
+from .localtree import LocalTree, check_listing
 
 if TYPE_CHECKING:
     from pathspec import GitIgnoreSpec
@@ -187,15 +187,19 @@ def _sha256(path: Path) -> str | None:
 
 
 async def _same_content(
-    files: FileClient, remote_dir: str, local_top: Path, pairs: Sequence[tuple[_Entry, _Entry | None]]
+    files: FileClient,
+    remote_dir: str,
+    local_hash: Callable[[str], str | None],
+    pairs: Sequence[tuple[_Entry, _Entry | None]],
 ) -> set[str]:
     """With ``checksum=True``: the files whose size and mode match and whose SHA-256 is the same
-    on both sides (hashed there by the agent, here in a thread), whatever their mtimes say."""
+    on both sides (hashed there by the agent, here in a thread by ``local_hash(rel)``), whatever
+    their mtimes say."""
     candidates = [src for src, dst in pairs if dst is not None and (src.size, src.mode) == (dst.size, dst.mode)]
     if not candidates:
         return set()
     there = await files.hashes([posixpath.join(remote_dir, f.rel) for f in candidates], [f.size for f in candidates])
-    here = await asyncio.to_thread(lambda: [_sha256(local_top / f.rel) for f in candidates])
+    here = await asyncio.to_thread(lambda: [local_hash(f.rel) for f in candidates])
     return {f.rel for f, a, b in zip(candidates, here, there, strict=True) if a is not None and a == b}
 
 
@@ -377,6 +381,7 @@ async def upload_tree(
     stale: list[str] = []
     try:
         listing = await files.listing(remote_dir, recursive=True, max_entries=LISTING_LIMIT)
+        check_listing(listing.entries, remote_dir)
         remote = {e.name: e for e in listing.entries}
         if delete:
             if listing.truncated:
@@ -395,7 +400,9 @@ async def upload_tree(
     there = {k: _Entry(k, v.size, v.mode, v.mtime_ns) for k, v in remote.items() if v.type == "file"}
     new_dirs = [d for d in tree.dirs if remote.get(d) is None or remote[d].type != "dir"]
     if checksum:
-        same = await _same_content(files, remote_dir, top, [(f, there.get(f.rel)) for f in tree.files])
+        same = await _same_content(
+            files, remote_dir, lambda rel: _sha256(top / rel), [(f, there.get(f.rel)) for f in tree.files]
+        )
         todo = [f for f in tree.files if f.rel not in same]
     else:
         todo = [f for f in tree.files if not _same(f, there.get(f.rel))]
@@ -454,6 +461,8 @@ async def download_tree(
     :raises TransferLimitError: the selected tree is over ``max_files`` or ``max_bytes``.
     :raises RemoteFileNotFoundError: ``remote_dir`` does not exist.
     :raises RemoteNotADirectoryError: ``remote_dir`` is a file.
+    :raises ProtocolError: the listing holds an unsafe name (see :mod:`.localtree`); nothing is written.
+    :raises NotADirectoryError: a symlink or file in ``local_dir`` is where a directory comes.
     """
     t0 = time.monotonic()
     top = Path(local_dir)
@@ -464,6 +473,7 @@ async def download_tree(
             "download a subdirectory",
             data={"max_entries": LISTING_LIMIT},
         )
+    check_listing(listing.entries, remote_dir)  # every name, before anything is read or written
     rules = IgnoreRules(ignore, default_ignores=default_ignores)
     if gitignore:
         found = [e.name for e in listing.entries if e.type == "file" and posixpath.basename(e.name) == ".gitignore"]
@@ -474,68 +484,64 @@ async def download_tree(
             rules.add_gitignore(posixpath.dirname(name), text.decode(errors="replace"))
     tree = _remote_tree(listing.entries, rules)
     check_caps(f"download of {remote_dir}", tree.files, max_files, max_bytes)
-
-    def local_state() -> dict[str, _Entry]:
-        out = {}
-        for f in tree.files:
-            try:
-                st = os.stat(top / f.rel, follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode):
-                out[f.rel] = _Entry(f.rel, st.st_size, stat.S_IMODE(st.st_mode), st.st_mtime_ns)
-        return out
-
-    def make_dirs() -> int:
-        made = 0
-        for d in ["", *tree.dirs]:
-            path = top / d if d else top
-            if not path.is_dir():
-                path.mkdir(parents=True, exist_ok=True)
-                made += 1
-        return made
-
-    def delete_stale() -> list[str]:
-        if not top.is_dir():
-            return []
-        gone = _stale(tree, _scan_local(top, rules, False))  # the remote's rules, not the local .gitignore
-        for rel in gone:
-            path = top / rel.rstrip("/")
-            if rel.endswith("/"):
-                shutil.rmtree(path)
-            else:
-                path.unlink(missing_ok=True)
-        return gone
-
-    stale = await asyncio.to_thread(delete_stale) if delete else []
-    here = await asyncio.to_thread(local_state)
-    # set-id bits are dropped on the way down (read_to does the same): compare without them
-    sent_as = {f.rel: _Entry(f.rel, f.size, f.mode & 0o777, f.mtime_ns) for f in tree.files}
-    if checksum:
-        same = await _same_content(files, remote_dir, top, [(sent_as[f.rel], here.get(f.rel)) for f in tree.files])
-        todo = [f for f in tree.files if f.rel not in same]
-    else:
-        todo = [f for f in tree.files if not _same(sent_as[f.rel], here.get(f.rel))]
-    result = TransferResult(
-        files_unchanged=len(tree.files) - len(todo),
-        dirs_created=await asyncio.to_thread(make_dirs),
-        ignored=len(tree.ignored),
-        ignored_paths=tree.ignored,
-        skipped=tree.skipped,
-        deleted=stale,
-    )
-    bar = ProgressBar(
-        sum(f.size for f in todo), f"download {posixpath.basename(remote_dir.rstrip('/')) or remote_dir}", progress
-    )
-
-    async def fetch(f: _Entry) -> None:
-        await files.read_to(posixpath.join(remote_dir, f.rel), top / f.rel, progress=bar.update, size_hint=f.size)
-        result.files_sent += 1
-        result.bytes_sent += f.size
-
+    # Every local path below the target goes through this descriptor, never by name (see localtree).
+    local = LocalTree(top)
+    made_top = await asyncio.to_thread(local.open, create=True)
     try:
-        await _each_sized(todo, files.chunk_size, fetch)
+
+        def local_state() -> dict[str, _Entry]:
+            out = {}
+            for f in tree.files:
+                st = local.lstat(f.rel)
+                if st is not None and stat.S_ISREG(st.st_mode):
+                    out[f.rel] = _Entry(f.rel, st.st_size, stat.S_IMODE(st.st_mode), st.st_mtime_ns)
+            return out
+
+        def delete_stale() -> list[str]:
+            gone = _stale(tree, _scan_local(top, rules, False))  # the remote's rules, not the local .gitignore
+            for rel in gone:  # the scan's names, removed through the target's descriptor: never outside it
+                local.remove(rel.rstrip("/"))
+            return gone
+
+        stale = await asyncio.to_thread(delete_stale) if delete else []
+        dirs_created = made_top + await asyncio.to_thread(local.make_dirs, tree.dirs)
+        here = await asyncio.to_thread(local_state)
+        # set-id bits are dropped on the way down (read_to does the same): compare without them
+        sent_as = {f.rel: _Entry(f.rel, f.size, f.mode & 0o777, f.mtime_ns) for f in tree.files}
+        if checksum:
+            pairs = [(sent_as[f.rel], here.get(f.rel)) for f in tree.files]
+            same = await _same_content(files, remote_dir, local.sha256, pairs)
+            todo = [f for f in tree.files if f.rel not in same]
+        else:
+            todo = [f for f in tree.files if not _same(sent_as[f.rel], here.get(f.rel))]
+        result = TransferResult(
+            files_unchanged=len(tree.files) - len(todo),
+            dirs_created=dirs_created,
+            ignored=len(tree.ignored),
+            ignored_paths=tree.ignored,
+            skipped=tree.skipped,
+            deleted=stale,
+        )
+        bar = ProgressBar(
+            sum(f.size for f in todo), f"download {posixpath.basename(remote_dir.rstrip('/')) or remote_dir}", progress
+        )
+
+        async def fetch(f: _Entry) -> None:
+            parent, name = posixpath.split(f.rel)
+            dir_fd = await asyncio.to_thread(local.open_dir, parent)
+            try:
+                remote = posixpath.join(remote_dir, f.rel)
+                await files.read_to(remote, name, progress=bar.update, size_hint=f.size, dir_fd=dir_fd)
+            finally:
+                os.close(dir_fd)
+            result.files_sent += 1
+            result.bytes_sent += f.size
+
+        try:
+            await _each_sized(todo, files.chunk_size, fetch)
+        finally:
+            bar.close()
+        result.seconds = time.monotonic() - t0
+        return result
     finally:
-        bar.close()
-    result.seconds = time.monotonic() - t0
-    return result
+        local.close()
