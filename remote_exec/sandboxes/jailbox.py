@@ -149,9 +149,10 @@ def jail_uid() -> int | None:
 
 def prepare_work(work: Path, created: bool) -> None:
     """Make ``work`` usable by the jail's uid: a dir we ``created`` is given to it; a given one
-    must already be (owned by it, or group or world ``rwx``). Blocking.
+    must at least let it in (``r-x``, else no exec could start there); jobs can write in it
+    only if that uid may (e.g. ``chown 65533 DIR``). Blocking.
 
-    :raises SandboxError: a given dir the jail's uid cannot write, or not a directory.
+    :raises SandboxError: not a directory, or one the jail's uid cannot enter.
     """
     uid = jail_uid()
     if uid is None:
@@ -160,10 +161,10 @@ def prepare_work(work: Path, created: bool) -> None:
         os.chown(work, uid, uid)
         return
     st = os.stat(work)
-    mode = stat.S_IMODE(st.st_mode)
-    usable = (st.st_uid == uid and mode & 0o700 == 0o700) or (st.st_gid == uid and mode & 0o070 == 0o070)
-    if not stat.S_ISDIR(st.st_mode) or not (usable or mode & 0o007 == 0o007):
-        raise SandboxError(f"work dir {work} must be a directory writable by the jail's uid {uid} (chown {uid} {work})")
+    # The permission class the kernel applies to that uid (its only group is its own gid).
+    shift = 6 if st.st_uid == uid else 3 if st.st_gid == uid else 0
+    if not stat.S_ISDIR(st.st_mode) or (st.st_mode >> shift) & 0o5 != 0o5:
+        raise SandboxError(f"work dir {work} must be a directory the jail's uid {uid} can enter (chown {uid} {work})")
 
 
 def _under(path: str, tops: frozenset[str]) -> bool:
