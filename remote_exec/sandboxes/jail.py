@@ -1,11 +1,15 @@
 """``jail://``: a bubblewrap box on this machine, entered with ``nsenter`` like ``docker exec``.
 
 ``jail://`` starts a box of its own when the sandbox opens and kills it, with everything in it,
-when the sandbox closes: its own mount, PID, network, IPC and UTS namespaces, the host's root
-read-only, a private ``/tmp``, a writable work dir at ``/workspace``, no capabilities. URL
-options (repeatable where it makes sense):
+when the sandbox closes: its own mount, PID, network, IPC and UTS namespaces, the host's system
+dirs (``/usr``, ``/etc``, ``/bin``, ``/lib*``, ``/opt``) read-only and nothing else of the host's
+(no ``/var``, ``/home``, ``/sys``...: no host socket it was not asked for), a private ``/tmp``,
+a writable work dir at ``/workspace``, no capabilities, and (when the host side is root) jobs
+and agent as the unprivileged uid :data:`~.jailbox.JAIL_UID`. See :mod:`.jailbox` for why.
+URL options (repeatable where it makes sense):
 
-- ``work=/path`` the host dir mounted at ``/workspace`` (created if missing, kept on close);
+- ``work=/path`` the host dir mounted at ``/workspace`` (created if missing and then given to
+  the jail's uid, kept on close; an existing one must be writable by that uid);
   default: a fresh temporary dir, removed on close;
 - ``ro=/a`` and ``rw=/b`` extra read-only / writable binds (``/host:/in/box`` to move them);
 - ``net=none`` (the default: loopback only) or ``net=host``.
@@ -14,8 +18,9 @@ options (repeatable where it makes sense):
 :attr:`JailBox.url`) and leaves it running on close, so several sandboxes, one after the other
 or at once, share its agent and jobs.
 
-The agent runs with this very interpreter (``sys.executable -m remote_exec.agent``), which the
-box sees through its read-only root, with its state dir in the box's private ``/tmp``.
+The agent runs with this very interpreter (``sys.executable -m remote_exec.agent``), whose
+paths are bound read-only into the box (they must be readable by the jail's uid), with its
+state dir in the box's private ``/tmp``.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ import anyio
 from ..client.channel import Channel, PipeProcess
 from ..errors import AgentUnavailableError, SandboxError
 from .base import ExecTransport, spawn_local
-from .jailbox import Bind, JailBox, JailConfig, check_box, exec_argv
+from .jailbox import Bind, JailBox, JailConfig, check_box, exec_argv, prepare_work
 
 __all__ = ["JailTransport"]
 
@@ -103,14 +108,20 @@ class JailTransport(ExecTransport):
         """
         if self.pid is None or (self.box is not None and not self.box.alive()):
             raise SandboxError(f"the jail of {self.url} is not running")
+        if self.box is None:
+            check_box(self.pid)  # a box we attached to may have died and its PID been reused
         return await spawn_local(exec_argv(self.pid, argv))
 
     async def _start_box(self) -> None:
+        created = True
         if self.work is None:
             made = await anyio.to_thread.run_sync(tempfile.mkdtemp, None, "remote-exec-jail-")
             self._temp_work = self.work = Path(made)
+        elif await anyio.Path(self.work).is_dir():
+            created = False
         else:
             await anyio.Path(self.work).mkdir(parents=True, exist_ok=True)
+        await anyio.to_thread.run_sync(prepare_work, self.work, created)
         # launch() runs here, in the event loop's thread: bwrap's --die-with-parent fires when
         # the thread that forked it exits, and a worker thread may exit long before the box.
         self.box = JailBox.launch(JailConfig(self.work, self.binds, self.net))

@@ -14,6 +14,27 @@ The odd bits come from behaviour measured on our machines:
   ``docker exec`` does; grandchildren (the agent server) are not affected, by design.
 - The init (bwrap's own PID 1 in the box) ignores SIGTERM: teardown is SIGKILL, which takes
   the whole PID namespace with it.
+
+Who runs in the box (issue #12). uid 0 without capabilities still *owns* root's files and
+sockets, and a read-only bind does not stop ``connect()``: a root job once reached a root
+``local://`` agent under ``/var/tmp`` and had it write on the host. Measured options:
+
+- bwrap as root with ``--unshare-user`` maps box root to host root (``0 0 1``): no gain.
+  Running bwrap itself as an unprivileged uid gives a user namespace owned by that uid, but
+  then the box's monitor is owned by the same uid its jobs run as, and a job could forge a
+  "box" :func:`check_box` would have to believe.
+- Chosen, when the host side is root: bwrap *without* a user namespace (so the monitor and
+  the init stay root-owned, capability-less, and unforgeable by anyone but root), and every
+  exec switches to a dedicated uid/gid :data:`JAIL_UID` (``setpriv --reuid --regid
+  --clear-groups``) that no account uses. Jobs and the agent own nothing on the host but the
+  work dir, which must be usable by that uid (:func:`prepare_work`).
+- As a non-root host user, bwrap needs a user namespace, which can only map to that user:
+  jobs run as that user (no capabilities), and what keeps them from the user's own sockets
+  is the next point.
+- The box sees only the system dirs programs need (:data:`SYSTEM_DIRS`), the agent's paths
+  and the asked-for binds; not ``/var``, ``/home``, ``/root``, ``/srv``, ``/mnt``, ``/sys``...
+  where daemons and agents keep their sockets. No ``/sys`` at all: the host's would list the
+  host's network interfaces, and bwrap 0.8 cannot mount a fresh one.
 """
 
 from __future__ import annotations
@@ -21,8 +42,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pwd
 import select
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -33,7 +56,21 @@ from typing import Literal
 
 from ..errors import SandboxError
 
-__all__ = ["JAIL_ENV", "WORKSPACE", "Bind", "JailBox", "JailConfig", "bwrap_argv", "check_box", "exec_argv"]
+__all__ = [
+    "JAIL_ENV",
+    "JAIL_UID",
+    "MARKER",
+    "SYSTEM_DIRS",
+    "WORKSPACE",
+    "Bind",
+    "JailBox",
+    "JailConfig",
+    "bwrap_argv",
+    "check_box",
+    "exec_argv",
+    "jail_uid",
+    "prepare_work",
+]
 
 WORKSPACE = "/workspace"
 """Where the box's writable work dir is mounted, and where execs start."""
@@ -45,10 +82,18 @@ JAIL_ENV = {
 }
 """The whole environment of an exec (nothing of the host's leaks in)."""
 
-# Top-level host entries the box does not inherit: it gets its own /proc, /dev and /tmp, an
-# empty /run (host daemons' Unix sockets live there, and a read-only mount does not stop
-# connect()), and its work dir at /workspace.
-_REPLACED = frozenset({"proc", "dev", "tmp", "run", WORKSPACE.lstrip("/")})
+JAIL_UID = 65533
+"""The uid and gid jobs and the agent run as when the host side is root (Debian reserves
+65000-65533 and gives them to no account; :func:`jail_uid` refuses it if an account has it)."""
+
+SYSTEM_DIRS = frozenset({"usr", "etc", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "opt"})
+"""The top-level host dirs a box sees (read-only). Everything else, where sockets live
+(``/var``, ``/home``, ``/root``, ``/srv``, ``/mnt``, ``/run``, ``/tmp``...), stays out unless
+it holds the agent or is bound with ``?ro=``/``?rw=``."""
+
+MARKER = "/run/remote-exec-jail"
+"""A directory only our launch creates in the box's private ``/run``; :func:`check_box` looks for it."""
+
 _INIT = ["sh", "-c", "echo ready; exec sleep infinity"]
 
 
@@ -87,6 +132,41 @@ class JailConfig:
     net: Literal["none", "host"] = "none"
 
 
+def jail_uid() -> int | None:
+    """The uid execs switch to: :data:`JAIL_UID` when we are root, None (stay the host user,
+    in bwrap's user namespace) otherwise.
+
+    :raises SandboxError: an account has :data:`JAIL_UID` (jobs would act as that account).
+    """
+    if os.geteuid() != 0:
+        return None
+    try:
+        owner = pwd.getpwuid(JAIL_UID).pw_name
+    except KeyError:
+        return JAIL_UID
+    raise SandboxError(f"uid {JAIL_UID} belongs to the account {owner!r}; jail:// needs it unused")
+
+
+def prepare_work(work: Path, created: bool) -> None:
+    """Make ``work`` usable by the jail's uid: a dir we ``created`` is given to it; a given one
+    must at least let it in (``r-x``, else no exec could start there); jobs can write in it
+    only if that uid may (e.g. ``chown 65533 DIR``). Blocking.
+
+    :raises SandboxError: not a directory, or one the jail's uid cannot enter.
+    """
+    uid = jail_uid()
+    if uid is None:
+        return  # the jobs run as the host user, who chose the dir
+    if created:
+        os.chown(work, uid, uid)
+        return
+    st = os.stat(work)
+    # The permission class the kernel applies to that uid (its only group is its own gid).
+    shift = 6 if st.st_uid == uid else 3 if st.st_gid == uid else 0
+    if not stat.S_ISDIR(st.st_mode) or (st.st_mode >> shift) & 0o5 != 0o5:
+        raise SandboxError(f"work dir {work} must be a directory the jail's uid {uid} can enter (chown {uid} {work})")
+
+
 def _under(path: str, tops: frozenset[str]) -> bool:
     return path.lstrip("/").split("/", 1)[0] in tops
 
@@ -97,34 +177,48 @@ def _agent_paths() -> list[str]:
 
     paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(remote_exec.__file__))}
     paths.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
-    return sorted(p for p in paths if _under(p, _REPLACED) and os.path.isdir(p))
+    return sorted(p for p in paths if not _under(p, SYSTEM_DIRS) and os.path.isdir(p))
+
+
+def _parents(dest: str) -> list[str]:
+    """Create ``dest``'s missing parents 0755: bwrap makes them 0700 (root's), which the jail's
+    uid could not pass. Existing dirs are left as they are (bwrap does not chmod them)."""
+    parts = dest.strip("/").split("/")[:-1]
+    paths = ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
+    return [arg for path in paths if not _under(path, SYSTEM_DIRS) for arg in ("--perms", "0755", "--dir", path)]
 
 
 def bwrap_argv(config: JailConfig, status_fd: int) -> list[str]:
     """The ``bwrap`` command line that starts the box's init for ``config``."""
     argv = ["bwrap"]
-    # The host's root, read-only, entry by entry on bwrap's tmpfs root (not `--ro-bind / /`:
-    # on a read-only root there would be nowhere to create the /workspace mount point).
-    for entry in sorted(os.listdir("/")):
+    # The system dirs, read-only, one by one on bwrap's tmpfs root (not `--ro-bind / /`: that
+    # would show every host socket, and leave nowhere to create the /workspace mount point).
+    for entry in sorted(SYSTEM_DIRS):
         path = "/" + entry
-        if entry in _REPLACED:
-            continue
         if os.path.islink(path):
             argv += ["--symlink", os.readlink(path), path]
-        else:
+        elif os.path.isdir(path):
             argv += ["--ro-bind", path, path]
-    argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--tmpfs", "/run"]
-    argv += ["--bind", os.fspath(config.work), WORKSPACE, "--chdir", WORKSPACE]
-    for path in _agent_paths():  # e.g. a venv under /tmp: the agent runs with this interpreter
-        argv += ["--ro-bind", path, path]
+    argv += ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--tmpfs", "/tmp"]
+    argv += ["--perms", "1777", "--tmpfs", "/dev/shm", "--tmpfs", "/run", "--dir", MARKER]
+    # No --chdir: the capability-less root init may not enter a work dir owned by JAIL_UID
+    # (0700), and every exec starts there anyway (env -C).
+    argv += ["--bind", os.fspath(config.work), WORKSPACE, "--chdir", "/"]
+    for path in _agent_paths():  # e.g. a venv in /home: the agent runs with this interpreter
+        argv += [*_parents(path), "--ro-bind", path, path]
     for bind in config.binds:
-        argv += ["--bind" if bind.writable else "--ro-bind", bind.source, bind.dest]
-    argv += ["--unshare-all", "--hostname", "jail"]
+        argv += [*_parents(bind.dest), "--bind" if bind.writable else "--ro-bind", bind.source, bind.dest]
+    # No --unshare-all: as root it adds a user namespace mapping box root to host root, and
+    # execs could then not switch to JAIL_UID. A non-root bwrap needs one (and maps to us).
+    argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "jail"]
+    if os.geteuid() != 0:
+        argv.append("--unshare-user")
     if config.net == "host":
-        argv.append("--share-net")
         resolv = os.path.realpath("/etc/resolv.conf")
-        if _under(resolv, frozenset({"run", "tmp"})) and os.path.exists(resolv):
+        if not _under(resolv, SYSTEM_DIRS) and os.path.exists(resolv):
             argv += ["--ro-bind", resolv, resolv]  # systemd-resolved's stub lives in /run
+    else:
+        argv.append("--unshare-net")
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--remount-ro", "/"]
     return [*argv, "--json-status-fd", str(status_fd), "--", *_INIT]
 
@@ -132,36 +226,70 @@ def bwrap_argv(config: JailConfig, status_fd: int) -> list[str]:
 def exec_argv(pid: int, argv: Sequence[str]) -> list[str]:
     """The host command that runs ``argv`` in the box whose init is host PID ``pid``.
 
-    It starts in :data:`WORKSPACE` with just :data:`JAIL_ENV`, no capabilities, and dies by
-    SIGKILL when the host-side ``nsenter`` dies.
+    It starts in :data:`WORKSPACE` with just :data:`JAIL_ENV`, no capabilities, as
+    :func:`jail_uid` (when we are root), and dies by SIGKILL when the host-side ``nsenter`` dies.
+
+    :raises SandboxError: see :func:`jail_uid`.
     """
+    uid = jail_uid()
     assignments = [f"{k}={v}" for k, v in JAIL_ENV.items()]
+    # setpriv applies the uid before --pdeathsig (which a uid change would clear).
+    switch = ["--reuid", str(uid), "--regid", str(uid), "--clear-groups"] if uid is not None else []
     drop = ["--pdeathsig", "KILL", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
+    # Non-root, the box's user namespace maps only us: keep our ids instead of nsenter's setuid(0).
+    keep = ["--preserve-credentials"] if os.geteuid() != 0 else []
     return [
-        *["nsenter", "--all", "--target", str(pid), "--root", "--"],
-        *["setpriv", *drop, "--"],
+        *["nsenter", "--all", *keep, "--target", str(pid), "--root", "--"],
+        *["setpriv", *switch, *drop, "--"],
         *["env", "-i", "-C", WORKSPACE, *assignments, *argv],
     ]
 
 
+def _status(pid: int | str) -> dict[str, str]:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+
+
+def _ns(pid: int | str, kind: str) -> str:
+    return os.readlink(f"/proc/{pid}/ns/{kind}")
+
+
 def check_box(pid: int) -> None:
-    """Check that host PID ``pid`` is the init of a bubblewrap box, before we nsenter it.
+    """Check that host PID ``pid`` is the init of a box *we* started, before we nsenter it.
 
-    A stale PID may have been reused by any process, and nsenter'ing as root into the host's
-    own namespaces would run commands unjailed.
+    A stale PID may have been reused by any process; nsenter'ing as root into the host's own
+    namespaces would run commands unjailed, and into another user's would run them in a
+    filesystem that user controls. What only our launch has, and what another user cannot
+    fake: the init and its bwrap monitor are owned by our uid (anything else in a process an
+    attacker owns -- argv, comm, namespaces, files -- they can copy); the box's private
+    ``/run`` holds :data:`MARKER` (set by our bwrap, which a bwrap started by hand lacks);
+    the init is PID 1 of its own mount and PID namespaces, in our user namespace when we are
+    root (so execs can switch to :data:`JAIL_UID`), else in one mapping only us.
 
-    :raises SandboxError: it is not (or no longer) a box.
+    :raises SandboxError: it is not (or no longer) one of our boxes; the message says why.
     """
+    me = str(os.geteuid())
     try:
-        comm = Path(f"/proc/{pid}/comm").read_text().strip()
-        status = Path(f"/proc/{pid}/status").read_text()
-        same_mnt = os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt")
-        same_pid = os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
+        init = _status(pid)
+        monitor_pid = init.get("PPid", "0")
+        monitor = _status(monitor_pid)
+        monitor_comm = Path(f"/proc/{monitor_pid}/comm").read_text().strip()
+        own = {kind: _ns(pid, kind) != _ns("self", kind) for kind in ("mnt", "pid", "user")}
+        uid_map = Path(f"/proc/{pid}/uid_map").read_text().split()
+        marked = os.path.isdir(f"/proc/{pid}/root{MARKER}")
     except OSError as exc:
         raise SandboxError(f"no jail box with init PID {pid}: {exc}") from None
-    nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
-    if comm != "bwrap" or same_mnt or same_pid or nspid[-1:] != ["1"]:
+    uids = {init["Uid"].split()[0], *init["Uid"].split()[1:3], *monitor["Uid"].split()[:3]}
+    if init.get("Name") != "bwrap" or init.get("NSpid", "").split()[-1:] != ["1"] or monitor_comm != "bwrap":
         raise SandboxError(f"PID {pid} is not the init of a bubblewrap box")
+    if uids != {me}:
+        raise SandboxError(f"PID {pid} is a bubblewrap box of another user (uids {sorted(uids)}, we are {me})")
+    if not (own["mnt"] and own["pid"]):
+        raise SandboxError(f"PID {pid} is not the init of a bubblewrap box (it shares our mount or PID namespace)")
+    if own["user"] != (me != "0") or (own["user"] and uid_map[1:] != [me, "1"]):
+        raise SandboxError(f"PID {pid} is a bubblewrap box with a user namespace we do not make (uid map {uid_map})")
+    if not marked:
+        raise SandboxError(f"PID {pid} is a bubblewrap box remote_exec did not start (no {MARKER})")
 
 
 class JailBox:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from remote_exec.errors import SandboxError
-from remote_exec.sandboxes.jailbox import JailBox, JailConfig, exec_argv
+from remote_exec.sandboxes.jailbox import JailBox, JailConfig, exec_argv, prepare_work
 
 from .conftest import backend, unavailable
 
@@ -28,6 +28,7 @@ def jail_unavailable_reason(work: Path) -> str | None:
     if missing:
         return f"{', '.join(missing)} not installed (apt-get install bubblewrap util-linux)"
     try:
+        prepare_work(work, created=True)  # the jobs' uid must own it
         box = JailBox.start(JailConfig(work), timeout=30)
     except SandboxError as exc:
         return f"bubblewrap cannot create a jail here: {exc}"

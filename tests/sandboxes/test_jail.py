@@ -15,6 +15,7 @@ import pytest
 
 import remote_exec as rx
 from remote_exec.sandboxes.jail import JailTransport
+from remote_exec.sandboxes.jailbox import JAIL_UID
 
 from .backend_jail import require_jail
 
@@ -57,7 +58,7 @@ def transport(sb: rx.AsyncSandbox) -> JailTransport:
 
 async def test_cannot_reach_a_host_port(listener: socket.socket, tmp_path: Path) -> None:
     port = listener.getsockname()[1]
-    async with rx.open_sandbox(f"jail://?work={tmp_path}") as sb:
+    async with rx.open_sandbox(f"jail://?work={tmp_path / 'work'}") as sb:
         res = await sb.run([sys.executable, "-c", CONNECT, str(port)])
         links = str((await sb.run(["cat", "/proc/net/dev"])).stdout)
     assert res.returncode != 0 and "connected" not in res.stdout
@@ -67,7 +68,7 @@ async def test_cannot_reach_a_host_port(listener: socket.socket, tmp_path: Path)
 
 async def test_net_host_reaches_a_host_port(listener: socket.socket, tmp_path: Path) -> None:
     port = listener.getsockname()[1]
-    async with rx.open_sandbox(f"jail://?work={tmp_path}&net=host") as sb:
+    async with rx.open_sandbox(f"jail://?work={tmp_path / 'work'}&net=host") as sb:
         res = await sb.run([sys.executable, "-c", CONNECT, str(port)])
         conn, _ = await anyio.to_thread.run_sync(listener.accept)
         conn.close()
@@ -149,10 +150,23 @@ async def test_killing_nsenter_kills_the_process_it_started() -> None:
         assert (await sb.run(["sh", "-c", gone])).returncode == 0
 
 
+async def test_work_dir_must_be_usable_by_the_jails_uid(tmp_path: Path) -> None:
+    (tmp_path / "mine").mkdir(mode=0o700)  # root's, and no one else's
+    with pytest.raises(rx.SandboxError, match=f"the jail's uid {JAIL_UID} can enter"):
+        async with rx.open_sandbox(f"jail://?work={tmp_path / 'mine'}"):
+            pass
+    os.chown(tmp_path / "mine", JAIL_UID, JAIL_UID)
+    for work in (tmp_path / "mine", tmp_path / "made" / "here"):  # a dir jail:// creates is given to the uid
+        async with rx.open_sandbox(f"jail://?work={work}") as sb:
+            assert (await sb.run(["touch", "ok"])).returncode == 0
+        assert (work / "ok").stat().st_uid == JAIL_UID
+
+
 async def test_extra_binds(tmp_path: Path) -> None:
     ro, rw = tmp_path / "ro", tmp_path / "rw"
     ro.mkdir()
     rw.mkdir()
+    os.chown(rw, JAIL_UID, JAIL_UID)  # a ?rw= dir is for the jail's uid to write
     (ro / "in.txt").write_text("given\n")
     url = f"jail://?ro={ro}:/data&rw={rw}:/out&ro={ro}"
     async with rx.open_sandbox(url) as sb:
@@ -168,7 +182,7 @@ async def test_attach_by_pid_shares_the_box_and_refuses_non_boxes() -> None:
             assert guest.info.instance_id == owner.info.instance_id
         assert (await owner.run(["true"])).returncode == 0  # closing the guest left the box up
     for not_a_box in (os.getpid(), 1):
-        with pytest.raises(rx.SandboxError, match=r"not the init of a bubblewrap box|no jail box"):
+        with pytest.raises(rx.SandboxError, match=r"not the init of a bubblewrap box|no jail box|another user"):
             async with rx.open_sandbox(f"jail://{not_a_box}"):
                 pass
 
