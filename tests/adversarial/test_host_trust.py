@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -22,10 +23,10 @@ import pytest
 
 import remote_exec as rx
 
-MAX_PAGE_ITEMS = 1000  # remote_exec.protocol.MAX_PAGE_ITEMS (written out: this test also runs against older clients)
-
 from .conftest import Adversary
 from .hostile_agent import HostileAgent, Silence
+
+MAX_PAGE_ITEMS = 1000  # remote_exec.protocol.MAX_PAGE_ITEMS, written out: the test also runs on older clients
 
 pytestmark = pytest.mark.anyio
 
@@ -158,7 +159,7 @@ def _job_handlers(poll: Any) -> dict[str, Any]:
     ("case", "result", "payload"),
     [
         ("cursor jump, no bytes, completed", {"stdout_offset": 10**9, "stderr_offset": 0}, b""),
-        ("cursor jump past the bytes sent", {"stdout_offset": 100, "stderr_offset": 0, "payload_sizes": [5, 0]}, b"hello"),
+        ("cursor past the bytes sent", {"stdout_offset": 100, "stderr_offset": 0, "payload_sizes": [5, 0]}, b"hello"),
         ("bytes sent, cursor still", {"stdout_offset": 0, "stderr_offset": 0, "payload_sizes": [5, 0]}, b"hello"),
         ("text instead of the payload", {"stdout": "x" * 10, "stdout_offset": 10, "stderr_offset": 0}, None),
     ],
@@ -167,11 +168,13 @@ async def test_a_poll_cursor_lie_is_a_protocol_error(
     tmp_path: Path, adversary: Adversary, case: str, result: dict[str, Any], payload: bytes | None
 ) -> None:
     answer = {"state": "completed", "exit_code": 0, "stdout": "", "stderr": "", "payload_sizes": [0, 0], **result}
-    async with HostileAgent(tmp_path, _job_handlers(lambda p, _: (answer, payload))) as agent:
-        async with rx.open_sandbox(agent.url) as sb:
-            proc = sb.exec_remote(["true"])
-            with anyio.fail_after(10), pytest.raises(rx.ProtocolError, match="cursor|payload"):
-                await proc.wait()
+    async with (
+        HostileAgent(tmp_path, _job_handlers(lambda p, _: (answer, payload))) as agent,
+        rx.open_sandbox(agent.url) as sb,
+    ):
+        proc = sb.exec_remote(["true"])
+        with anyio.fail_after(10), pytest.raises(rx.ProtocolError, match=r"cursor|payload"):
+            await proc.wait()
     adversary.tried("host: poll cursors", case, refused=True)
 
 
@@ -198,14 +201,16 @@ async def test_polls_that_stop_being_answered_fail_within_the_bound(tmp_path: Pa
         return {"state": "running", "stdout": "", "stderr": "", "stdout_offset": 3, "stderr_offset": 0,
                 "payload_sizes": [3, 0]}, b"up\n"  # fmt: skip
 
-    async with HostileAgent(tmp_path, _job_handlers(poll)) as agent:
-        async with rx.open_sandbox(agent.url, response_margin=1.0) as sb:
-            proc = sb.exec_remote(["x"], poll_interval=1.0, kill_grace=0)
-            assert await anext(aiter(proc)) == rx.StdoutChunk("up\n")
-            t0 = time.monotonic()
-            with anyio.fail_after(30), pytest.raises(rx.TransportError, match="exec_remote_poll") as err:
-                await proc.wait()
-            elapsed = time.monotonic() - t0
+    async with (
+        HostileAgent(tmp_path, _job_handlers(poll)) as agent,
+        rx.open_sandbox(agent.url, response_margin=1.0) as sb,
+    ):
+        proc = sb.exec_remote(["x"], poll_interval=1.0, kill_grace=0)
+        assert await anext(aiter(proc)) == rx.StdoutChunk("up\n")
+        t0 = time.monotonic()
+        with anyio.fail_after(30), pytest.raises(rx.TransportError, match="exec_remote_poll") as err:
+            await proc.wait()
+        elapsed = time.monotonic() - t0
     bound = 1.0 + 3 * 1.0  # the poll's wait plus three margins
     print(f"\nsilent polls: failed after {elapsed:.1f} s (bound {bound} s): {err.value}")
     assert agent.url in str(err.value)
@@ -232,6 +237,7 @@ async def test_a_frozen_agent_fails_the_stream_and_nothing_restarts_it_after_clo
     url = f"local://?dir={fresh_agent_dir}"
     async with rx.open_sandbox(url, response_margin=1.0) as sb:
         agent_pid = sb.info.pid
+        agent_fd = os.pidfd_open(agent_pid)  # readable once the agent has exited
         proc = sb.exec_remote(["sh", "-c", "while :; do echo tick; sleep 0.05; done"], poll_interval=1.0, kill_grace=0)
         try:
             assert isinstance(await anext(aiter(proc)), rx.StdoutChunk)
@@ -252,9 +258,10 @@ async def test_a_frozen_agent_fails_the_stream_and_nothing_restarts_it_after_clo
     if kill_task is not None:
         with anyio.fail_after(10), contextlib.suppress(rx.RemoteExecError):
             await kill_task
-    with anyio.fail_after(10):
-        while agent_pid in _agents_serving(fresh_agent_dir):  # reaped by init: wait for it to leave
-            await anyio.sleep(0.05)
+    try:
+        assert await anyio.to_thread.run_sync(select.select, [agent_fd], [], [], 10.0) != ([], [], [])
+    finally:
+        os.close(agent_fd)
     restarted = _agents_serving(fresh_agent_dir)
     print(f"\nfrozen agent: stream failed after {elapsed:.1f} s, closed after {closed_after:.1f} s; "
           f"agents after close: {restarted} ({err.value})")  # fmt: skip
