@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ..errors import AgentUnavailableError, ProtocolError, TransportError
-from ..protocol import frames
+from ..protocol import MAX_CHUNK, frames
 
 __all__ = [
     "CallChannel",
@@ -40,8 +40,11 @@ __all__ = [
     "StdioChannel",
 ]
 
-MAX_RESPONSE = 160 * 1024 * 1024
-"""Largest response accepted from a sandbox (a 64 MiB poll of worst-case escaped text fits)."""
+MAX_RESPONSE = MAX_CHUNK + 1024 * 1024
+"""Largest frame part (JSON line or payload) a channel reads from a sandbox: a file chunk's
+payload fits. A longer one breaks the channel with a :class:`ProtocolError` for the requests
+in flight; :class:`RpcClient` then bounds each response far tighter, per method, before
+parsing it."""
 
 
 class PipeWriter(Protocol):
@@ -116,6 +119,8 @@ class StdioChannel(Channel):
         self._write_lock = asyncio.Lock()
         self._open_lock = asyncio.Lock()
         self._broken: str | None = None
+        self._broken_by_sandbox = False  # a bad frame: the requests in flight fail as ProtocolError
+        self._closed = False
 
     @property
     def process(self) -> PipeProcess | None:
@@ -124,9 +129,12 @@ class StdioChannel(Channel):
 
     async def _ensure_open(self) -> PipeProcess:
         async with self._open_lock:
+            if self._closed:  # after aclose() nothing may start a relay (or an agent) again
+                raise AgentUnavailableError("the channel is closed")
             if self._proc is None:
                 self._proc = await self._spawn()
                 self._broken = None
+                self._broken_by_sandbox = False
                 self._reader_task = asyncio.get_running_loop().create_task(self._read_loop(self._proc))
             return self._proc
 
@@ -176,9 +184,11 @@ class StdioChannel(Channel):
                     frame = await frames.read_frame(proc.stdout, MAX_RESPONSE)
                 except frames.FrameError as exc:
                     why = f"the sandbox sent a bad frame: {exc}"
+                    self._broken_by_sandbox = True
                     break
                 except ValueError:
                     why = f"the sandbox sent a line over {MAX_RESPONSE} bytes"
+                    self._broken_by_sandbox = True
                     break
                 except (asyncio.IncompleteReadError, ConnectionError):  # a reset socket: the stream ended
                     break
@@ -187,9 +197,11 @@ class StdioChannel(Channel):
                 self._deliver(frame)
         finally:
             self._broken = why
+            # A broken pipe is retried after a reconnect; a sandbox breaking the protocol is not:
+            # it would only send the same again.
             for fut in self._pending.values():
                 if not fut.done():
-                    fut.set_exception(ChannelBroken(why))
+                    fut.set_exception(ProtocolError(why) if self._broken_by_sandbox else ChannelBroken(why))
 
     async def reconnect(self) -> None:
         await self._close_proc()
@@ -214,6 +226,7 @@ class StdioChannel(Channel):
                 await self._reader_task
 
     async def aclose(self) -> None:
+        self._closed = True
         await self._close_proc(grace=CLOSE_GRACE)
 
 
@@ -231,7 +244,7 @@ class CallChannel(Channel):
                 proc.stdin.write(body)
                 await proc.stdin.drain()
                 proc.stdin.close()
-                out = await proc.stdout.read()
+                out = await _read_bounded(proc.stdout, 2 * MAX_RESPONSE)
                 code = await proc.wait()
         finally:
             with contextlib.suppress(ProcessLookupError):
@@ -243,6 +256,16 @@ class CallChannel(Channel):
             return frames.split(out.strip())
         except frames.FrameError as exc:
             raise ProtocolError(f"malformed response frame from the agent: {exc}") from None
+
+
+async def _read_bounded(reader: PipeReader, limit: int) -> bytes:
+    """All of ``reader`` up to EOF, refusing more than ``limit`` bytes (a sandbox could send forever)."""
+    out = bytearray()
+    while chunk := await reader.read(1 << 20):
+        out += chunk
+        if len(out) > limit:
+            raise ProtocolError(f"the agent call answered more than {limit} bytes")
+    return bytes(out)
 
 
 class _StreamEnd:

@@ -20,13 +20,16 @@ import secrets
 import stat
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import anyio
 
-from ..errors import FileEncodingError, FileError, FileTooLargeError
+from ..errors import FileEncodingError, FileError, FileTooLargeError, ProtocolError
 from ..protocol import (
     DEFAULT_CHUNK,
     MAX_HASH_PATHS,
+    MAX_LIST_ENTRIES,
+    MAX_PAGE_ITEMS,
     Empty,
     FileHashParams,
     FileHashResult,
@@ -51,7 +54,17 @@ from ..protocol import (
 from .native import NativeCopy, read_native, write_staged
 from .rpc import RpcClient
 
-__all__ = ["TEXT_LIMIT", "FileClient", "Progress"]
+__all__ = ["TEXT_LIMIT", "FileClient", "Listing", "Progress"]
+
+
+class Listing(NamedTuple):
+    """A whole listing: the directory (symlinks resolved), its entries, and whether there were
+    more than were asked for."""
+
+    path: str
+    entries: list[FileInfo]
+    truncated: bool
+
 
 TEXT_LIMIT = 64 * 1024 * 1024
 """Largest file ``read_file(text=True)`` reads by default (``FileTooLargeError`` beyond)."""
@@ -108,9 +121,29 @@ class FileClient:
     async def stat(self, path: str, *, follow: bool = True) -> FileInfo:
         return await self.rpc.call(Method.FILE_STAT, FileStatParams(path=path, root=self.root, follow=follow), FileInfo)
 
-    async def listing(self, path: str, *, recursive: bool = False, max_entries: int = 100_000) -> FileListResult:
-        params = FileListParams(path=path, root=self.root, recursive=recursive, max_entries=max_entries)
-        return await self.rpc.call(Method.FILE_LIST, params, FileListResult)
+    async def listing(self, path: str, *, recursive: bool = False, max_entries: int = 100_000) -> Listing:
+        """Every entry (at most ``max_entries``), gathered page by page; each page must follow
+        the last, so a lying agent can neither loop nor send more than was asked.
+
+        :raises ProtocolError: a page that is not where the listing was.
+        """
+        if not 1 <= max_entries <= MAX_LIST_ENTRIES:
+            raise ValueError(f"max_entries must be between 1 and {MAX_LIST_ENTRIES}")
+        entries: list[FileInfo] = []
+        after: str | None = None
+        while True:
+            limit = min(MAX_PAGE_ITEMS, max_entries + 1 - len(entries))  # one more tells "truncated"
+            params = FileListParams(path=path, root=self.root, recursive=recursive, after=after, limit=limit)
+            page = await self.rpc.call(Method.FILE_LIST, params, FileListResult)
+            ends_right = page.next is None or (page.entries and page.next == page.entries[-1].name)
+            if len(page.entries) > limit or not ends_right:
+                raise ProtocolError(f"file_list of {path}: a page of {len(page.entries)} entries, cursor {page.next!r}")
+            entries += page.entries
+            if len(entries) > max_entries:
+                return Listing(page.path, entries[:max_entries], True)
+            if page.next is None:
+                return Listing(page.path, entries, False)
+            after = page.next
 
     async def list_dir(self, path: str, *, recursive: bool = False, max_entries: int = 100_000) -> list[FileInfo]:
         res = await self.listing(path, recursive=recursive, max_entries=max_entries)
@@ -167,7 +200,9 @@ class FileClient:
 
         async def get(offset: int) -> tuple[FileReadResult, memoryview]:
             params = FileReadParams(path=path, root=self.root, offset=offset, length=self.chunk_size, max_size=max_size)
-            res, payload = await self.rpc.call_with_payload(Method.FILE_READ, params, FileReadResult)
+            res, payload = await self.rpc.call_with_payload(
+                Method.FILE_READ, params, FileReadResult, max_payload=params.length
+            )
             data = payload if payload is not None else memoryview(b"")
             if len(data) != res.length:
                 raise FileError(f"read of {path}: {len(data)} bytes came, {res.length} announced", path=path)

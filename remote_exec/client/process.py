@@ -36,7 +36,10 @@ from .types import Completed, ExecRemoteEvent, ExecRemoteOptions, ExecResult, St
 __all__ = ["ExecRemoteProcess"]
 
 MAX_POLL_BYTES = 4 * 1024 * 1024  # the largest poll a busy job grows to (from the protocol's 1 MiB)
-RESPONSE_MARGIN = 10.0  # seconds a long-poll response may lag its wait before we re-ask
+RESPONSE_MARGIN = 5.0
+"""Seconds a long-poll response may lag its wait before we re-ask. A poll's deadline, retries
+included, is its wait plus three margins (25 s with the default 10 s wait): a re-asked poll
+whose answer was lost finds its data ready and answers at once."""
 
 
 class ExecRemoteProcess:
@@ -180,7 +183,12 @@ class ExecRemoteProcess:
                 binary=True,  # raw bytes beside the JSON: no escaping, no base64
             )
             result, payload = await self._rpc.call_with_payload(
-                Method.EXEC_REMOTE_POLL, params, PollResult, timeout=wait + self._margin
+                Method.EXEC_REMOTE_POLL,
+                params,
+                PollResult,
+                timeout=wait + self._margin,
+                deadline=wait + 3 * self._margin,
+                max_payload=2 * params.max_bytes,
             )
         except anyio.get_cancelled_exc_class():
             if self.kill_on_cancel and not self._detached:
@@ -190,38 +198,41 @@ class ExecRemoteProcess:
         self._apply(result, payload)
 
     def _apply(self, r: PollResult, payload: memoryview | None = None) -> None:
-        if r.stdout_offset < self._offsets[0] or r.stderr_offset < self._offsets[1]:
+        # The agent is not trusted: each cursor must move by exactly the bytes it sent plus the
+        # bytes it says were dropped, so it cannot fake progress, skip output, or claim an end
+        # it did not deliver.
+        if r.payload_sizes is None:
+            raise ProtocolError(f"job {self._job_id}: the agent answered a binary poll without its payload sizes")
+        n_out, n_err = r.payload_sizes
+        if r.stdout or r.stderr or (payload is None and n_out + n_err) or (payload and len(payload) != n_out + n_err):
             raise ProtocolError(
-                f"agent moved a cursor backwards ({self._offsets} -> {r.stdout_offset}, {r.stderr_offset})"
+                f"job {self._job_id}: poll payload of {0 if payload is None else len(payload)} bytes "
+                f"(and {len(r.stdout) + len(r.stderr)} characters of text), expected {n_out + n_err} bytes"
             )
+        for n, before, after, dropped, stream in (
+            (n_out, self._offsets[0], r.stdout_offset, r.stdout_dropped, "stdout"),
+            (n_err, self._offsets[1], r.stderr_offset, r.stderr_dropped, "stderr"),
+        ):
+            if after != before + n + dropped:
+                raise ProtocolError(
+                    f"job {self._job_id}: the agent moved the {stream} cursor from {before} to {after} "
+                    f"with {n} bytes and {dropped} dropped"
+                )
         advanced = max(r.stdout_offset - self._offsets[0], r.stderr_offset - self._offsets[1])
         if advanced * 10 >= self._max_bytes * 9:
             # A fast producer: fewer, bigger polls halve the per-request overhead each step.
             self._max_bytes = min(self._max_bytes * 2, MAX_POLL_BYTES)
         b64 = self.options.encoding == "base64"
-        pieces: tuple[str | bytes | memoryview, str | bytes | memoryview] = (r.stdout, r.stderr)
-        if r.payload_sizes is not None:
-            n_out, n_err = r.payload_sizes
-            if payload is None or len(payload) != n_out + n_err:
-                raise ProtocolError(
-                    f"poll payload of {0 if payload is None else len(payload)} bytes, expected {n_out + n_err}"
-                )
-            pieces = (payload[:n_out], payload[n_out:])
-        for piece, before, after, dropped, tail, event in (
-            (pieces[0], self._offsets[0], r.stdout_offset, r.stdout_dropped, self._tails[0], StdoutChunk),
-            (pieces[1], self._offsets[1], r.stderr_offset, r.stderr_dropped, self._tails[1], StderrChunk),
+        view = payload if payload is not None else memoryview(b"")
+        for piece, dropped, tail, event in (
+            (view[:n_out], r.stdout_dropped, self._tails[0], StdoutChunk),
+            (view[n_out:], r.stderr_dropped, self._tails[1], StderrChunk),
         ):
             tail.dropped += dropped
             if not piece:
                 continue
-            data: str | bytes
-            if isinstance(piece, str):
-                data = base64.b64decode(piece) if b64 else piece
-            else:
-                if len(piece) != after - before - dropped:  # the sandbox's sizes must add up
-                    raise ProtocolError(f"poll payload of {len(piece)} bytes does not match its cursors")
-                # The agent cut text on a character boundary; "replace" matches its JSON path.
-                data = bytes(piece) if b64 else str(piece, "utf-8", "replace")
+            # The agent cut text on a character boundary; "replace" matches its JSON path.
+            data: str | bytes = bytes(piece) if b64 else str(piece, "utf-8", "replace")
             tail.add(data)
             self._queue.append(event(data))
         self._offsets = [r.stdout_offset, r.stderr_offset]

@@ -3,6 +3,17 @@
 Every method of the protocol is safe to repeat (polls are cursor reads, starts carry an
 idempotency key, stdin writes carry a byte offset, kills and releases are idempotent), so a
 lost response or a broken channel is handled by asking again, after reconnecting if needed.
+
+Nothing from the sandbox is trusted, so every call is bounded twice:
+
+- **in time**: a call has a deadline (``timeout``, default :data:`RPC_TIMEOUT`; a long poll
+  passes its wait plus a margin). An unanswered request is asked once more, with the same
+  deadline; so a silent agent fails the call with :class:`TransportError` after at most twice
+  the deadline, and retries after a broken channel fit in that window too.
+- **in size**: the response's JSON may be at most :data:`MAX_MESSAGE` bytes (a listing page
+  :data:`MAX_PAGE_MESSAGE`), and its payload at most what the call asked for, checked before
+  the JSON is parsed; items in the models are bounded too. A response over its bound is a
+  :class:`ProtocolError`, not retried.
 """
 
 from __future__ import annotations
@@ -15,10 +26,21 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import AgentUnavailableError, ProtocolError, RemoteExecError, TransportError, error_from_wire
-from ..protocol import WireModel, frames
+from ..protocol import MAX_CHUNK, METHODS, PAGE_BYTES, Method, WireModel, frames
 from .channel import Channel, ChannelBroken
 
-__all__ = ["RpcClient"]
+__all__ = ["MAX_MESSAGE", "MAX_PAGE_MESSAGE", "RPC_TIMEOUT", "RpcClient"]
+
+RPC_TIMEOUT = 15.0
+"""Seconds a call waits for its response by default (then asks once more, as long again)."""
+
+MAX_MESSAGE = 1024 * 1024
+"""Largest response JSON of a call (payload apart): every non-listing result is far smaller."""
+
+MAX_PAGE_MESSAGE = 4 * PAGE_BYTES
+"""Largest response JSON of a listing page (the agent aims at :data:`PAGE_BYTES`)."""
+
+_MESSAGE_LIMITS: dict[str, int] = {Method.EXEC_REMOTE_LIST: MAX_PAGE_MESSAGE, Method.FILE_LIST: MAX_PAGE_MESSAGE}
 
 T = TypeVar("T", bound=WireModel)
 
@@ -39,20 +61,40 @@ class _Envelope(BaseModel, Generic[T]):
 
 
 class RpcClient:
-    """Typed JSON-RPC calls with per-call timeouts, retry and reconnect.
+    """Typed JSON-RPC calls with per-call deadlines, bounded responses, retry and reconnect.
 
     :param channel: how requests reach the agent.
     :param default_timeout: seconds to wait for a response when a call names none.
-    :param attempts: tries per call before giving up with :class:`TransportError`.
+    :param attempts: most tries per call (all within twice its deadline).
+    :param name: the sandbox, as errors name it.
     """
 
-    def __init__(self, channel: Channel, *, default_timeout: float = 60.0, attempts: int = 4) -> None:
+    def __init__(
+        self, channel: Channel, *, default_timeout: float = RPC_TIMEOUT, attempts: int = 4, name: str = "the sandbox"
+    ) -> None:
         self.channel = channel
         self.default_timeout = default_timeout
         self.attempts = attempts
+        self.name = name
         self._ids = itertools.count(1)
         self._generation = 0
         self._reconnect_lock = asyncio.Lock()
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`aclose` ran: every call fails at once, nothing reconnects."""
+        return self._closed
+
+    async def aclose(self) -> None:
+        """Refuse every later call (a task still running, say a kill, must not reconnect or
+        restart an agent after the sandbox closed), then close the channel."""
+        self._closed = True
+        await self.channel.aclose()
+
+    def _check_open(self, method: str) -> None:
+        if self._closed:
+            raise AgentUnavailableError(f"{self.name} is closed: {method} not sent")
 
     async def call(
         self,
@@ -62,17 +104,23 @@ class RpcClient:
         *,
         timeout: float | None = None,
         payload: bytes | memoryview | None = None,
+        deadline: float | None = None,
     ) -> T:
         """Call ``method`` and return its validated result.
 
-        ``payload`` travels raw beside the params (methods that take one). Cancelling the call
-        abandons the response; the request itself may still run in the agent.
+        ``payload`` travels raw beside the params (methods that take one). ``timeout``: seconds
+        to wait for the response before asking again; ``deadline``: seconds for the whole call,
+        retries included (default ``2 * timeout``). Cancelling the call abandons the response;
+        the request itself may still run in the agent.
 
         :raises RemoteExecError: the agent's error, mapped to its class (e.g. ``JobNotFoundError``).
-        :raises TransportError: no valid response after every attempt.
-        :raises AgentUnavailableError: the channel broke and could not be re-established.
+        :raises TransportError: no valid response within the deadline.
+        :raises AgentUnavailableError: the channel broke and could not be re-established, or the
+            client is closed.
+        :raises ProtocolError: the response is malformed or over its size bound.
         """
-        return (await self.call_with_payload(method, params, result, timeout=timeout, payload=payload))[0]
+        res = await self.call_with_payload(method, params, result, timeout=timeout, payload=payload, deadline=deadline)
+        return res[0]
 
     async def call_with_payload(
         self,
@@ -82,11 +130,23 @@ class RpcClient:
         *,
         timeout: float | None = None,
         payload: bytes | memoryview | None = None,
+        deadline: float | None = None,
+        max_payload: int | None = None,
     ) -> tuple[T, memoryview | None]:
-        """Like :meth:`call`, and also return the response's payload (``None`` if it has none)."""
+        """Like :meth:`call`, and also return the response's payload (``None`` if it has none),
+        which may be at most ``max_payload`` bytes (default: one file chunk, for a method that
+        answers with a payload at all)."""
+        self._check_open(method)
+        timeout = timeout or self.default_timeout
+        loop = asyncio.get_running_loop()
+        end = loop.time() + (deadline if deadline is not None else 2 * timeout)
+        limits = (_MESSAGE_LIMITS.get(method, MAX_MESSAGE), _payload_limit(method, max_payload))
         params_json = params.model_dump_json().encode()
         why = "no attempt made"
         for attempt in range(self.attempts):
+            left = end - loop.time()
+            if left <= 0:
+                break
             request_id = next(self._ids)
             body = frames.encode(
                 b'{"jsonrpc":"2.0","id":%d,"method":"%s","params":%s}' % (request_id, method.encode(), params_json),
@@ -94,38 +154,50 @@ class RpcClient:
             )
             generation = self._generation
             try:
-                raw = await self.channel.request(body, request_id, timeout or self.default_timeout)
+                raw = await self.channel.request(body, request_id, min(timeout, left))
             except TimeoutError:
-                why = f"no response to {method} within {timeout or self.default_timeout:.1f} s"
+                why = f"no response to {method} within {min(timeout, left):.1f} s"
                 continue
             except ChannelBroken as exc:
                 why = str(exc)
                 if attempt:  # a second failure in a row: back off (jittered) before hammering again
                     await asyncio.sleep(random.uniform(0, min(0.05 * 2**attempt, 1.0)))
-                await self._reconnect(generation)
+                await self._reconnect(generation, end)
                 continue
             try:
-                return self._decode(raw, request_id, result)
+                return self._decode(raw, request_id, result, limits)
             except AgentUnavailableError as exc:
                 if type(exc) is not AgentUnavailableError:
                     raise  # AgentLostError: the job is gone, retrying cannot help
                 why = f"the relay lost the agent server: {exc}"
-                await self._reconnect(generation)
-        raise TransportError(f"{method} failed after {self.attempts} attempts: {why}")
+                await self._reconnect(generation, end)
+        raise TransportError(f"{self.name}: {method} failed: {why}")
 
-    async def _reconnect(self, generation: int) -> None:
+    async def _reconnect(self, generation: int, end: float) -> None:
         async with self._reconnect_lock:
+            self._check_open("reconnect")
             if generation != self._generation:
                 return  # another caller already reconnected this broken generation
             try:
-                await self.channel.reconnect()
+                async with asyncio.timeout_at(end):  # the call's deadline bounds the reconnect too
+                    await self.channel.reconnect()
+            except TimeoutError:
+                raise TransportError(f"{self.name}: reconnecting to the agent took past the call's deadline") from None
             except RemoteExecError:
                 raise
             except Exception as exc:
                 raise AgentUnavailableError(f"cannot reconnect to the agent: {exc}") from exc
             self._generation += 1
 
-    def _decode(self, frame: frames.Frame, request_id: int, result: type[T]) -> tuple[T, memoryview | None]:
+    def _decode(
+        self, frame: frames.Frame, request_id: int, result: type[T], limits: tuple[int, int]
+    ) -> tuple[T, memoryview | None]:
+        # Sizes first: parsing JSON costs 10-20 times its size in objects, so a lying agent's
+        # 150 MiB listing must be refused before pydantic sees it.
+        if len(frame.message) > limits[0]:
+            raise ProtocolError(f"{self.name}: a {len(frame.message)}-byte response, over the {limits[0]}-byte bound")
+        if frame.payload is not None and len(frame.payload) > limits[1]:
+            raise ProtocolError(f"{self.name}: a {len(frame.payload)}-byte payload, over the {limits[1]}-byte bound")
         try:
             env = _Envelope[result].model_validate_json(frame.message)  # type: ignore[valid-type]
         except ValidationError as exc:
@@ -137,3 +209,10 @@ class RpcClient:
         if env.result is None:
             raise ProtocolError("response has neither result nor error")
         return env.result, None if frame.payload is None else memoryview(frame.payload)
+
+
+def _payload_limit(method: str, asked: int | None) -> int:
+    spec = METHODS.get(method)
+    if spec is None or not spec.gives_payload:
+        return 0
+    return MAX_CHUNK if asked is None else asked

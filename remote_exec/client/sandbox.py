@@ -10,8 +10,15 @@ from typing import Any, Literal, Unpack, overload
 
 import anyio
 
-from ..errors import ExecTimeoutError, JobNotFoundError, SandboxError
-from ..protocol import PROTOCOL_VERSION, Empty, JobInfo, ListResult, Method, ServerInfo, ShellInfo
+from ..errors import (
+    AgentUnavailableError,
+    ExecTimeoutError,
+    JobNotFoundError,
+    ProtocolError,
+    SandboxError,
+    TransportError,
+)
+from ..protocol import PROTOCOL_VERSION, Empty, JobInfo, ListParams, ListResult, Method, ServerInfo, ShellInfo
 from .channel import Channel
 from .native import NativeCopy
 from .ports import PortForward
@@ -21,7 +28,14 @@ from .sandbox_files import SandboxFiles
 from .shell import ShellSession, list_shells
 from .types import ExecRemoteOptions, ExecResult, OptionOverrides
 
-__all__ = ["AsyncSandbox", "SandboxTransport"]
+__all__ = ["MAX_JOBS_LISTED", "OPEN_TIMEOUT", "AsyncSandbox", "SandboxTransport"]
+
+OPEN_TIMEOUT = 10.0
+"""Seconds :meth:`AsyncSandbox.open` gives the agent to answer ``server_info`` (connecting
+included) once the transport is set up; a silent agent fails the open after that."""
+
+MAX_JOBS_LISTED = 100_000
+"""Most jobs :meth:`AsyncSandbox.jobs` gathers, page after page (an agent keeps far fewer)."""
 
 
 class SandboxTransport(ABC):
@@ -57,9 +71,11 @@ class AsyncSandbox(SandboxFiles):
         *,
         response_margin: float = RESPONSE_MARGIN,
         workspace_root: str | None = None,
+        open_timeout: float = OPEN_TIMEOUT,
     ) -> None:
         self.transport = transport
         self.response_margin = response_margin
+        self.open_timeout = open_timeout
         self.workspace_root = workspace_root
         """Absolute path in the sandbox that the file methods stay inside (``None``: anywhere).
 
@@ -90,7 +106,12 @@ class AsyncSandbox(SandboxFiles):
     async def open(self) -> AsyncSandbox:
         """Start (or find) the agent and open the channel. Called by ``async with``.
 
-        :raises AgentUnavailableError: the agent cannot be started or reached.
+        Setting the transport up (a container, an SSH connection, the agent's start) takes what
+        it takes; then the agent has ``open_timeout`` seconds to answer ``server_info``.
+        Cancelling the open closes whatever it had set up.
+
+        :raises AgentUnavailableError: the agent cannot be started or reached, or did not answer
+            within ``open_timeout``.
         :raises SandboxError: the agent speaks another protocol version.
         """
         if self._state != "new":
@@ -102,10 +123,20 @@ class AsyncSandbox(SandboxFiles):
             with anyio.CancelScope(shield=True):
                 await self.transport.aclose()  # whatever it set up before failing (a connection, a box)
             raise
-        self._rpc = RpcClient(channel)
+        self._rpc = RpcClient(channel, name=self.url)
         self._state = "open"
         try:
-            self._info = await self.server_info()
+            self._info = await self._client().call(
+                Method.SERVER_INFO, Empty(), ServerInfo, timeout=self.open_timeout, deadline=self.open_timeout
+            )
+        except AgentUnavailableError:
+            await self.aclose()
+            raise
+        except TransportError as exc:  # the deadline passed (any other failure is a subclass)
+            await self.aclose()
+            raise AgentUnavailableError(
+                f"{self.url}: the agent did not answer server_info within open_timeout={self.open_timeout:g} s ({exc})"
+            ) from exc
         except BaseException:
             await self.aclose()
             raise
@@ -144,7 +175,7 @@ class AsyncSandbox(SandboxFiles):
             if live and self._rpc is not None:
                 await asyncio.gather(*(p._kill_quietly() for p in live))
             if self._rpc is not None:
-                await self._rpc.channel.aclose()
+                await self._rpc.aclose()  # from here on nothing reconnects (a kill still running)
             await self.transport.aclose()
 
     # -- jobs -----------------------------------------------------------------------------
@@ -221,8 +252,22 @@ class AsyncSandbox(SandboxFiles):
         raise AssertionError("unreachable")
 
     async def jobs(self) -> list[JobInfo]:
-        """Running and retained jobs in this sandbox, started by any client, oldest first."""
-        return (await self._client().call(Method.EXEC_REMOTE_LIST, Empty(), ListResult)).jobs
+        """Running and retained jobs in this sandbox, started by any client, oldest first.
+
+        They come in pages; each must follow the last.
+
+        :raises ProtocolError: a page that does not follow, or more than :data:`MAX_JOBS_LISTED`.
+        """
+        jobs: list[JobInfo] = []
+        after: str | None = None
+        while True:
+            page = await self._client().call(Method.EXEC_REMOTE_LIST, ListParams(after=after), ListResult)
+            jobs += page.jobs
+            if page.next is None:
+                return jobs
+            if not page.jobs or page.next != page.jobs[-1].job_id or len(jobs) > MAX_JOBS_LISTED:
+                raise ProtocolError(f"{self.url}: a job listing that does not end ({len(jobs)} jobs so far)")
+            after = page.next
 
     async def attach(self, job_id: str, options: ExecRemoteOptions | None = None) -> ExecRemoteProcess:
         """A handle on a job started elsewhere (another client, a previous kernel).

@@ -13,16 +13,27 @@ __all__ = [
     "Encoding",
     "JobId",
     "JobState",
+    "MAX_PAGE_ITEMS",
     "MAX_WAIT",
     "Offset",
+    "PAGE_BYTES",
     "PROTOCOL_VERSION",
     "TERMINAL_STATES",
     "WireModel",
 ]
 
 
-PROTOCOL_VERSION = 2
-"""Bumped on any incompatible change; the host refuses an agent with another version."""
+PROTOCOL_VERSION = 3
+"""Bumped on any incompatible change; the host refuses an agent with another version.
+
+3: ``exec_remote_list`` and ``file_list`` answer in pages (``after`` / ``next``)."""
+
+MAX_PAGE_ITEMS = 1000
+"""Most items one page of ``exec_remote_list`` or ``file_list`` holds."""
+
+PAGE_BYTES = 1024 * 1024
+"""The JSON a listing page aims at: the agent ends a page once its items pass this size (a
+page always holds at least one item). The host refuses a page over 4 times this."""
 
 DEFAULT_MAX_BYTES = 1024 * 1024
 """Default cap on the bytes of one stream returned by one poll."""

@@ -30,7 +30,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from .base import Offset, WireModel
+from .base import MAX_PAGE_ITEMS, Offset, WireModel
 
 __all__ = [
     "DEFAULT_CHUNK",
@@ -71,7 +71,10 @@ MAX_CHUNK = 16 * 1024 * 1024
 """Largest payload of one ``file_read`` or ``file_write*`` request."""
 
 MAX_LIST_ENTRIES = 500_000
-"""Most entries one ``file_list`` may return."""
+"""Most entries the host gathers for one listing (page after page)."""
+
+_Name = Annotated[str, Field(max_length=1 << 16)]
+"""A path or name in an answer: a recursive listing's may be deeper than ``PATH_MAX``."""
 
 
 def _no_nul(v: str | None) -> str | None:
@@ -108,13 +111,13 @@ class FileInfo(WireModel):
     epoch; ``target`` a symlink's target.
     """
 
-    path: str
-    name: str
+    path: _Name
+    name: _Name
     type: FileType
     size: Offset
     mode: Mode
     mtime_ns: int
-    target: str | None = None
+    target: Annotated[str, Field(max_length=4096)] | None = None
 
     @property
     def mtime(self) -> float:
@@ -236,23 +239,27 @@ class FileSessionParams(WireModel):
 
 
 class FileListParams(_PathParams):
-    """Params of ``file_list``: a directory's entries, or with ``recursive`` every entry below it
-    (symlinks are listed, never followed). At most ``max_entries`` come back."""
+    """Params of ``file_list``: one page of a directory's entries, or with ``recursive`` of every
+    entry below it (symlinks are listed, never followed). The page starts after the entry whose
+    ``name`` is ``after`` (``None``: from the start) and holds at most ``limit`` entries (fewer
+    when their JSON passes :data:`~remote_exec.protocol.base.PAGE_BYTES`)."""
 
     recursive: bool = False
-    max_entries: Annotated[int, Field(ge=1, le=MAX_LIST_ENTRIES)] = 100_000
+    after: _Name | None = None
+    limit: Annotated[int, Field(ge=1, le=MAX_PAGE_ITEMS)] = MAX_PAGE_ITEMS
 
 
 class FileListResult(WireModel):
-    """The listed directory (symlinks resolved) and its entries, sorted by name within each
-    directory; a recursive listing gives a directory's entries before its subdirectories' contents.
+    """The listed directory (symlinks resolved) and one page of its entries, sorted by name
+    within each directory; a recursive listing gives a directory's entries before its
+    subdirectories' contents.
 
-    ``truncated``: there were more than ``max_entries``.
+    ``next``: more entries follow; ask again with ``after=next`` (the last entry's ``name``).
     """
 
-    path: str
-    entries: list[FileInfo]
-    truncated: bool = False
+    path: _Name
+    entries: Annotated[list[FileInfo], Field(max_length=MAX_PAGE_ITEMS)]
+    next: _Name | None = None
 
 
 class FileRemoveParams(_PathParams):

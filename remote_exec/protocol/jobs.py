@@ -6,13 +6,14 @@ from typing import Annotated
 
 from pydantic import Field, field_validator
 
-from .base import _SIGNAL_NAMES, DEFAULT_MAX_BYTES, Encoding, JobId, JobState, Offset, WireModel
+from .base import _SIGNAL_NAMES, DEFAULT_MAX_BYTES, MAX_PAGE_ITEMS, Encoding, JobId, JobState, Offset, WireModel
 
 __all__ = [
     "JobIdParams",
     "JobInfo",
     "KillParams",
     "KillResult",
+    "ListParams",
     "ListResult",
     "PollParams",
     "PollResult",
@@ -161,13 +162,16 @@ class JobIdParams(WireModel):
     job_id: JobId
 
 
-class JobInfo(WireModel):
-    """One row of ``exec_remote_list``."""
+_Arg = Annotated[str, Field(max_length=1 << 20)]
 
-    job_id: str
+
+class JobInfo(WireModel):
+    """One row of ``exec_remote_list`` (its strings bounded as :class:`StartParams` bounds them)."""
+
+    job_id: JobId
     pid: int
-    command: list[str] | str
-    label: str | None
+    command: Annotated[list[_Arg], Field(max_length=1 << 16)] | _Arg
+    label: Annotated[str, Field(max_length=256)] | None
     state: JobState
     exit_code: int | None
     started_at: float
@@ -179,10 +183,20 @@ class JobInfo(WireModel):
     encoding: Encoding
 
 
-class ListResult(WireModel):
-    """Running and retained jobs, oldest first."""
+class ListParams(WireModel):
+    """Params of ``exec_remote_list``: the page after job ``after`` (``None``: the first page),
+    at most ``limit`` jobs (fewer when their JSON passes :data:`PAGE_BYTES`)."""
 
-    jobs: list[JobInfo]
+    after: JobId | None = None
+    limit: Annotated[int, Field(ge=1, le=MAX_PAGE_ITEMS)] = MAX_PAGE_ITEMS
+
+
+class ListResult(WireModel):
+    """One page of running and retained jobs, oldest first. ``next``: more follow; ask again
+    with ``after=next`` (the last job of this page)."""
+
+    jobs: Annotated[list[JobInfo], Field(max_length=MAX_PAGE_ITEMS)]
+    next: JobId | None = None
 
 
 class ServerInfo(WireModel):
@@ -192,9 +206,9 @@ class ServerInfo(WireModel):
     tells "job released" from "the agent restarted and every job died with it".
     """
 
-    version: str
+    version: Annotated[str, Field(max_length=64)]
     protocol_version: int
     pid: int
     started_at: float
-    instance_id: str
-    capabilities: list[str]
+    instance_id: Annotated[str, Field(max_length=128)]
+    capabilities: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=256)]

@@ -58,17 +58,26 @@ class SandboxOpener:
 
 
 def open_sandbox(
-    url: str = "local://", *, response_margin: float | None = None, workspace_root: str | None = None
+    url: str = "local://",
+    *,
+    response_margin: float | None = None,
+    workspace_root: str | None = None,
+    open_timeout: float | None = None,
 ) -> SandboxOpener:
     """Open the sandbox at ``url``: ``async with rx.open_sandbox(url) as sb`` or ``sb = await ...``.
 
     With ``await``, close it yourself with ``await sb.aclose()``. ``response_margin`` is how
-    many seconds a response may be late before the request is sent again (default 10).
+    many seconds a long poll's response may be late before it is asked again (default 5).
+    ``open_timeout``: seconds the agent has to answer once the transport is up (default 10).
     ``workspace_root`` (an absolute path in the sandbox) confines the file methods to it:
     see :attr:`AsyncSandbox.workspace_root`.
 
     :raises SandboxError: bad URL or unknown scheme.
     :raises AgentUnavailableError: the agent cannot be started or reached.
     """
-    kwargs = {} if response_margin is None else {"response_margin": response_margin}
+    kwargs: dict[str, float] = {}
+    if response_margin is not None:
+        kwargs["response_margin"] = response_margin
+    if open_timeout is not None:
+        kwargs["open_timeout"] = open_timeout
     return SandboxOpener(AsyncSandbox(transport_for(url), workspace_root=workspace_root, **kwargs))

@@ -55,7 +55,8 @@ from ...protocol import (
     FileWriteParams,
 )
 from ..rpc import WithPayload
-from .fileops import Write, begin_write, finish_write, pwrite_all, stat_at, umask, walk
+from .fileops import Write, begin_write, finish_write, pwrite_all, stat_at, umask
+from .listing import walk_page
 from .paths import os_error, resolve
 
 __all__ = ["FileController", "FileLimits"]
@@ -186,12 +187,12 @@ class FileController:
                 except OSError as exc:
                     raise os_error(exc, p.path) from None
                 try:
-                    entries, truncated = walk(fd, r.path, p.recursive, p.max_entries)
+                    entries, more = walk_page(fd, r.path, p.recursive, p.limit, p.after)
                 except OSError as exc:
                     raise os_error(exc, p.path) from None
                 finally:
                     os.close(fd)
-                return FileListResult(path=r.path, entries=entries, truncated=truncated)
+                return FileListResult(path=r.path, entries=entries, next=entries[-1].name if more else None)
 
         return await asyncio.to_thread(run)
 

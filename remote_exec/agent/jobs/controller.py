@@ -12,10 +12,13 @@ from typing import TypeVar
 
 from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, ServerBusyError
 from ...protocol import (
+    PAGE_BYTES,
     Empty,
     JobIdParams,
+    JobInfo,
     KillParams,
     KillResult,
+    ListParams,
     ListResult,
     PollParams,
     PollResult,
@@ -162,9 +165,20 @@ class JobController:
     async def kill(self, p: KillParams) -> KillResult:
         return await self._get(p.job_id).kill(p.grace)
 
-    async def list(self, _: Empty) -> ListResult:
+    async def list(self, p: ListParams) -> ListResult:
+        """One page of jobs in the order they were started (their ids' counter), after ``p.after``."""
         self._expire()
-        return ListResult(jobs=[job.info() for job in self._jobs.values()])
+        start = -1 if p.after is None else _seq(p.after)
+        jobs = sorted((j for j in self._jobs.values() if _seq(j.job_id) > start), key=lambda j: _seq(j.job_id))
+        page: list[JobInfo] = []
+        size = 0
+        for job in jobs:
+            if len(page) >= p.limit or size >= PAGE_BYTES:
+                return ListResult(jobs=page, next=page[-1].job_id)
+            info = job.info()
+            page.append(info)
+            size += len(info.model_dump_json())
+        return ListResult(jobs=page)
 
     async def release(self, p: JobIdParams) -> Empty:
         job = self._get(p.job_id)
@@ -177,3 +191,11 @@ class JobController:
         """Kill every running job (the agent is shutting down; jobs die with it)."""
         for job in list(self._jobs.values()):
             await job.aclose()
+
+
+def _seq(job_id: str) -> int:
+    """The start counter in a job id (``<instance>-<n>``): the listing's order and page cursor."""
+    try:
+        return int(job_id.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        raise InvalidParamsError(f"not a job id of this agent: {job_id!r}", data={"job_id": job_id}) from None
