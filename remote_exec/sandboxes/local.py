@@ -22,6 +22,7 @@ from ..client.channel import MAX_RESPONSE, CallChannel, Channel, SocketChannel, 
 from ..client.sandbox import SandboxTransport
 from ..errors import AgentUnavailableError, SandboxError
 from ..protocol import STREAM_SOCKET, default_agent_dir
+from ..protocol.ownership import check_peer, check_socket, check_state_dir
 
 __all__ = ["LocalTransport"]
 
@@ -85,16 +86,31 @@ class LocalTransport(SandboxTransport):
         return self.state_dir / "agent.sock"
 
     async def _socket_accepts(self) -> bool:
+        """True if our own agent accepts on the socket; False if there is none (start one).
+
+        :raises UntrustedAgentError: the state dir, the socket or its listener is another
+            user's (checked before connecting, and the peer's uid once connected).
+        """
         try:
+            check_state_dir(self.state_dir)
+            if not check_socket(self.socket_path):
+                return False
             _, writer = await asyncio.open_unix_connection(os.fspath(self.socket_path))
         except OSError:
             return False
-        writer.close()
-        await writer.wait_closed()
+        try:
+            check_peer(writer.get_extra_info("socket"), self.socket_path)
+        finally:
+            writer.close()
+            await writer.wait_closed()
         return True
 
     async def ensure_agent(self) -> None:
-        """Start the agent unless its socket accepts connections already."""
+        """Start the agent unless its socket accepts connections already.
+
+        :raises UntrustedAgentError: the state dir or the agent in it is another user's.
+        :raises AgentUnavailableError: the agent could not be started.
+        """
         if await self._socket_accepts():
             return
         proc = await asyncio.create_subprocess_exec(
