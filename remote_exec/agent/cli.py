@@ -25,6 +25,8 @@ from .stream import STREAM_SOCKET
 
 __all__ = ["main"]
 
+_SERVER_INFO = b'{"jsonrpc":"2.0","id":0,"method":"server_info","params":{}}'
+
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="remote-exec-agent", description=__doc__.split("\n\n")[0])
@@ -81,16 +83,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"remote-exec-agent: {exc}", file=sys.stderr)
         # The host reads stdout, not stderr: answer its request(s) with the reason, so that its
         # error names the cause (a foreign state dir...) rather than a closed channel.
-        if args.cmd == "call":
-            sys.stdout.buffer.write(error_line(body, exc) + b"\n")
-        elif args.cmd == "stdio":
+        if args.cmd == "stdio":
             return refuse_stdio(exc)
+        sys.stdout.buffer.write(error_line(body if args.cmd == "call" else _SERVER_INFO, exc) + b"\n")
         return 3
     sock = state_dir / "agent.sock"
     if args.cmd == "call":
         return asyncio.run(relay_call(sock, body))
     if args.cmd == "ensure":
-        return asyncio.run(relay_call(sock, b'{"jsonrpc":"2.0","id":0,"method":"server_info","params":{}}'))
+        return asyncio.run(relay_call(sock, _SERVER_INFO))
     return relay_stdio(state_dir / STREAM_SOCKET)
 
 

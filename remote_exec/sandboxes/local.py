@@ -12,6 +12,8 @@ The last two apply when this call starts the agent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -20,7 +22,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from ..client.channel import MAX_RESPONSE, CallChannel, Channel, SocketChannel, StdioChannel
 from ..client.sandbox import SandboxTransport
-from ..errors import AgentUnavailableError, SandboxError
+from ..errors import AgentUnavailableError, SandboxError, error_from_wire
 from ..protocol import STREAM_SOCKET, default_agent_dir
 from ..protocol.ownership import check_peer, check_socket, check_state_dir
 
@@ -118,6 +120,9 @@ class LocalTransport(SandboxTransport):
         )
         out, err = await proc.communicate()
         if proc.returncode != 0:
+            with contextlib.suppress(ValueError, TypeError, KeyError):  # the agent's own reason, as its class
+                error = json.loads(out)["error"]
+                raise error_from_wire(int(error["code"]), str(error["message"]), error.get("data"))
             raise AgentUnavailableError(
                 f"cannot start the local agent: {(err or out).decode(errors='replace').strip()}"
             )
