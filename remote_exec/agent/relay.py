@@ -39,10 +39,12 @@ class _CheckedConnector(aiohttp.UnixConnector):
         path = Path(self.path)
         check_socket(path)  # another user's file: refused before connecting at all
         proto = await super()._create_connection(req, traces, timeout)
+        transport = proto.transport
+        assert transport is not None  # just connected
         try:
-            check_peer(proto.transport.get_extra_info("socket"), path)
+            check_peer(transport.get_extra_info("socket"), path)
         except BaseException:
-            proto.transport.abort()
+            transport.abort()
             raise
         return proto
 

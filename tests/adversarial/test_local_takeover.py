@@ -59,6 +59,14 @@ def world() -> Iterator[Path]:
 
 
 @pytest.fixture
+def open_world(world: Path) -> Path:
+    """``world``, writable by everyone like ``/tmp`` (without its sticky bit: the attacker may
+    also rename what is in it)."""
+    world.chmod(0o777)
+    return world
+
+
+@pytest.fixture
 def default_dir(world: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The victim's default state dir, as when ``XDG_RUNTIME_DIR`` is unset (in ``world``, not
     the machine's real ``/tmp/remote-exec-0``)."""
@@ -205,9 +213,8 @@ async def test_foreign_default_dir_with_a_real_agent(
     adversary.tried(AREA, f"foreign 0777 default dir, real agent, 0666 sockets ({channel})", refused=True)
 
 
-async def test_foreign_default_dir_receives_nothing(world: Path, default_dir: Path, adversary: Adversary) -> None:
-    world.chmod(0o777)
-    with recorder(world, default_dir) as rec:
+async def test_foreign_default_dir_receives_nothing(open_world: Path, default_dir: Path, adversary: Adversary) -> None:
+    with recorder(open_world, default_dir) as rec:
         exc = await victim_opens("local://")
         assert rec.events() == []  # not even a connect
     assert_names_owner(exc, default_dir)
@@ -226,23 +233,21 @@ async def test_relay_names_the_foreign_dir(
 
 
 @pytest.mark.parametrize("channel", ["socket", "stdio"])
-async def test_foreign_socket_in_own_dir(world: Path, tmp_path: Path, channel: str, adversary: Adversary) -> None:
-    world.chmod(0o777)
+async def test_foreign_socket_in_own_dir(open_world: Path, tmp_path: Path, channel: str, adversary: Adversary) -> None:
     mine = tmp_path / "state"
-    mine.mkdir(mode=0o700)
-    with recorder(world, world / "planted") as rec:
+    os.mkdir(mine, 0o700)
+    with recorder(open_world, open_world / "planted") as rec:
         for name in ("agent.sock", "agent.stream"):  # moved in while the dir was open, say
-            os.rename(world / "planted" / name, mine / name)
+            os.rename(open_world / "planted" / name, mine / name)
         exc = await victim_opens(f"local://?dir={mine}&channel={channel}")
         assert rec.events() == []
     assert_names_owner(exc, mine / "agent.sock")
     adversary.tried(AREA, f"attacker's socket in the victim's own dir ({channel})", refused=True)
 
 
-async def test_symlinked_state_dir(world: Path, default_dir: Path, adversary: Adversary) -> None:
-    world.chmod(0o777)
-    with recorder(world, world / "elsewhere") as rec:
-        os.symlink(world / "elsewhere", default_dir)
+async def test_symlinked_state_dir(open_world: Path, default_dir: Path, adversary: Adversary) -> None:
+    with recorder(open_world, open_world / "elsewhere") as rec:
+        os.symlink(open_world / "elsewhere", default_dir)
         os.lchown(default_dir, ATTACKER, ATTACKER)
         exc = await victim_opens("local://")
         assert rec.events() == []
@@ -295,23 +300,31 @@ async def test_relay_checks_peer_credentials(world: Path, tmp_path: Path, kind: 
     adversary.tried(AREA, f"another uid's listener behind the agent CLI relay ({kind})", refused=True)
 
 
-async def test_planted_log_symlink_in_own_open_dir(world: Path, tmp_path: Path, adversary: Adversary) -> None:
-    """Our own dir, left 0777: the attacker points ``agent.log`` at a file of ours; the agent
-    would append its log to it (as root: to any file)."""
+@pytest.fixture
+def planted_log(world: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """Our own state dir, left 0777, where the attacker made ``agent.log`` a symlink to a file of ours."""
     mine = world / "mine"
     mine.mkdir()
     mine.chmod(0o777)
     precious = tmp_path / "precious"
     precious.write_bytes(b"keep\n")
     subprocess.run([*AS_ATTACKER, "ln", "-s", os.fspath(precious), os.fspath(mine / "agent.log")], check=True)
-    with pytest.raises(rx.UntrustedAgentError, match="agent.log"):
+    return mine, precious
+
+
+async def test_planted_log_symlink_in_own_open_dir(planted_log: tuple[Path, Path], adversary: Adversary) -> None:
+    """The agent would append its log to the symlink's target (as root: to any file)."""
+    mine, precious = planted_log
+    with pytest.raises(rx.UntrustedAgentError, match=r"agent\.log"):
         async with rx.open_sandbox(f"local://?dir={mine}"):
             pass
-    assert precious.read_bytes() == b"keep\n"
+    assert await anyio.Path(precious).read_bytes() == b"keep\n"
     adversary.tried(AREA, "agent.log symlink planted in the victim's open dir", refused=True)
 
 
-def test_foreign_xdg_runtime_dir_is_not_used(world: Path, monkeypatch: pytest.MonkeyPatch, adversary: Adversary) -> None:
+def test_foreign_xdg_runtime_dir_is_not_used(
+    world: Path, monkeypatch: pytest.MonkeyPatch, adversary: Adversary
+) -> None:
     """``su`` keeps the first user's ``XDG_RUNTIME_DIR``: an agent dir there is theirs to replace."""
     theirs = world / "run-user-65534"
     theirs.mkdir(mode=0o700)
