@@ -165,7 +165,7 @@ async def victim_opens(url: str) -> rx.UntrustedAgentError:
     with pytest.raises(rx.UntrustedAgentError) as info:
         with anyio.fail_after(30):  # today's main sends and then waits on a listener that never answers
             async with rx.open_sandbox(url) as sb:
-                result = await sb.exec_remote(["id", "-u"])
+                result = await sb.run(["id", "-u"])
                 pytest.fail(f"the victim's command ran, as uid {result.stdout.strip()}")
     return info.value
 
