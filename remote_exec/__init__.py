@@ -66,6 +66,7 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .errors import SpawnError as SpawnError
     from .errors import TransferLimitError as TransferLimitError
     from .errors import TransportError as TransportError
+    from .errors import UntrustedAgentError as UntrustedAgentError
     from .errors import WriteSessionNotFoundError as WriteSessionNotFoundError
     from .fleet import Fleet as Fleet
     from .fleet import FleetEvent as FleetEvent
@@ -120,6 +121,7 @@ _LAZY: dict[str, str] = {
     "ShellNotFoundError": ".errors",
     "SpawnError": ".errors",
     "TransportError": ".errors",
+    "UntrustedAgentError": ".errors",
     "FileEncodingError": ".errors",
     "FileError": ".errors",
     "FileTooLargeError": ".errors",
@@ -232,6 +234,7 @@ __all__ = [
     "TransferLimitError",
     "TransferResult",
     "TransportError",
+    "UntrustedAgentError",
     "WriteSessionNotFoundError",
     "__version__",
     "connect",

@@ -5,7 +5,8 @@
     RemoteExecError
     ├── TransportError              the channel to the agent failed
     │   └── AgentUnavailableError   the agent cannot be reached or started
-    │       └── AgentLostError      the agent died (or restarted) under a job
+    │       ├── AgentLostError      the agent died (or restarted) under a job
+    │       └── UntrustedAgentError the state dir, socket or agent belongs to another user
     ├── ProtocolError               a malformed or unexpected JSON-RPC message
     │   ├── ParseError              (-32700) the request was not JSON
     │   ├── InvalidRequestError     (-32600) not a JSON-RPC 2.0 request
@@ -86,6 +87,7 @@ __all__ = [
     "SpawnError",
     "TransferLimitError",
     "TransportError",
+    "UntrustedAgentError",
     "WriteSessionNotFoundError",
     "error_from_wire",
 ]
@@ -121,6 +123,17 @@ class AgentLostError(AgentUnavailableError):
     """The agent that held a job is gone; the job and its output died with it."""
 
     code = -32012
+
+
+class UntrustedAgentError(AgentUnavailableError):
+    """The agent's state dir, its socket or the process serving it is not the user's own.
+
+    Another local user could have put it there to receive the user's commands or to have them
+    run as themselves; nothing was sent, and retrying cannot help. ``data`` has ``path`` and
+    the foreign ``uid`` when known.
+    """
+
+    code = -32013
 
 
 class ProtocolError(RemoteExecError):
@@ -401,6 +414,7 @@ ERROR_CLASSES: dict[int, type[RemoteExecError]] = {
         TransportError,
         AgentUnavailableError,
         AgentLostError,
+        UntrustedAgentError,
         ExecTimeoutError,
         JobKilledError,
         ShellNotFoundError,

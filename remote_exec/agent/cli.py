@@ -19,11 +19,13 @@ import sys
 from pathlib import Path
 
 from ..protocol import default_agent_dir
-from .relay import relay_call, relay_stdio
+from .relay import error_line, refuse_stdio, relay_call, relay_stdio
 from .statedir import ensure_server
 from .stream import STREAM_SOCKET
 
 __all__ = ["main"]
+
+_SERVER_INFO = b'{"jsonrpc":"2.0","id":0,"method":"server_info","params":{}}'
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,16 +76,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from ..errors import AgentUnavailableError
 
+    body = sys.stdin.buffer.read() if args.cmd == "call" else b""
     try:
         ensure_server(state_dir, serve_args)
     except AgentUnavailableError as exc:
         print(f"remote-exec-agent: {exc}", file=sys.stderr)
+        # The host reads stdout, not stderr: answer its request(s) with the reason, so that its
+        # error names the cause (a foreign state dir...) rather than a closed channel.
+        if args.cmd == "stdio":
+            return refuse_stdio(exc)
+        sys.stdout.buffer.write(error_line(body if args.cmd == "call" else _SERVER_INFO, exc) + b"\n")
         return 3
     sock = state_dir / "agent.sock"
     if args.cmd == "call":
-        return asyncio.run(relay_call(sock, sys.stdin.buffer.read()))
+        return asyncio.run(relay_call(sock, body))
     if args.cmd == "ensure":
-        return asyncio.run(relay_call(sock, b'{"jsonrpc":"2.0","id":0,"method":"server_info","params":{}}'))
+        return asyncio.run(relay_call(sock, _SERVER_INFO))
     return relay_stdio(state_dir / STREAM_SOCKET)
 
 

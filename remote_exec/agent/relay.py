@@ -1,6 +1,9 @@
 """Relays from the agent CLI to the server: one-shot ``call`` (over HTTP) and persistent ``stdio``.
 
-``stdio`` is a plain byte pipe to the server's frame stream (:mod:`.stream`).
+``stdio`` is a plain byte pipe to the server's frame stream (:mod:`.stream`). Both connect only
+to a socket of this user's served by a process of this user's
+(:mod:`remote_exec.protocol.ownership`); when they refuse, they answer the host's requests with
+the reason (:func:`refuse_stdio`, :func:`error_line`), so the host's error names it.
 """
 
 from __future__ import annotations
@@ -14,28 +17,48 @@ import socket
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from ..errors import AgentUnavailableError, RemoteExecError
 from ..protocol import frames
+from ..protocol.ownership import check_peer, check_socket
 from .stream import SOCKET_BUFFER
 
-__all__ = ["relay_call", "relay_stdio"]
+__all__ = ["error_line", "refuse_stdio", "relay_call", "relay_stdio"]
 
 _URL = "http://agent/rpc"
 _CHUNK = 1 << 20
 
 
+class _CheckedConnector(aiohttp.UnixConnector):
+    """A Unix connector that checks who listens before aiohttp writes a byte of the request."""
+
+    async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
+        path = Path(self.path)
+        check_socket(path)  # another user's file: refused before connecting at all
+        proto = await super()._create_connection(req, traces, timeout)
+        transport = proto.transport
+        assert transport is not None  # just connected
+        try:
+            check_peer(transport.get_extra_info("socket"), path)
+        except BaseException:
+            transport.abort()
+            raise
+        return proto
+
+
 def _session(sock: Path) -> aiohttp.ClientSession:
     return aiohttp.ClientSession(
-        connector=aiohttp.UnixConnector(path=os.fspath(sock), limit=0),
+        connector=_CheckedConnector(path=os.fspath(sock), limit=0),
         timeout=aiohttp.ClientTimeout(total=None),
         headers={"Content-Type": "application/json"},
     )
 
 
-def _error_line(line: bytes, exc: RemoteExecError) -> bytes:
+def error_line(line: bytes, exc: RemoteExecError) -> bytes:
+    """The JSON-RPC error response to the request ``line`` (a frame), with the request's id."""
     try:
         id_ = json.loads(frames.split(line)[0]).get("id")
     except (ValueError, AttributeError):
@@ -51,9 +74,10 @@ async def relay_call(sock: Path, body: bytes) -> int:
             async with session.post(_URL, data=body if len(body) < 1 << 20 else io.BytesIO(body)) as resp:
                 answer = await resp.read()
         except aiohttp.ClientError as exc:
-            sys.stdout.buffer.write(
-                _error_line(body, AgentUnavailableError(f"agent server unreachable: {exc}")) + b"\n"
-            )
+            sys.stdout.buffer.write(error_line(body, AgentUnavailableError(f"agent server unreachable: {exc}")) + b"\n")
+            return 3
+        except RemoteExecError as exc:  # refused: not our agent
+            sys.stdout.buffer.write(error_line(body, exc) + b"\n")
             return 3
     if answer:
         sys.stdout.buffer.write(answer + b"\n")
@@ -77,10 +101,15 @@ def relay_stdio(stream_sock: Path) -> int:
     with contextlib.suppress(OSError):  # big uploads cross in few sends (see stream.SOCKET_BUFFER)
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
     try:
+        check_socket(stream_sock)
         conn.connect(os.fspath(stream_sock))
+        check_peer(conn, stream_sock)
     except OSError as exc:
         print(f"remote-exec-agent: cannot reach the agent server: {exc}", file=sys.stderr)
         return 3
+    except RemoteExecError as exc:  # not our agent: nothing goes to it, the host hears why
+        conn.close()
+        return refuse_stdio(exc)
     stdin_done = threading.Event()
 
     def upstream() -> None:
@@ -104,3 +133,24 @@ def relay_stdio(stream_sock: Path) -> int:
     except OSError:  # the server reset the connection, or the host closed our stdout
         pass
     return 0 if stdin_done.is_set() else 3
+
+
+def refuse_stdio(exc: RemoteExecError) -> int:
+    """Answer every request read from stdin with ``exc`` (by its id) until EOF; return 3.
+
+    A relay that merely exited would leave the host with "channel closed by the sandbox" and
+    nothing to act on; an error response carries the class and the reason across.
+    """
+    stdin = sys.stdin.buffer
+    while line := stdin.readline():
+        if line.startswith(frames.MARK):  # a payload ahead of the JSON: skip it by its length
+            digits = line[1:].strip()
+            if not digits.isdigit():
+                break
+            left = int(digits)
+            while left > 0 and (chunk := stdin.read(min(left, _CHUNK))):
+                left -= len(chunk)
+            line = stdin.readline()
+        sys.stdout.buffer.write(error_line(line.rstrip(b"\r\n"), exc) + b"\n")
+        sys.stdout.buffer.flush()
+    return 3

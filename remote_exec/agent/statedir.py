@@ -19,9 +19,10 @@ import sys
 import time
 from pathlib import Path
 
-from ..errors import AgentUnavailableError
+from ..errors import AgentUnavailableError, UntrustedAgentError
+from ..protocol.ownership import check_peer, check_socket, check_state_dir, describe_uid
 
-__all__ = ["ensure_server", "secure_dir", "server_command", "socket_accepts"]
+__all__ = ["ensure_server", "open_private", "secure_dir", "server_command", "socket_accepts"]
 
 READY_TIMEOUT = 30.0
 
@@ -29,31 +30,61 @@ READY_TIMEOUT = 30.0
 def secure_dir(path: Path) -> Path:
     """Create ``path`` 0700 or check that an existing one is ours and private; return it.
 
-    :raises AgentUnavailableError: the directory belongs to another user or is not private
-        (another user could then connect to the agent's socket and run commands as us).
+    ``mkdir`` may find a directory someone else made first (a predictable name in ``/tmp``), so
+    what counts is the check after it, on the inode itself (see :mod:`remote_exec.protocol.ownership`).
+
+    :raises UntrustedAgentError: the directory is a symlink or belongs to another user (who
+        could then serve or connect to the agent's socket).
+    :raises AgentUnavailableError: it cannot be created.
     """
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
-        st = os.lstat(path)
-    except OSError as exc:
-        raise AgentUnavailableError(f"cannot create state dir {path}: {exc}") from None
-    if not stat.S_ISDIR(st.st_mode):
-        raise AgentUnavailableError(f"state dir {path} is not a directory")
-    if st.st_uid != os.geteuid():
-        raise AgentUnavailableError(f"state dir {path} belongs to uid {st.st_uid}, not to us ({os.geteuid()})")
-    if st.st_mode & 0o077:
-        os.chmod(path, 0o700)  # ours, merely too open (e.g. made by hand): tighten it
+        failed: OSError | None = None
+    except OSError as exc:  # e.g. a dangling symlink there: the check below names that
+        failed = exc
+    try:
+        check_state_dir(path)
+    except FileNotFoundError as exc:
+        raise AgentUnavailableError(f"cannot create state dir {path}: {failed or exc}") from None
     return path
 
 
 def socket_accepts(path: Path) -> bool:
-    """True if a server accepts connections on the Unix socket at ``path``."""
+    """True if a server of ours accepts connections on the Unix socket at ``path``.
+
+    :raises UntrustedAgentError: the socket, or the process listening on it, is another user's.
+    """
+    if not check_socket(path):
+        return False
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
         try:
             s.connect(os.fspath(path))
         except OSError:
             return False
+        check_peer(s, path)
     return True
+
+
+def open_private(path: Path, flags: int) -> int:
+    """Open (or create, 0600) a file of ours in the state dir: never through a symlink, never
+    another user's file or a hard link to one of ours elsewhere, which a user who could write
+    the directory before it was made private may have planted (the agent would then write its
+    log through it).
+
+    :raises UntrustedAgentError: the entry is a symlink, not a regular file, or not ours alone.
+    """
+    try:
+        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise UntrustedAgentError(f"cannot open {path} safely (a symlink planted there?): {exc}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
+        os.close(fd)
+        raise UntrustedAgentError(
+            f"{path} is not a private file of yours (owner {describe_uid(st.st_uid)}, "
+            f"{st.st_nlink} links): remove it and check who could write {path.parent}"
+        )
+    return fd
 
 
 def server_command(state_dir: Path, extra: list[str]) -> list[str]:
@@ -69,18 +100,20 @@ def ensure_server(state_dir: Path, serve_args: list[str] | None = None) -> bool:
     Blocking. Concurrent callers serialise on ``agent.lock``, so exactly one server starts.
     Readiness is the server's own "ready" line on a pipe, written once its socket accepts.
 
+    :raises UntrustedAgentError: the state dir, a socket or file in it, or the server already
+        listening there belongs to another user.
     :raises AgentUnavailableError: the server failed to start (its log's tail is in the message).
     """
     secure_dir(state_dir)
     sock = state_dir / "agent.sock"
-    with open(state_dir / "agent.lock", "a") as lock:
+    with open(open_private(state_dir / "agent.lock", os.O_WRONLY | os.O_APPEND), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if socket_accepts(sock):
             return False
         read_fd, write_fd = os.pipe()
         log_path = state_dir / "agent.log"
         try:
-            with open(log_path, "ab") as log:
+            with open(open_private(log_path, os.O_WRONLY | os.O_APPEND), "ab") as log:
                 subprocess.Popen(
                     server_command(state_dir, [*(serve_args or []), "--ready-fd", str(write_fd)]),
                     stdin=subprocess.DEVNULL,

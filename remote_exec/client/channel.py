@@ -27,6 +27,7 @@ from typing import Protocol
 
 from ..errors import AgentUnavailableError, ProtocolError, TransportError
 from ..protocol import MAX_CHUNK, frames
+from ..protocol.ownership import check_peer, check_socket, check_state_dir
 
 __all__ = [
     "CallChannel",
@@ -348,13 +349,32 @@ class SocketChannel(StdioChannel):
         self._path = path
         self._on_unavailable = on_unavailable
 
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Connect only to our own agent: the directory and the socket must be ours before the
+        connect, the listening process ours after it (another local user may have made the
+        state dir first); nothing is written before that.
+
+        :raises OSError: there is no socket to connect to.
+        :raises UntrustedAgentError: the directory, socket or listener is another user's.
+        """
+        check_state_dir(self._path.parent)
+        if not check_socket(self._path):
+            raise FileNotFoundError(f"no agent socket at {self._path}")
+        reader, writer = await asyncio.open_unix_connection(os.fspath(self._path), limit=MAX_RESPONSE)
+        try:
+            check_peer(writer.get_extra_info("socket"), self._path)
+        except BaseException:
+            writer.transport.abort()
+            raise
+        return reader, writer
+
     async def _connect(self) -> PipeProcess:
         try:
-            reader, writer = await asyncio.open_unix_connection(os.fspath(self._path), limit=MAX_RESPONSE)
+            reader, writer = await self._open()
         except OSError:
             await self._on_unavailable()
             try:
-                reader, writer = await asyncio.open_unix_connection(os.fspath(self._path), limit=MAX_RESPONSE)
+                reader, writer = await self._open()
             except OSError as exc:
                 if not self._path.exists() and (self._path.parent / "agent.sock").exists():
                     # Its HTTP socket answers, but it has no frame stream: an agent from an

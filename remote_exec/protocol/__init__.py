@@ -12,6 +12,7 @@ each stream and gets the data that follows, so a lost response is simply asked f
 from __future__ import annotations
 
 import os
+import stat
 from enum import StrEnum
 from pathlib import Path
 
@@ -256,11 +257,20 @@ def default_agent_dir() -> Path:
     """The agent's per-user state dir when none is given (the local sandbox finds it here too).
 
     ``$REMOTE_EXEC_AGENT_DIR``, else ``$XDG_RUNTIME_DIR/remote-exec``, else ``/tmp/remote-exec-<uid>``.
+    ``$XDG_RUNTIME_DIR`` counts only if it is a directory of ours that others cannot write:
+    ``su`` and ``sudo`` keep the first user's, and an agent there would be theirs to replace.
+    The ``/tmp`` name is predictable; another user who makes it first is refused when it is
+    used (:mod:`remote_exec.protocol.ownership`), never trusted.
     """
     env = os.environ.get("REMOTE_EXEC_AGENT_DIR")
     if env:
         return Path(env)
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and os.path.isdir(runtime):
-        return Path(runtime) / "remote-exec"
+    if runtime:
+        try:
+            st = os.stat(runtime)
+        except OSError:
+            st = None
+        if st is not None and stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o022:
+            return Path(runtime) / "remote-exec"
     return Path(f"/tmp/remote-exec-{os.geteuid()}")

@@ -12,6 +12,8 @@ The last two apply when this call starts the agent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -20,8 +22,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from ..client.channel import MAX_RESPONSE, CallChannel, Channel, SocketChannel, StdioChannel
 from ..client.sandbox import SandboxTransport
-from ..errors import AgentUnavailableError, SandboxError
+from ..errors import AgentUnavailableError, SandboxError, error_from_wire
 from ..protocol import STREAM_SOCKET, default_agent_dir
+from ..protocol.ownership import check_peer, check_socket, check_state_dir
 
 __all__ = ["LocalTransport"]
 
@@ -85,16 +88,31 @@ class LocalTransport(SandboxTransport):
         return self.state_dir / "agent.sock"
 
     async def _socket_accepts(self) -> bool:
+        """True if our own agent accepts on the socket; False if there is none (start one).
+
+        :raises UntrustedAgentError: the state dir, the socket or its listener is another
+            user's (checked before connecting, and the peer's uid once connected).
+        """
         try:
+            check_state_dir(self.state_dir)
+            if not check_socket(self.socket_path):
+                return False
             _, writer = await asyncio.open_unix_connection(os.fspath(self.socket_path))
         except OSError:
             return False
-        writer.close()
-        await writer.wait_closed()
+        try:
+            check_peer(writer.get_extra_info("socket"), self.socket_path)
+        finally:
+            writer.close()
+            await writer.wait_closed()
         return True
 
     async def ensure_agent(self) -> None:
-        """Start the agent unless its socket accepts connections already."""
+        """Start the agent unless its socket accepts connections already.
+
+        :raises UntrustedAgentError: the state dir or the agent in it is another user's.
+        :raises AgentUnavailableError: the agent could not be started.
+        """
         if await self._socket_accepts():
             return
         proc = await asyncio.create_subprocess_exec(
@@ -102,6 +120,9 @@ class LocalTransport(SandboxTransport):
         )
         out, err = await proc.communicate()
         if proc.returncode != 0:
+            with contextlib.suppress(ValueError, TypeError, KeyError):  # the agent's own reason, as its class
+                error = json.loads(out)["error"]
+                raise error_from_wire(int(error["code"]), str(error["message"]), error.get("data"))
             raise AgentUnavailableError(
                 f"cannot start the local agent: {(err or out).decode(errors='replace').strip()}"
             )
