@@ -61,7 +61,7 @@ def handlers(entries: list[dict[str, Any]], top: dict[str, Any] | None = None) -
         return info(p["path"].rsplit("/", 1)[-1], "file", p["path"])
 
     return {
-        "file_list": lambda p, _: {"path": ROOT, "entries": entries, "truncated": False},
+        "file_list": lambda p, _: {"path": ROOT, "entries": entries},
         "file_read": read,
         "file_stat": stat,
         "file_hash": lambda p, _: {"hashes": [None for _ in p["paths"]]},
