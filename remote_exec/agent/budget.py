@@ -52,6 +52,11 @@ def default_budget(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
 class MemoryBudget:
     """A byte count shared by every holder: reserve before holding, release after.
 
+    Two kinds of use share it. *Holders* (stdin queues, retained output) may fill
+    :attr:`holders_limit`, three quarters; *intake* (requests being read and handled) may use
+    all that is free. So however full jobs keep the budget, a request still fits: the client's
+    next poll or kill is never refused for memory that output holds.
+
     Single-threaded (the event loop); reclaimers run synchronously inside a reservation.
     """
 
@@ -59,19 +64,22 @@ class MemoryBudget:
         if limit <= 0:
             raise ValueError(f"a memory budget must be positive, not {limit}")
         self.limit = limit
-        self.used = 0
+        self.holders_limit = limit - limit // 4
+        self.used = 0  # by everyone
+        self.held = 0  # by holders
         self.peak = 0
         self._reclaimers: list[Reclaimer] = []
         self._freed = asyncio.Event()  # binds to a loop on first wait, not here
 
-    @property
-    def free(self) -> int:
-        return max(0, self.limit - self.used)
+    def free(self, intake: bool = False) -> int:
+        """Bytes a holder (or, with ``intake``, a request) may still reserve."""
+        total = self.limit - self.used
+        return max(0, total if intake else min(total, self.holders_limit - self.held))
 
     @property
     def over(self) -> int:
-        """Bytes held beyond the limit (forced charges); 0 when within it."""
-        return max(0, self.used - self.limit)
+        """Bytes holders hold beyond what they may (after forced charges); 0 when within."""
+        return max(0, self.used - self.limit, self.held - self.holders_limit)
 
     def add_reclaimer(self, reclaim: Reclaimer) -> None:
         """Register something that can free memory on demand (asked in registration order)."""
@@ -86,52 +94,44 @@ class MemoryBudget:
             freed += reclaim(n - freed)
         return freed
 
-    def _take(self, n: int) -> None:
+    def _take(self, n: int, intake: bool) -> None:
         self.used += n
+        if not intake:
+            self.held += n
         self.peak = max(self.peak, self.used)
 
-    def try_reserve(self, n: int) -> bool:
+    def try_reserve(self, n: int, intake: bool = False) -> bool:
         """Reserve ``n`` bytes if they fit (reclaiming if needed); nothing is reserved otherwise."""
-        if n > self.free:
-            self.reclaim(n - self.free)
-        if n > self.free:
+        if n > self.free(intake):
+            self.reclaim(n - self.free(intake))
+        if n > self.free(intake):
             return False
-        self._take(n)
+        self._take(n, intake)
         return True
 
     def reserve_up_to(self, n: int) -> int:
-        """Reserve as much of ``n`` as fits (reclaiming if needed); return the amount reserved."""
-        if n > self.free:
-            self.reclaim(n - self.free)
-        got = min(n, self.free)
-        self._take(got)
+        """Reserve as much of ``n`` as fits a holder (reclaiming if needed); return the amount."""
+        if n > self.free():
+            self.reclaim(n - self.free())
+        got = min(n, self.free())
+        self._take(got, False)
         return got
 
     def force(self, n: int) -> None:
-        """Charge ``n`` bytes that are already held (they arrived); may go over the limit."""
-        self._take(n)
+        """Charge a holder ``n`` bytes that are already here (they arrived); may go over."""
+        self._take(n, False)
 
-    def release(self, n: int) -> None:
+    def release(self, n: int, intake: bool = False) -> None:
         """Give back ``n`` reserved bytes and wake whoever waits for room."""
         if n <= 0:
             return
         self.used -= n
-        assert self.used >= 0, "released more than was reserved"
+        if not intake:
+            self.held -= n
+        assert self.used >= 0 and self.held >= 0, "released more than was reserved"
         self._freed.set()
         self._freed = asyncio.Event()
 
     async def freed(self) -> None:
         """Wait until some reserved bytes are released. Cancelling it changes nothing."""
         await self._freed.wait()
-
-    async def reserve(self, n: int) -> None:
-        """Wait until ``n`` bytes fit, then reserve them.
-
-        Cancelling the wait reserves nothing.
-
-        :raises ValueError: ``n`` is over the whole budget and could never fit.
-        """
-        if n > self.limit:
-            raise ValueError(f"{n} bytes can never fit a {self.limit}-byte memory budget")
-        while not self.try_reserve(n):
-            await self._freed.wait()

@@ -139,7 +139,7 @@ class StreamBuffer:
         """True when half the buffer is unread, or any is while the memory budget is exhausted:
         time to stop reading from the producer."""
         unread = self.unread()
-        if self.budget is not None and unread and self.budget.free == 0:
+        if self.budget is not None and unread and self.budget.free() == 0:
             return True
         return unread >= max(self.limit // 2, 1)
 

@@ -23,7 +23,7 @@ from ..protocol import PROTOCOL_VERSION, Empty, Method, ServerInfo, frames
 from .budget import MemoryBudget, default_budget
 from .files.controller import FileController, FileLimits
 from .files.methods import file_methods
-from .intake import LINE_PIECE, LineTooLong, read_body
+from .intake import LINE_PIECE, Intake, LineTooLong, read_body
 from .jobs.controller import JobController, JobLimits
 from .jobs.methods import job_methods
 from .ports.controller import PortController, PortLimits
@@ -74,6 +74,7 @@ def build_app(config: ServerConfig) -> web.Application:
     """The aiohttp application: controllers are built here, never at import time."""
     instance_id = secrets.token_hex(4)
     budget = MemoryBudget(config.memory_budget)
+    intake = Intake(budget)
     jobs = JobController(instance_id, config.limits, budget)
     started_at = time.time()
     dispatcher = Dispatcher()
@@ -111,18 +112,19 @@ def build_app(config: ServerConfig) -> web.Application:
 
     async def rpc(request: web.Request) -> web.Response:
         try:
-            body, held = await read_body(request.content, request.content_length, budget, MAX_REQUEST)
+            body, held = await read_body(request.content, request.content_length, intake, MAX_REQUEST)
         except LineTooLong as exc:
             return web.Response(
                 status=413, body=error_answer(RemoteExecError(str(exc))), content_type="application/json"
             )
         except RemoteExecError as exc:  # over the memory budget
             return web.Response(status=503, body=error_answer(exc), content_type="application/json")
+        intake.handled(held)
         try:
             answer = await tracked(dispatcher.handle(body))
         finally:
             del body
-            budget.release(held)
+            intake.answered(held)
         if answer is None:
             return web.Response(status=204)
         framed = answer.startswith(frames.MARK)  # a result with a binary payload
@@ -143,6 +145,7 @@ def build_app(config: ServerConfig) -> web.Application:
     app["files"] = files
     app["activity"] = activity
     app["budget"] = budget
+    app["intake"] = intake
     app["handle_frame"] = handle_frame
     app["instance_id"] = instance_id
     return app
@@ -179,7 +182,7 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
         # both do. A deep backlog: a burst of connections (1000 clients starting jobs at once)
         # must queue, not fail with EAGAIN, which asyncio does not retry for Unix sockets.
         streams = await asyncio.start_unix_server(
-            lambda r, w: serve_frames(r, w, app["handle_frame"], MAX_REQUEST, app["budget"]),
+            lambda r, w: serve_frames(r, w, app["handle_frame"], MAX_REQUEST, app["intake"]),
             os.fspath(stream_sock),
             limit=LINE_PIECE,  # longer lines are read (and charged to the budget) piece by piece
             backlog=4096,

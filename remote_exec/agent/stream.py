@@ -20,8 +20,7 @@ from collections.abc import Awaitable, Callable
 
 from ..errors import RemoteExecError, ServerBusyError
 from ..protocol import STREAM_SOCKET, frames
-from .budget import MemoryBudget
-from .intake import LineTooLong, read_frame
+from .intake import Intake, LineTooLong, read_frame
 
 __all__ = ["STREAM_SOCKET", "serve_frames"]
 
@@ -96,7 +95,7 @@ async def serve_frames(
     writer: asyncio.StreamWriter,
     handle: Callable[[frames.Frame], Awaitable[bytes | None]],
     max_request: int,
-    budget: MemoryBudget | None = None,
+    intake: Intake | None = None,
 ) -> None:
     """Answer the frames of one connection until its EOF, then close it.
 
@@ -104,10 +103,11 @@ async def serve_frames(
     answers are written whole, one at a time, small ones first (see :class:`_Outbox`). At EOF
     the answers still due are written before the connection closes. A malformed frame header
     ends the connection (the stream is out of step), after an error answer saying why; so does
-    a frame that does not fit the memory ``budget`` (its bytes are charged as they arrive and
-    released once its answer is written).
+    a frame that does not fit the memory budget (``intake`` charges its bytes as they arrive
+    and releases them once it is answered).
     """
     tasks: set[asyncio.Task[None]] = set()
+    intake = intake or Intake(None)
     widen_socket(writer)
     send = _Outbox(writer).send
 
@@ -119,13 +119,12 @@ async def serve_frames(
                 with contextlib.suppress(ConnectionError):
                     await send(answer)
         finally:
-            if budget is not None:
-                budget.release(held)
+            intake.answered(held)
 
     try:
         while True:
             try:
-                read = await read_frame(reader, budget, max_request)
+                read = await read_frame(reader, intake, max_request)
             except frames.FrameError as exc:
                 await send(_error_frame(RemoteExecError(f"bad request frame: {exc}")))
                 break
@@ -142,9 +141,9 @@ async def serve_frames(
                 break
             frame, held = read
             if frame.payload is None and not frame.message.strip():
-                if budget is not None:
-                    budget.release(held)
+                intake.release(held)
                 continue  # a blank line
+            intake.handled(held)
             task = asyncio.create_task(one(frame, held))
             del frame, read  # the task holds it now; this loop must not while it waits for the next
             tasks.add(task)

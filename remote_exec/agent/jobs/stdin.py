@@ -52,7 +52,7 @@ class StdinQueue:
         if self.budget is not None and n:
             if not self.budget.try_reserve(n):
                 raise ServerBusyError(
-                    f"input of {n} bytes does not fit the agent's memory budget ({self.budget.free} of "
+                    f"input of {n} bytes does not fit the agent's memory budget ({self.budget.free()} of "
                     f"{self.budget.limit} bytes free); start with stdin_open and write it instead",
                     data={"job_id": self.job_id},
                 )
@@ -114,7 +114,7 @@ class StdinQueue:
         budget = self.budget
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(STDIN_WAIT):
-                if budget is not None and self._held < self.limit and budget.free == 0:
+                if budget is not None and self._held < self.limit and budget.free() == 0:
                     await budget.freed()
                 else:
                     await self._room.wait()
