@@ -204,3 +204,46 @@ async def test_half_sent_requests_are_refused_and_the_agent_keeps_answering(
         adversary.tried("agent memory", f"8 x 20 MiB half-sent requests ({closed} refused)", refused=closed >= 6)
         assert closed >= 6
         _bounded(adversary, pid, baseline, ("agent memory", "half-sent requests: peak RSS"))
+
+
+def _host_pid(container_id: str, pid_inside: int) -> int:
+    """The host pid of a container's process (its NSpid ends with ``pid_inside``)."""
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with contextlib.suppress(OSError):
+            nspid = next(x for x in status.read_text().splitlines() if x.startswith("NSpid:")).split()[1:]
+            if (
+                len(nspid) > 1
+                and int(nspid[-1]) == pid_inside
+                and container_id in (status.parent / "cgroup").read_text()
+            ):
+                return int(nspid[0])
+    raise AssertionError(f"no host process for pid {pid_inside} of container {container_id[:12]}")
+
+
+async def test_agent_survives_an_output_flood_in_a_small_container(adversary: Adversary) -> None:
+    """(d) docker+image with memory=192m: 24 jobs x 8 MiB of retained output (192 MiB) used to get
+    the agent OOM-killed with every job; its budget (a quarter of the cgroup limit) now holds."""
+    from ..sandboxes.backend_docker import docker_or_skip, image_or_skip
+    from ..sandboxes.test_docker import docker_transport
+
+    engine = docker_or_skip()
+    nopy = image_or_skip(engine, "nopy")
+    async with rx.open_sandbox(f"docker+image://{nopy}?pull=never&memory=192m") as sb:
+        pid = sb.info.pid
+        cid = engine.docker("inspect", "-f", "{{.Id}}", docker_transport(sb).container).stdout.decode().strip()
+        host_pid = _host_pid(cid, pid)
+        for _ in range(24):
+            await sb.exec_remote(["head", "-c", str(8 * MiB), "/dev/zero"]).started()
+        deadline = asyncio.get_running_loop().time() + 90
+        jobs = await sb.jobs()
+        while any(j.state == "running" for j in jobs):  # the process state, with a deadline
+            assert asyncio.get_running_loop().time() < deadline, jobs
+            await asyncio.sleep(0.2)
+            jobs = await sb.jobs()
+        peak = adversary.agent_peak(host_pid) * 1024
+        info = await sb.server_info()
+        survived = info.pid == pid and [(j.exit_code, j.stdout_bytes) for j in jobs] == [(0, 8 * MiB)] * 24
+        adversary.tried(
+            "agent memory", f"192 MiB output flood in a 192m container (peak {peak // MiB} MiB)", refused=survived
+        )
+        assert survived, jobs
