@@ -388,7 +388,7 @@ class TransferLimitError(FileError):
 
 
 class ServerBusyError(RemoteExecError):
-    """The agent is at its job limit; retry after some jobs end or are released."""
+    """The agent is at a limit (running jobs, its memory budget); retry after some work ends."""
 
     code = -32005
 

@@ -4,6 +4,8 @@ Bytes are addressed by their absolute offset in the stream. The buffer keeps the
 ``limit`` bytes; older ones fall out and are reported to a reader as *dropped*, never silently.
 While somebody is actively reading, the job applies back-pressure instead of dropping (see
 :meth:`StreamBuffer.wants_pause`), so a watched stream loses nothing however fast it is written.
+With a :class:`~remote_exec.agent.budget.MemoryBudget`, the bytes held are charged to it, and a
+short budget drops old bytes (counted the same way) even below ``limit``.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from __future__ import annotations
 import base64
 import bisect
 from dataclasses import dataclass
+
+from .budget import MemoryBudget
 
 __all__ = ["Slice", "StreamBuffer", "utf8_safe_end"]
 
@@ -56,9 +60,10 @@ class StreamBuffer:
     append once its head had been trimmed.
     """
 
-    __slots__ = ("_chunks", "_size", "_starts", "base", "eof", "limit", "read_cursor")
+    __slots__ = ("_chunks", "_size", "_starts", "base", "budget", "eof", "limit", "read_cursor")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, budget: MemoryBudget | None = None) -> None:
+        self.budget = budget
         self._chunks: list[bytes] = []
         self._starts: list[int] = []  # absolute offset of each chunk
         self._size = 0  # bytes held
@@ -77,6 +82,8 @@ class StreamBuffer:
 
         With ``keep_unread`` (somebody is reading), only bytes a reader already has may fall out,
         so the buffer can exceed ``limit`` by what arrives while the producer is being paused.
+        When the memory budget is short, others are asked to free memory first (finished jobs'
+        output), then this buffer's oldest bytes go too.
         """
         if not data:
             return
@@ -84,6 +91,12 @@ class StreamBuffer:
         self._chunks.append(bytes(data))
         self._size += len(data)
         excess = self._size - self.limit
+        budget = self.budget
+        if budget is not None:
+            budget.force(len(data))  # the bytes are here already: charge them, then make room
+            if budget.over and max(excess, 0) < budget.over:
+                budget.reclaim(budget.over - max(excess, 0))
+            excess = min(max(excess, budget.over), self._size)
         if keep_unread:
             excess = min(excess, self.read_cursor - self.base)
         if excess > 0:
@@ -101,15 +114,34 @@ class StreamBuffer:
             self._chunks[0] = self._chunks[0][n:]
             self._starts[0] += n
         self.base = self._starts[0] if self._chunks else end
+        if self.budget is not None:
+            self.budget.release(self._size - (end - self.base))
         self._size = end - self.base
+
+    @property
+    def held(self) -> int:
+        """Bytes held in memory."""
+        return self._size
+
+    def discard(self, n: int | None = None) -> int:
+        """Drop the oldest ``n`` bytes (all by default); readers see them as dropped. Returns
+        how many were dropped."""
+        n = self._size if n is None else min(n, self._size)
+        if n > 0:
+            self._trim(n)
+        return max(n, 0)
 
     def unread(self) -> int:
         """Bytes written but not yet returned to any reader."""
         return self.end - max(self.read_cursor, self.base)
 
     def wants_pause(self) -> bool:
-        """True when half the buffer is unread: time to stop reading from the producer."""
-        return self.unread() >= max(self.limit // 2, 1)
+        """True when half the buffer is unread, or any is while the memory budget is exhausted:
+        time to stop reading from the producer."""
+        unread = self.unread()
+        if self.budget is not None and unread and self.budget.free() == 0:
+            return True
+        return unread >= max(self.limit // 2, 1)
 
     def _bytes(self, start: int, stop: int) -> bytes:
         i = bisect.bisect_right(self._starts, start) - 1

@@ -41,6 +41,13 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument("--dir", type=Path, default=None, help="state directory (default: per-user)")
         s.add_argument("--idle-timeout", type=float, default=900.0, help="seconds idle before exiting (0: never)")
         s.add_argument("--buffer-limit", type=int, default=8 * 1024 * 1024, help="bytes kept per stream per job")
+        s.add_argument(
+            "--memory-budget",
+            type=int,
+            default=None,
+            help="bytes the agent holds for requests, stdin and output at most "
+            "(default: a quarter of the cgroup memory limit, at most 256 MiB)",
+        )
         s.add_argument("--shell-ttl", type=float, default=3600.0, help="seconds a shell session may idle (0: forever)")
         s.add_argument(
             "--port-any-host",
@@ -58,7 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     state_dir: Path = args.dir or default_agent_dir()
     serve_args = ["--idle-timeout", str(args.idle_timeout), "--buffer-limit", str(args.buffer_limit)]
     serve_args += ["--shell-ttl", str(args.shell_ttl)] + (["--port-any-host"] if args.port_any_host else [])
+    if args.memory_budget is not None:
+        serve_args += ["--memory-budget", str(args.memory_budget)]
     if args.cmd == "serve":
+        from .budget import default_budget
         from .jobs.controller import JobLimits
         from .ports.controller import PortLimits
         from .server import ServerConfig, serve
@@ -71,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             JobLimits(buffer_limit=args.buffer_limit),
             ShellLimits(ttl=args.shell_ttl),
             PortLimits(any_host=args.port_any_host),
+            memory_budget=args.memory_budget or default_budget(),
         )
         asyncio.run(serve(config, args.ready_fd))
         return 0

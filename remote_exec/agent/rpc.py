@@ -25,7 +25,7 @@ from ..errors import (
 )
 from ..protocol import METHODS, WireModel, frames
 
-__all__ = ["Dispatcher", "Handler", "WithPayload", "dump_json"]
+__all__ = ["Dispatcher", "Handler", "WithPayload", "dump_json", "error_answer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +65,11 @@ def _error(id_: object, exc: RemoteExecError) -> bytes:
     if data is not None:
         err["data"] = data
     return json.dumps({"jsonrpc": "2.0", "id": id_, "error": err}, separators=(",", ":")).encode()
+
+
+def error_answer(exc: RemoteExecError) -> bytes:
+    """A JSON-RPC error answer to a request that could not be read (so has no known id)."""
+    return _error(None, exc)
 
 
 class Dispatcher:

@@ -18,14 +18,17 @@ from pathlib import Path
 from aiohttp import web
 
 from .._version import __version__
+from ..errors import RemoteExecError
 from ..protocol import PROTOCOL_VERSION, Empty, Method, ServerInfo, frames
+from .budget import MemoryBudget, default_budget
 from .files.controller import FileController, FileLimits
 from .files.methods import file_methods
+from .intake import LINE_PIECE, Intake, LineTooLong, read_body
 from .jobs.controller import JobController, JobLimits
 from .jobs.methods import job_methods
 from .ports.controller import PortController, PortLimits
 from .ports.methods import port_methods
-from .rpc import Dispatcher
+from .rpc import Dispatcher, error_answer
 from .shell.controller import ShellController, ShellLimits
 from .shell.methods import shell_methods
 from .statedir import secure_dir
@@ -48,6 +51,8 @@ class ServerConfig:
     :ivar shell_limits: shell session bounds, the idle TTL of a session among them.
     :ivar port_limits: forwarded-connection bounds, and whether non-loopback targets are allowed.
     :ivar file_limits: write-session bounds (how long an abandoned one lives, how many at once).
+    :ivar memory_budget: bytes the agent holds for others at most (requests arriving, stdin
+        queued, output retained); see :mod:`remote_exec.agent.budget`.
     """
 
     state_dir: Path
@@ -56,6 +61,7 @@ class ServerConfig:
     shell_limits: ShellLimits = field(default_factory=ShellLimits)
     port_limits: PortLimits = field(default_factory=PortLimits)
     file_limits: FileLimits = field(default_factory=FileLimits)
+    memory_budget: int = field(default_factory=default_budget)
 
 
 class _Activity:
@@ -67,7 +73,9 @@ class _Activity:
 def build_app(config: ServerConfig) -> web.Application:
     """The aiohttp application: controllers are built here, never at import time."""
     instance_id = secrets.token_hex(4)
-    jobs = JobController(instance_id, config.limits)
+    budget = MemoryBudget(config.memory_budget)
+    intake = Intake(budget)
+    jobs = JobController(instance_id, config.limits, budget)
     started_at = time.time()
     dispatcher = Dispatcher()
     dispatcher.register(job_methods(jobs))
@@ -103,7 +111,20 @@ def build_app(config: ServerConfig) -> web.Application:
         return await tracked(dispatcher.handle_frame(frame))
 
     async def rpc(request: web.Request) -> web.Response:
-        answer = await tracked(dispatcher.handle(await request.read()))
+        try:
+            body, held = await read_body(request.content, request.content_length, intake, MAX_REQUEST)
+        except LineTooLong as exc:
+            return web.Response(
+                status=413, body=error_answer(RemoteExecError(str(exc))), content_type="application/json"
+            )
+        except RemoteExecError as exc:  # over the memory budget
+            return web.Response(status=503, body=error_answer(exc), content_type="application/json")
+        intake.handled(held)
+        try:
+            answer = await tracked(dispatcher.handle(body))
+        finally:
+            del body
+            intake.answered(held)
         if answer is None:
             return web.Response(status=204)
         framed = answer.startswith(frames.MARK)  # a result with a binary payload
@@ -123,6 +144,8 @@ def build_app(config: ServerConfig) -> web.Application:
     app["ports"] = ports
     app["files"] = files
     app["activity"] = activity
+    app["budget"] = budget
+    app["intake"] = intake
     app["handle_frame"] = handle_frame
     app["instance_id"] = instance_id
     return app
@@ -159,9 +182,9 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
         # both do. A deep backlog: a burst of connections (1000 clients starting jobs at once)
         # must queue, not fail with EAGAIN, which asyncio does not retry for Unix sockets.
         streams = await asyncio.start_unix_server(
-            lambda r, w: serve_frames(r, w, app["handle_frame"], MAX_REQUEST),
+            lambda r, w: serve_frames(r, w, app["handle_frame"], MAX_REQUEST, app["intake"]),
             os.fspath(stream_sock),
-            limit=MAX_REQUEST,
+            limit=LINE_PIECE,  # longer lines are read (and charged to the budget) piece by piece
             backlog=4096,
         )
         site = web.UnixSite(runner, os.fspath(sock), backlog=4096)

@@ -18,8 +18,9 @@ import socket
 from collections import deque
 from collections.abc import Awaitable, Callable
 
-from ..errors import RemoteExecError
+from ..errors import RemoteExecError, ServerBusyError
 from ..protocol import STREAM_SOCKET, frames
+from .intake import Intake, LineTooLong, read_frame
 
 __all__ = ["STREAM_SOCKET", "serve_frames"]
 
@@ -94,41 +95,57 @@ async def serve_frames(
     writer: asyncio.StreamWriter,
     handle: Callable[[frames.Frame], Awaitable[bytes | None]],
     max_request: int,
+    intake: Intake | None = None,
 ) -> None:
     """Answer the frames of one connection until its EOF, then close it.
 
     Every request runs as its own task (a long poll does not hold up the calls behind it);
     answers are written whole, one at a time, small ones first (see :class:`_Outbox`). At EOF
     the answers still due are written before the connection closes. A malformed frame header
-    ends the connection (the stream is out of step), after an error answer saying why.
+    ends the connection (the stream is out of step), after an error answer saying why; so does
+    a frame that does not fit the memory budget (``intake`` charges its bytes as they arrive
+    and releases them once it is answered).
     """
     tasks: set[asyncio.Task[None]] = set()
+    intake = intake or Intake(None)
     widen_socket(writer)
     send = _Outbox(writer).send
 
-    async def one(frame: frames.Frame) -> None:
-        answer = await handle(frame)
-        if answer is not None:
-            with contextlib.suppress(ConnectionError):
-                await send(answer)
+    async def one(frame: frames.Frame, held: int) -> None:
+        try:
+            answer = await handle(frame)
+            del frame  # the request's bytes go before its answer is written
+            if answer is not None:
+                with contextlib.suppress(ConnectionError):
+                    await send(answer)
+        finally:
+            intake.answered(held)
 
     try:
         while True:
             try:
-                frame = await frames.read_frame(reader, max_request)
+                read = await read_frame(reader, intake, max_request)
             except frames.FrameError as exc:
                 await send(_error_frame(RemoteExecError(f"bad request frame: {exc}")))
                 break
-            except ValueError:  # a JSON line over the limit: answer it, go on with the next line
+            except LineTooLong:  # answer it, go on with the next line
                 await send(_error_frame(RemoteExecError(f"request line over {max_request} bytes")))
                 continue
+            except ServerBusyError as exc:  # the rest of the frame is still coming: out of step
+                log.warning("closing a connection: %s", exc.message)
+                await send(_error_frame(exc))
+                break
             except (asyncio.IncompleteReadError, ConnectionError):
                 break
-            if frame is None:
+            if read is None:
                 break
+            frame, held = read
             if frame.payload is None and not frame.message.strip():
+                intake.release(held)
                 continue  # a blank line
-            task = asyncio.create_task(one(frame))
+            intake.handled(held)
+            task = asyncio.create_task(one(frame, held))
+            del frame, read  # the task holds it now; this loop must not while it waits for the next
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         if tasks:

@@ -35,6 +35,7 @@ from .types import Completed, ExecRemoteEvent, ExecRemoteOptions, ExecResult, St
 
 __all__ = ["ExecRemoteProcess"]
 
+STDIN_CHUNK = 4 * 1024 * 1024  # bytes per write_stdin request: a small agent budget takes it whole
 MAX_POLL_BYTES = 4 * 1024 * 1024  # the largest poll a busy job grows to (from the protocol's 1 MiB)
 RESPONSE_MARGIN = 5.0
 """Seconds a long-poll response may lag its wait before we re-ask. A poll's deadline, retries
@@ -299,9 +300,24 @@ class ExecRemoteProcess:
         raw = data.encode() if isinstance(data, str) else data
         if self.options.encoding == "utf-8":
             _text(raw)  # the same check, and error, as the job's input
-        params = WriteStdinParams(job_id=self._job_id, offset=self._stdin_offset, eof=eof)
-        await self._rpc.call(Method.EXEC_REMOTE_WRITE_STDIN, params, WriteStdinResult, payload=raw if raw else None)
-        self._stdin_offset += len(raw)
+        # The agent takes what fits its memory budget and says where its stdin cursor is now; the
+        # rest goes again from there (each call waits a while in the agent when nothing fits).
+        # Chunks keep each request small enough for an agent with a small budget to take in.
+        start = self._stdin_offset
+        while True:
+            done = self._stdin_offset - start
+            chunk = raw[done : done + STDIN_CHUNK]
+            last = done + len(chunk) == len(raw)
+            params = WriteStdinParams(job_id=self._job_id, offset=self._stdin_offset, eof=eof and last)
+            answer = await self._rpc.call(
+                Method.EXEC_REMOTE_WRITE_STDIN, params, WriteStdinResult, payload=chunk if chunk else None
+            )
+            if answer.stdin_bytes is None:  # an agent that takes everything
+                self._stdin_offset += len(chunk)
+            else:
+                self._stdin_offset = max(self._stdin_offset, min(answer.stdin_bytes, start + len(raw)))
+            if self._stdin_offset - start >= len(raw):  # the call that took the last byte applied eof
+                break
 
     async def signal(self, sig: int | str) -> None:
         """Send a signal (``"SIGINT"``, ``signal.SIGUSR1``...) to the job's process group."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
-__all__ = ["Frame", "FrameError", "LineReader", "encode", "read_frame", "split"]
+__all__ = ["Frame", "FrameError", "LineReader", "encode", "payload_length", "read_frame", "split"]
 
 MARK = b"\x00"
 _MAX_HEADER = 24
@@ -55,6 +55,14 @@ def _length(header: bytes | memoryview, limit: int) -> int:
     if n > limit:
         raise FrameError(f"payload of {n} bytes is over the {limit}-byte limit")
     return n
+
+
+def payload_length(header: bytes, limit: int) -> int:
+    """The payload length a header line (``\\x00<N>``, newline stripped) announces.
+
+    :raises FrameError: malformed, or over ``limit``.
+    """
+    return _length(header, limit)
 
 
 def split(frame: bytes, limit: int = 1 << 40) -> Frame:

@@ -123,9 +123,16 @@ class WriteStdinParams(WireModel):
 
 
 class WriteStdinResult(WireModel):
-    """Bytes accepted into the job's stdin."""
+    """Bytes accepted into the job's stdin.
+
+    The agent takes only what fits its stdin queue and memory budget (back-pressure, as a pipe
+    gives): ``written`` counts the new bytes taken, ``stdin_bytes`` is the job's stdin cursor
+    after the write; a writer sends the rest from there. ``eof`` applied only if all was taken.
+    ``stdin_bytes`` is ``None`` from agents that always took everything.
+    """
 
     written: int
+    stdin_bytes: int | None = None
 
 
 class SignalParams(WireModel):

@@ -5,8 +5,9 @@ be re-attached; it exits by itself after ``idle_timeout`` seconds with no jobs a
 
 URL query options: ``dir`` (state directory), ``channel`` (``socket``, the default, talks to the
 agent's socket directly; ``stdio`` and ``call`` go through the agent CLI as remote sandboxes
-do), ``idle_timeout`` (seconds, 0 = never), ``buffer_limit`` (bytes kept per stream per job).
-The last two apply when this call starts the agent.
+do), ``idle_timeout`` (seconds, 0 = never), ``buffer_limit`` (bytes kept per stream per job),
+``memory_budget`` (bytes the agent holds in all; default from the cgroup limit). The last three
+apply when this call starts the agent.
 """
 
 from __future__ import annotations
@@ -40,11 +41,13 @@ class LocalTransport(SandboxTransport):
         channel: ChannelKind = "socket",
         idle_timeout: float = 900.0,
         buffer_limit: int = 8 * 1024 * 1024,
+        memory_budget: int | None = None,
     ) -> None:
         self.state_dir = state_dir or default_agent_dir()
         self.channel_kind = channel
         self.idle_timeout = idle_timeout
         self.buffer_limit = buffer_limit
+        self.memory_budget = memory_budget
         self.url = f"local://?dir={self.state_dir}" if state_dir else "local://"
 
     @classmethod
@@ -53,7 +56,7 @@ class LocalTransport(SandboxTransport):
         if parts.netloc or parts.path not in ("", "/"):
             raise SandboxError(f"local:// takes no host or path, only ?dir=...: {url!r}")
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        unknown = set(query) - {"dir", "channel", "idle_timeout", "buffer_limit"}
+        unknown = set(query) - {"dir", "channel", "idle_timeout", "buffer_limit", "memory_budget"}
         if unknown:
             raise SandboxError(f"unknown local:// option(s) {sorted(unknown)} in {url!r}")
         channel = query.get("channel", "socket")
@@ -62,10 +65,11 @@ class LocalTransport(SandboxTransport):
         try:
             idle = float(query.get("idle_timeout", 900.0))
             buffer_limit = int(query.get("buffer_limit", 8 * 1024 * 1024))
+            memory_budget = int(query["memory_budget"]) if "memory_budget" in query else None
         except ValueError:
-            raise SandboxError(f"idle_timeout and buffer_limit must be numbers: {url!r}") from None
+            raise SandboxError(f"idle_timeout, buffer_limit and memory_budget must be numbers: {url!r}") from None
         state_dir = Path(query["dir"]) if "dir" in query else None
-        transport = cls(state_dir, channel, idle, buffer_limit)  # type: ignore[arg-type]
+        transport = cls(state_dir, channel, idle, buffer_limit, memory_budget)  # type: ignore[arg-type]
         transport.url = url
         return transport
 
@@ -81,6 +85,7 @@ class LocalTransport(SandboxTransport):
             str(self.idle_timeout),
             "--buffer-limit",
             str(self.buffer_limit),
+            *(["--memory-budget", str(self.memory_budget)] if self.memory_budget is not None else []),
         ]
 
     @property

@@ -117,7 +117,7 @@ def test_binary_poll_and_payload_stdin_are_byte_exact(agent_sock: Path) -> None:
         answer, _ = _answer(
             agent_sock, _request("exec_remote_write_stdin", {"job_id": job_id, "offset": 0, "eof": True}, ALL_BYTES)
         )
-        assert answer["result"] == {"written": len(ALL_BYTES)}
+        assert answer["result"] == {"written": len(ALL_BYTES), "stdin_bytes": len(ALL_BYTES)}
         out, err, res = _binary_poll_to_end(agent_sock, job_id)
         # Raw bytes both ways: even a text job's invalid UTF-8 arrives as it was written.
         assert (out, err, res["exit_code"]) == (ALL_BYTES, b"e\xffrr", 0)

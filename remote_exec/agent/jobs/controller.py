@@ -28,6 +28,7 @@ from ...protocol import (
     WriteStdinParams,
     WriteStdinResult,
 )
+from ..budget import MemoryBudget
 from ..rpc import WithPayload
 from .job import Job
 
@@ -55,9 +56,12 @@ class JobLimits:
 class JobController:
     """Owns every job of one agent instance; job ids are ``<instance>-<n>``, never reused."""
 
-    def __init__(self, instance_id: str, limits: JobLimits | None = None) -> None:
+    def __init__(self, instance_id: str, limits: JobLimits | None = None, budget: MemoryBudget | None = None) -> None:
         self.instance_id = instance_id
         self.limits = limits or JobLimits()
+        self.budget = budget
+        if budget is not None:
+            budget.add_reclaimer(self._reclaim)
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._finished: OrderedDict[str, float] = OrderedDict()  # job_id -> ended (monotonic)
         self._by_key: dict[str, str] = {}
@@ -92,8 +96,23 @@ class JobController:
     def _release(self, job_id: str) -> None:
         job = self._jobs.pop(job_id, None)
         self._finished.pop(job_id, None)
-        if job is not None and job.params.idempotency_key is not None:
-            self._by_key.pop(job.params.idempotency_key, None)
+        if job is not None:
+            for buf in job.streams.values():
+                buf.discard()  # gives its bytes back to the memory budget
+            if job.params.idempotency_key is not None:
+                self._by_key.pop(job.params.idempotency_key, None)
+
+    def _reclaim(self, n: int) -> int:
+        """Free ``n`` bytes of the memory budget by dropping finished jobs' output, oldest job
+        first: a running job's newest output matters more than an old result nobody fetched.
+        Readers see the bytes as dropped; the jobs stay listed with their exit codes."""
+        freed = 0
+        for job_id in self._finished:
+            for buf in self._jobs[job_id].streams.values():
+                freed += buf.discard(n - freed)
+                if freed >= n:
+                    return freed
+        return freed
 
     def _job_done(self, job: Job) -> None:
         self._finished[job.job_id] = time.monotonic()
@@ -112,6 +131,8 @@ class JobController:
             raise ServerBusyError(f"{self.running_count} jobs are running, the limit of this agent")
         self._counter += 1
         job = Job(f"{self.instance_id}-{self._counter}", p, self.limits.buffer_limit, self._job_done)
+        if self.budget is not None:
+            job.charge_to(self.budget)
         pending: asyncio.Future[StartResult] = asyncio.get_running_loop().create_future()
         if key is not None:
             self._starting[key] = pending  # registered before the await: no duplicate spawns
@@ -143,6 +164,8 @@ class JobController:
             raise ServerBusyError(f"{self.running_count} jobs are running, the limit of this agent")
         self._counter += 1
         job = make(f"{self.instance_id}-{self._counter}", self.limits.buffer_limit, self._job_done)
+        if self.budget is not None:
+            job.charge_to(self.budget)
         self._jobs[job.job_id] = job
         return job
 
@@ -155,7 +178,8 @@ class JobController:
 
     async def write_stdin(self, p: WriteStdinParams, payload: memoryview | None = None) -> WriteStdinResult:
         job = self._get(p.job_id)
-        return WriteStdinResult(written=job.write_stdin_encoded(p.data, p.offset, p.eof, payload))
+        written = await job.write_stdin_encoded(p.data, p.offset, p.eof, payload)
+        return WriteStdinResult(written=written, stdin_bytes=job.stdin.written)
 
     async def signal(self, p: SignalParams) -> Empty:
         sig = p.signal if isinstance(p.signal, int) else signal.Signals[p.signal].value

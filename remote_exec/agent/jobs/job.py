@@ -20,9 +20,11 @@ from collections.abc import Callable
 
 from ...errors import InvalidParamsError, JobNotRunningError, SpawnError
 from ...protocol import MAX_WAIT, JobInfo, JobState, KillResult, PollParams, PollResult, StartParams
+from ..budget import MemoryBudget
 from ..buffer import Slice, StreamBuffer
 from ..rpc import WithPayload, dump_json
 from .proctable import group_alive
+from .stdin import StdinQueue
 
 __all__ = ["Job"]
 
@@ -49,6 +51,9 @@ class _JobProtocol(asyncio.SubprocessProtocol):
     def process_exited(self) -> None:
         self._job._on_exit()
 
+    def resume_writing(self) -> None:  # stdin's queue drained (its high-water mark is 0)
+        self._job.stdin.room()
+
 
 class Job:
     """A running or finished subprocess and everything a poller needs to read it."""
@@ -73,11 +78,17 @@ class Job:
         self._paused: set[int] = set()
         self._last_poll = time.monotonic()  # the starter is about to poll: count it as watching
         self._data_since_linger = False
-        self._stdin_written = 0
-        self._stdin_open = False
+        self.stdin = StdinQueue(job_id, buffer_limit)
         self._timers: list[asyncio.TimerHandle] = []
         self._terminating: asyncio.Task[None] | None = None
         self._spec: tuple[tuple[int, int, int, bool], bytes | WithPayload, tuple[int, int]] | None = None
+
+    def charge_to(self, budget: MemoryBudget) -> None:
+        """Charge this job's output buffers and stdin queue to the agent's memory budget
+        (the controller calls it before the job starts)."""
+        self.stdin.budget = budget
+        for buf in self.streams.values():
+            buf.budget = budget
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -98,6 +109,8 @@ class Job:
             env.update(p.env)
         wants_stdin = p.stdin_open or p.input is not None
         loop = asyncio.get_running_loop()
+        stdin_input = self._decode_input(p.input) if p.input is not None else None
+        self.stdin.reserve_input(len(stdin_input or b""))  # ServerBusyError before anything runs
         try:
             await loop.subprocess_exec(
                 lambda: _JobProtocol(self),
@@ -112,6 +125,7 @@ class Job:
                 **kwargs,  # type: ignore[arg-type]
             )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            self.stdin.release()
             raise SpawnError(f"cannot start {argv[0]!r}: {exc}", job_id=self.job_id) from None
         assert self._transport is not None
         self.pid = self._transport.get_pid()
@@ -119,9 +133,9 @@ class Job:
             pipe = self._transport.get_pipe_transport(fd)
             if pipe is not None:
                 widen_pipe(pipe.get_extra_info("pipe"))
-        self._stdin_open = wants_stdin
-        if p.input is not None:
-            self.write_stdin(self._decode_input(p.input), offset=None, eof=not p.stdin_open)
+        self.stdin.attach(self._transport.get_pipe_transport(0), wants_stdin)  # type: ignore[arg-type]
+        if stdin_input is not None:
+            self.stdin.write(stdin_input, offset=None, eof=not p.stdin_open, reserved=True)
         if p.timeout is not None:
             self._timers.append(loop.call_later(p.timeout, self._begin_end, "timed_out", p.kill_grace))
 
@@ -145,8 +159,8 @@ class Job:
             ended_at=self.ended_at,
             stdout_bytes=self.streams[1].end,
             stderr_bytes=self.streams[2].end,
-            stdin_open=self._stdin_open,
-            stdin_bytes=self._stdin_written,
+            stdin_open=self.stdin.open,
+            stdin_bytes=self.stdin.written,
             encoding=self.encoding,
         )
 
@@ -166,6 +180,8 @@ class Job:
         self._notify()
 
     def _on_pipe_closed(self, fd: int) -> None:
+        if fd == 0:
+            self.stdin.room()  # whatever was queued went with the pipe
         if fd in self.streams:
             self.streams[fd].eof = True
             self._paused.discard(fd)
@@ -201,6 +217,7 @@ class Job:
         self._timers.clear()
         if self._transport is not None:
             self._transport.close()
+        self.stdin.room()
         self._done.set()
         self._notify()
         self._on_done(self)
@@ -310,36 +327,32 @@ class Job:
         return base64.b64decode(data, validate=True) if self.encoding == "base64" else data.encode()
 
     def write_stdin(self, data: bytes, offset: int | None, eof: bool) -> int:
-        """Write to stdin at byte ``offset`` (None: append); a repeated write is not duplicated."""
-        if not self._stdin_open or self._transport is None:
+        """Write to stdin at byte ``offset`` (None: append); a repeated write is not duplicated.
+        Takes only what fits (see :class:`StdinQueue`); returns the new bytes taken."""
+        if self._transport is None:
             raise JobNotRunningError(f"stdin of job {self.job_id} is not open", job_id=self.job_id)
-        if offset is not None:
-            if offset > self._stdin_written:
-                raise JobNotRunningError(
-                    f"stdin offset {offset} is past the {self._stdin_written} bytes written", job_id=self.job_id
-                )
-            data = data[self._stdin_written - offset :]
-        pipe = self._transport.get_pipe_transport(0)
-        if pipe is not None and not pipe.is_closing():
-            if data:
-                pipe.write(data)  # type: ignore[attr-defined]
-            if eof:
-                pipe.close()
-        self._stdin_written += len(data)
-        if eof:
-            self._stdin_open = False
-        return len(data)
+        return self.stdin.write(data, offset, eof)
 
-    def write_stdin_encoded(self, data: str, offset: int | None, eof: bool, payload: memoryview | None = None) -> int:
+    async def write_stdin_encoded(
+        self, data: str, offset: int | None, eof: bool, payload: memoryview | None = None
+    ) -> int:
+        """Decode and write; when nothing fits, wait a while for room and try once more (the
+        writer's back-pressure). Cancelling the wait writes nothing."""
         if payload is not None:
             if data:
                 raise InvalidParamsError("stdin data came both as params and as payload", data={"job_id": self.job_id})
-            return self.write_stdin(bytes(payload), offset, eof)
-        try:
-            raw = self._decode_input(data)
-        except ValueError as exc:
-            raise JobNotRunningError(f"stdin data is not valid base64: {exc}", job_id=self.job_id) from None
-        return self.write_stdin(raw, offset, eof)
+            raw = bytes(payload)
+        else:
+            try:
+                raw = self._decode_input(data)
+            except ValueError as exc:
+                raise JobNotRunningError(f"stdin data is not valid base64: {exc}", job_id=self.job_id) from None
+        end = (self.stdin.written if offset is None else offset) + len(raw)
+        taken = self.write_stdin(raw, offset, eof)
+        if taken or end <= self.stdin.written:
+            return taken
+        await self.stdin.wait_room()
+        return self.write_stdin(raw, offset, eof) if self.stdin.open else 0
 
     def send_signal(self, sig: int) -> None:
         """Send ``sig`` to the job's whole process group."""
@@ -365,7 +378,7 @@ class Job:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
         _killpg(self.pid, signal.SIGTERM)
-        if self._stdin_open:
+        if self.stdin.open:
             self.write_stdin(b"", None, eof=True)
         self._resume_all()  # a paused pipe would keep a dying writer blocked
         with contextlib.suppress(TimeoutError):

@@ -1,0 +1,120 @@
+"""A job's stdin queue: bytes on their way into the pipe, bounded and charged to the budget.
+
+asyncio's pipe transport queues whatever it is given; a job that never reads its stdin once let
+1280 MiB pile up in the agent. Here a write takes only what fits (the queue's own limit and the
+memory budget), and the writer is told how much was taken so it sends the rest later: the
+back-pressure a pipe gives, carried over the protocol (``WriteStdinResult.stdin_bytes``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from ...errors import JobNotRunningError, ServerBusyError
+from ..budget import MemoryBudget
+
+__all__ = ["STDIN_WAIT", "StdinQueue"]
+
+STDIN_WAIT = 5.0  # a write with no room waits this long for some before answering "0 taken"
+
+
+class StdinQueue:
+    """The stdin side of one job: cursor, open/closed, and the bytes queued towards the pipe.
+
+    :param limit: bytes queued at most (the job's ``buffer_limit``).
+    """
+
+    def __init__(self, job_id: str, limit: int) -> None:
+        self.job_id = job_id
+        self.limit = limit
+        self.budget: MemoryBudget | None = None
+        self.pipe: asyncio.WriteTransport | None = None
+        self.open = False
+        self.written = 0  # bytes taken: the cursor a writer continues from
+        self._held = 0  # bytes charged to the budget for the queue (an upper bound of it)
+        self._room = asyncio.Event()
+
+    def attach(self, pipe: asyncio.WriteTransport | None, open_: bool) -> None:
+        """The job started: ``pipe`` is its stdin (None for /dev/null)."""
+        self.pipe = pipe
+        self.open = open_
+        if pipe is not None:
+            # Paused as soon as anything is queued, resumed once it all went out: resume_writing
+            # (-> :meth:`room`) is the "queue drained" signal for the budget and waiting writers.
+            pipe.set_write_buffer_limits(high=0)
+
+    def reserve_input(self, n: int) -> None:
+        """Reserve the start's ``input`` before the job spawns: it is queued whole.
+
+        :raises ServerBusyError: it does not fit the memory budget.
+        """
+        if self.budget is not None and n:
+            if not self.budget.try_reserve(n):
+                raise ServerBusyError(
+                    f"input of {n} bytes does not fit the agent's memory budget ({self.budget.free()} of "
+                    f"{self.budget.limit} bytes free); start with stdin_open and write it instead",
+                    data={"job_id": self.job_id},
+                )
+            self._held += n
+
+    def _queued(self) -> int:
+        pipe = self.pipe
+        return pipe.get_write_buffer_size() if pipe is not None and not pipe.is_closing() else 0
+
+    def release(self, keep: int = 0) -> None:
+        """Release the charge down to ``keep`` bytes."""
+        if self._held > keep:
+            if self.budget is not None:
+                self.budget.release(self._held - keep)
+            self._held = keep
+
+    def room(self) -> None:
+        """The queue drained or the pipe closed: uncharge what left, wake waiting writers."""
+        self.release(self._queued())
+        self._room.set()
+        self._room = asyncio.Event()
+
+    def write(self, data: bytes, offset: int | None, eof: bool, reserved: bool = False) -> int:
+        """Queue ``data`` from stdin byte ``offset`` (None: append); bytes already taken are
+        skipped, so a repeated write is not duplicated. Takes what fits; ``eof`` applies only if
+        all was taken. Returns the new bytes taken (``reserved``: all, charged already).
+        """
+        if not self.open:
+            raise JobNotRunningError(f"stdin of job {self.job_id} is not open", job_id=self.job_id)
+        if offset is not None:
+            if offset > self.written:
+                raise JobNotRunningError(
+                    f"stdin offset {offset} is past the {self.written} bytes written", job_id=self.job_id
+                )
+            data = data[self.written - offset :]
+        pipe = self.pipe
+        alive = pipe is not None and not pipe.is_closing()
+        take = len(data)  # a closed pipe discards bytes, as writing to it would
+        if alive and not reserved:
+            self.release(self._queued())
+            take = min(take, max(0, self.limit - self._held))
+            if self.budget is not None:
+                take = self.budget.reserve_up_to(take)
+            self._held += take
+        if pipe is not None and alive:
+            if take:
+                pipe.write(data[:take] if take < len(data) else data)
+            self.release(self._queued())  # what the pipe took at once is not held
+            if eof and take == len(data):
+                pipe.close()
+        self.written += take
+        if eof and take == len(data):
+            self.open = False
+        return take
+
+    async def wait_room(self) -> None:
+        """Wait up to :data:`STDIN_WAIT` for room: the queue draining, or the budget freeing
+        when that is what ran short. Cancelling it changes nothing."""
+        budget = self.budget
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(STDIN_WAIT):
+                if budget is not None and self._held < self.limit and budget.free() == 0:
+                    await budget.freed()
+                else:
+                    await self._room.wait()

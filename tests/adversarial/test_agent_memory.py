@@ -1,0 +1,249 @@
+"""Point 8: the agent's memory is bounded by one budget, whatever the sandbox or a client does.
+
+Each attack runs against a real agent with a small budget (32 MiB) and reads the agent's peak
+RSS (``VmHWM``) from /proc: it must stay under the RSS the agent had before the attack plus the
+budget plus a slack for one pipe read or frame piece in flight per holder and the allocator.
+Before the budget these grew without bound: 1280 MiB of stdin to a job that never reads, 2500 MiB
+of finished jobs' output, 1436 MiB of half-sent requests, and an OOM kill in a small container.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import remote_exec as rx
+from remote_exec.protocol import STREAM_SOCKET, frames
+
+from .conftest import Adversary
+
+pytestmark = pytest.mark.anyio
+
+MiB = 1024 * 1024
+BUDGET = 32 * MiB
+SLACK = 24 * MiB  # frames/pipe reads in flight past the budget, allocator rounding, Python's heap
+
+
+def _status(pid: int, field: str) -> int:
+    """A ``Vm*`` field of /proc/<pid>/status, in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} for {pid}")
+
+
+class Raw:
+    """One raw frame-stream connection to the agent: requests as the attacker writes them."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer, self._id = reader, writer, 0
+
+    async def call(self, method: str, params: dict[str, Any], payload: bytes | None = None) -> dict[str, Any]:
+        self._id += 1
+        msg = json.dumps({"jsonrpc": "2.0", "id": self._id, "method": method, "params": params}).encode()
+        self.writer.write(frames.encode(msg, payload) + b"\n")
+        await self.writer.drain()
+        frame = await asyncio.wait_for(frames.read_frame(self.reader, 1 << 30), 30)
+        assert frame is not None, f"{method}: the agent closed the connection"
+        answer: dict[str, Any] = json.loads(frame.message)
+        return answer
+
+    async def aclose(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def small_agent(tmp_path: Path, buffer_limit: int = 8 * MiB) -> AsyncIterator[tuple[int, Path]]:
+    """A fresh agent with a 32 MiB budget: (pid, state dir); stopped on the way out."""
+    state = tmp_path / "state"
+    url = f"local://?dir={state}&memory_budget={BUDGET}&buffer_limit={buffer_limit}&idle_timeout=0"
+    async with rx.open_sandbox(url) as sb:
+        pid = sb.info.pid
+    try:
+        yield pid, state
+    finally:
+        os.kill(pid, signal.SIGTERM)
+
+
+@contextlib.asynccontextmanager
+async def raw(state: Path) -> AsyncIterator[Raw]:
+    r, w = await asyncio.open_unix_connection(os.fspath(state / STREAM_SOCKET), limit=1 << 30)
+    conn = Raw(r, w)
+    try:
+        yield conn
+    finally:
+        await conn.aclose()
+
+
+async def _start(conn: Raw, command: str, **params: Any) -> str:
+    answer = await conn.call("exec_remote_start", {"command": command, **params})
+    job_id: str = answer["result"]["job_id"]
+    return job_id
+
+
+def _bounded(adversary: Adversary, pid: int, baseline: int, area_case: tuple[str, str]) -> int:
+    peak = adversary.agent_peak(pid) * 1024
+    held = peak <= baseline + BUDGET + SLACK
+    adversary.tried(*area_case, refused=held)
+    assert held, f"agent peak RSS {peak / MiB:.0f} MiB, over {baseline / MiB:.0f} + {BUDGET / MiB:.0f} + slack"
+    return peak
+
+
+async def test_stdin_to_a_job_that_never_reads_is_back_pressured(tmp_path: Path, adversary: Adversary) -> None:
+    """(a) 6 jobs that never read, 24 MiB each sent at them: what is taken stays in the budget."""
+    async with small_agent(tmp_path) as (pid, state), raw(state) as conn:
+        baseline = _status(pid, "VmRSS")
+        jobs = [await _start(conn, "sleep 300", stdin_open=True) for _ in range(6)]
+        taken = dict.fromkeys(jobs, 0)
+        refused = dict.fromkeys(jobs, False)
+
+        async def flood(job_id: str) -> None:
+            async with raw(state) as c:
+                for _ in range(24):  # 24 x 1 MiB; stop at the first write not taken whole
+                    answer = await c.call("exec_remote_write_stdin", {"job_id": job_id}, b"x" * MiB)
+                    taken[job_id] += answer["result"]["written"]
+                    if answer["result"]["written"] < MiB:
+                        refused[job_id] = True
+                        return
+
+        async with asyncio.TaskGroup() as tg:
+            for job_id in jobs:
+                tg.create_task(flood(job_id))
+        total = sum(taken.values())
+        adversary.tried(
+            "agent memory", f"stdin: 144 MiB at 6 jobs that never read ({total} taken)", refused=all(refused.values())
+        )
+        assert all(refused.values()) and total <= BUDGET, taken
+        listed = (await conn.call("exec_remote_list", {}))["result"]["jobs"]
+        assert {j["job_id"]: j["stdin_bytes"] for j in listed} == taken  # the cursor says what was taken
+        _bounded(adversary, pid, baseline, ("agent memory", "stdin flood: peak RSS"))
+
+
+async def test_an_honest_big_stdin_write_still_arrives_whole(tmp_path: Path, adversary: Adversary) -> None:
+    """(a) The client resends what the agent did not take: 64 MiB (twice the budget) arrive."""
+    async with small_agent(tmp_path) as (pid, state):
+        baseline = _status(pid, "VmRSS")
+        async with rx.open_sandbox(f"local://?dir={state}") as sb:
+            proc = sb.exec_remote(["wc", "-c"], rx.ExecRemoteOptions(stdin_open=True))
+            await proc.write_stdin(b"y" * (64 * MiB))
+            await proc.close_stdin()
+            result = await proc.wait()
+        assert result.stdout.strip() == str(64 * MiB)
+        _bounded(adversary, pid, baseline, ("agent memory", "64 MiB stdin write: peak RSS"))
+
+
+async def test_finished_jobs_output_is_dropped_oldest_first_and_counted(tmp_path: Path, adversary: Adversary) -> None:
+    """(b) 12 finished jobs x 8 MiB retained would be 96 MiB: the oldest jobs' output goes."""
+    async with small_agent(tmp_path) as (pid, state), raw(state) as conn:
+        baseline = _status(pid, "VmRSS")
+        jobs = [await _start(conn, "head -c 8388608 /dev/zero") for _ in range(12)]
+        # Nobody polls them (polling would make them "watched" and paused): wait for the process
+        # state in the job list instead, with a deadline.
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:
+            listed = (await conn.call("exec_remote_list", {}))["result"]["jobs"]
+            if all(j["state"] != "running" for j in listed):
+                break
+            assert asyncio.get_running_loop().time() < deadline, listed
+            await asyncio.sleep(0.1)
+        assert [(j["exit_code"], j["stdout_bytes"]) for j in listed] == [(0, 8 * MiB)] * 12
+        dropped = []
+        for job_id in jobs:  # each job's output from 0: what is gone is counted, not hidden
+            params = {"job_id": job_id, "stdout_offset": 0, "stderr_offset": 0, "max_bytes": MiB, "wait": 0}
+            answer = (await conn.call("exec_remote_poll", params))["result"]
+            assert answer["state"] == "completed" or answer["stdout_offset"] > answer["stdout_dropped"]
+            dropped.append(answer["stdout_dropped"])
+        kept = 12 * 8 * MiB - sum(dropped)
+        assert kept <= BUDGET, dropped
+        assert max(dropped) == 8 * MiB and min(dropped) < 8 * MiB, dropped  # old ones went, new ones stay
+        adversary.tried("agent memory", "96 MiB of finished jobs' output: dropped, counted", refused=True)
+        _bounded(adversary, pid, baseline, ("agent memory", "finished jobs' output: peak RSS"))
+
+
+async def test_half_sent_requests_are_refused_and_the_agent_keeps_answering(
+    tmp_path: Path, adversary: Adversary
+) -> None:
+    """(c) 8 connections each send 20 MiB of a payload (or a JSON line) and stall."""
+    async with small_agent(tmp_path) as (pid, state):
+        baseline = _status(pid, "VmRSS")
+        sock = os.fspath(state / STREAM_SOCKET)
+        conns: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        reads: list[asyncio.Future[bytes]] = []
+        try:
+            for i in range(8):
+                r, w = await asyncio.open_unix_connection(sock)
+                conns.append((r, w))
+                head = b"\x00%d\n" % (20 * MiB + 10) if i % 2 == 0 else b'{"jsonrpc":"2.0","id":1,"params":{"x":"'
+                with contextlib.suppress(ConnectionError):
+                    w.write(head + b"a" * (20 * MiB))
+                    await asyncio.wait_for(w.drain(), 10)
+            async with raw(state) as probe:  # the agent still answers somebody else
+                info = await probe.call("server_info", {})
+                assert info["result"]["pid"] == pid
+            # Refused ones got an error frame, then EOF; the one whose payload fit still waits.
+            reads = [asyncio.ensure_future(r.read()) for r, _ in conns]
+            finished, _ = await asyncio.wait(reads, timeout=5)
+            # An error frame naming the budget, or a reset (the agent closed with our bytes unread).
+            closed = sum(isinstance(t.exception(), ConnectionError) or b"memory budget" in t.result() for t in finished)
+            assert len(finished) == len(conns) - 1  # the first payload fit: that one is still being read
+        finally:
+            for t in reads:
+                t.cancel()
+            for _, w in conns:
+                w.close()
+        adversary.tried("agent memory", f"8 x 20 MiB half-sent requests ({closed} refused)", refused=closed >= 6)
+        assert closed >= 6
+        _bounded(adversary, pid, baseline, ("agent memory", "half-sent requests: peak RSS"))
+
+
+def _host_pid(container_id: str, pid_inside: int) -> int:
+    """The host pid of a container's process (its NSpid ends with ``pid_inside``)."""
+    for status in Path("/proc").glob("[0-9]*/status"):
+        with contextlib.suppress(OSError):
+            nspid = next(x for x in status.read_text().splitlines() if x.startswith("NSpid:")).split()[1:]
+            if (
+                len(nspid) > 1
+                and int(nspid[-1]) == pid_inside
+                and container_id in (status.parent / "cgroup").read_text()
+            ):
+                return int(nspid[0])
+    raise AssertionError(f"no host process for pid {pid_inside} of container {container_id[:12]}")
+
+
+async def test_agent_survives_an_output_flood_in_a_small_container(adversary: Adversary) -> None:
+    """(d) docker+image with memory=192m: 24 jobs x 8 MiB of retained output (192 MiB) used to get
+    the agent OOM-killed with every job; its budget (a quarter of the cgroup limit) now holds."""
+    from ..sandboxes.backend_docker import docker_or_skip, image_or_skip
+    from ..sandboxes.test_docker import docker_transport
+
+    engine = docker_or_skip()
+    nopy = image_or_skip(engine, "nopy")
+    async with rx.open_sandbox(f"docker+image://{nopy}?pull=never&memory=192m") as sb:
+        pid = sb.info.pid
+        cid = engine.docker("inspect", "-f", "{{.Id}}", docker_transport(sb).container).stdout.decode().strip()
+        host_pid = _host_pid(cid, pid)
+        for _ in range(24):
+            await sb.exec_remote(["head", "-c", str(8 * MiB), "/dev/zero"]).started()
+        deadline = asyncio.get_running_loop().time() + 90
+        jobs = await sb.jobs()
+        while any(j.state == "running" for j in jobs):  # the process state, with a deadline
+            assert asyncio.get_running_loop().time() < deadline, jobs
+            await asyncio.sleep(0.2)
+            jobs = await sb.jobs()
+        peak = adversary.agent_peak(host_pid) * 1024
+        info = await sb.server_info()
+        survived = info.pid == pid and [(j.exit_code, j.stdout_bytes) for j in jobs] == [(0, 8 * MiB)] * 24
+        adversary.tried(
+            "agent memory", f"192 MiB output flood in a 192m container (peak {peak // MiB} MiB)", refused=survived
+        )
+        assert survived, jobs
