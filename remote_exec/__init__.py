@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .errors import JobKilledError as JobKilledError
     from .errors import JobNotFoundError as JobNotFoundError
     from .errors import JobNotRunningError as JobNotRunningError
+    from .errors import NoSpaceError as NoSpaceError
     from .errors import PathEscapeError as PathEscapeError
     from .errors import PortClosedError as PortClosedError
     from .errors import PortConnectError as PortConnectError
@@ -131,6 +132,7 @@ _LAZY: dict[str, str] = {
     "RemotePermissionError": ".errors",
     "TransferLimitError": ".errors",
     "WriteSessionNotFoundError": ".errors",
+    "NoSpaceError": ".errors",
     "Fleet": ".fleet",
     "FleetEvent": ".fleet",
     "gather": ".fleet",
@@ -233,6 +235,7 @@ __all__ = [
     "TransferResult",
     "TransportError",
     "WriteSessionNotFoundError",
+    "NoSpaceError",
     "__version__",
     "connect",
     "gather",

@@ -9,6 +9,7 @@ Layout of the directory (mode 0700, owned by the agent's user)::
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import select
@@ -21,9 +22,16 @@ from pathlib import Path
 
 from ..errors import AgentUnavailableError
 
-__all__ = ["ensure_server", "secure_dir", "server_command", "socket_accepts"]
+__all__ = ["describe", "ensure_server", "secure_dir", "server_command", "socket_accepts"]
 
 READY_TIMEOUT = 30.0
+
+
+def describe(exc: OSError) -> str:
+    """An OS error in one line: ``No space left on device (ENOSPC): /path``."""
+    code = errno.errorcode.get(exc.errno or 0)
+    text = exc.strerror or str(exc)
+    return f"{text} ({code})" + (f": {exc.filename}" if exc.filename else "") if code else text
 
 
 def secure_dir(path: Path) -> Path:
@@ -36,13 +44,16 @@ def secure_dir(path: Path) -> Path:
         os.makedirs(path, mode=0o700, exist_ok=True)
         st = os.lstat(path)
     except OSError as exc:
-        raise AgentUnavailableError(f"cannot create state dir {path}: {exc}") from None
+        raise AgentUnavailableError(f"cannot create state dir {path}: {describe(exc)}") from None
     if not stat.S_ISDIR(st.st_mode):
         raise AgentUnavailableError(f"state dir {path} is not a directory")
     if st.st_uid != os.geteuid():
         raise AgentUnavailableError(f"state dir {path} belongs to uid {st.st_uid}, not to us ({os.geteuid()})")
     if st.st_mode & 0o077:
-        os.chmod(path, 0o700)  # ours, merely too open (e.g. made by hand): tighten it
+        try:
+            os.chmod(path, 0o700)  # ours, merely too open (e.g. made by hand): tighten it
+        except OSError as exc:
+            raise AgentUnavailableError(f"cannot make state dir {path} private: {describe(exc)}") from None
     return path
 
 
@@ -72,6 +83,13 @@ def ensure_server(state_dir: Path, serve_args: list[str] | None = None) -> bool:
     :raises AgentUnavailableError: the server failed to start (its log's tail is in the message).
     """
     secure_dir(state_dir)
+    try:
+        return _ensure_server(state_dir, serve_args)
+    except OSError as exc:  # a full or read-only state dir: one line, not a traceback
+        raise AgentUnavailableError(f"cannot start the agent in state dir {state_dir}: {describe(exc)}") from None
+
+
+def _ensure_server(state_dir: Path, serve_args: list[str] | None) -> bool:
     sock = state_dir / "agent.sock"
     with open(state_dir / "agent.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
