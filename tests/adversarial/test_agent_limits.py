@@ -37,7 +37,11 @@ N = 40
 
 
 async def _race(
-    adversary: Adversary, case: str, state_dir: Path, flag: str, call: Callable[[rx.AsyncSandbox, int], Awaitable[object]]
+    adversary: Adversary,
+    case: str,
+    state_dir: Path,
+    flag: str,
+    call: Callable[[rx.AsyncSandbox, int], Awaitable[object]],
 ) -> list[object]:
     with agent(state_dir, flag, str(LIMIT)) as pid:
         async with rx.open_sandbox(f"local://?dir={state_dir}") as sb:
