@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .errors import JobKilledError as JobKilledError
     from .errors import JobNotFoundError as JobNotFoundError
     from .errors import JobNotRunningError as JobNotRunningError
+    from .errors import NoSpaceError as NoSpaceError
     from .errors import PathEscapeError as PathEscapeError
     from .errors import PortClosedError as PortClosedError
     from .errors import PortConnectError as PortConnectError
@@ -133,6 +134,7 @@ _LAZY: dict[str, str] = {
     "RemotePermissionError": ".errors",
     "TransferLimitError": ".errors",
     "WriteSessionNotFoundError": ".errors",
+    "NoSpaceError": ".errors",
     "Fleet": ".fleet",
     "FleetEvent": ".fleet",
     "gather": ".fleet",
@@ -202,6 +204,7 @@ __all__ = [
     "JobKilledError",
     "JobNotFoundError",
     "JobNotRunningError",
+    "NoSpaceError",
     "PathEscapeError",
     "PortClosedError",
     "PortConnInfo",

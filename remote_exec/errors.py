@@ -37,6 +37,7 @@
     │   ├── FileTooLargeError           a text read of a file over the size limit
     │   ├── FileEncodingError           a text read of bytes that are not UTF-8
     │   ├── WriteSessionNotFoundError   unknown, expired or aborted write session
+    │   ├── NoSpaceError                the sandbox's disk (or quota) is full: ENOSPC/EDQUOT
     │   └── TransferLimitError          an upload/download over its file-count or size cap (host side)
     ├── ServerBusyError             the agent refuses more jobs (limit reached)
     └── SandboxError                bad sandbox URL, unsupported scheme, setup failure
@@ -65,6 +66,7 @@ __all__ = [
     "JobNotFoundError",
     "JobNotRunningError",
     "MethodNotFoundError",
+    "NoSpaceError",
     "ParseError",
     "PathEscapeError",
     "PortClosedError",
@@ -378,6 +380,15 @@ class WriteSessionNotFoundError(FileError):
     code = -32059
 
 
+class NoSpaceError(FileError):
+    """The sandbox's file system (or the user's quota) is full: ``ENOSPC`` or ``EDQUOT`` in
+    ``data["errno"]``. Raised by file writes, and by a job or shell start whose files (a
+    shell's private temporary directory, its stdin file) could not be made. Nothing partial is
+    left behind: a write's temporary file is removed."""
+
+    code = -32070
+
+
 class TransferLimitError(FileError):
     """An upload or download would move more files or bytes than its cap allows.
 
@@ -433,6 +444,7 @@ ERROR_CLASSES: dict[int, type[RemoteExecError]] = {
         FileTooLargeError,
         FileEncodingError,
         WriteSessionNotFoundError,
+        NoSpaceError,
     )
 }
 

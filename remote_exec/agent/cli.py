@@ -18,14 +18,23 @@ import os
 import sys
 from pathlib import Path
 
+from ..errors import AgentUnavailableError
 from ..protocol import default_agent_dir
 from .relay import error_line, refuse_stdio, relay_call, relay_stdio
-from .statedir import ensure_server
+from .statedir import describe, ensure_server
 from .stream import STREAM_SOCKET
 
 __all__ = ["main"]
 
 _SERVER_INFO = b'{"jsonrpc":"2.0","id":0,"method":"server_info","params":{}}'
+
+
+_LIMITS = [  # the agent's bounds on what it holds open at once (more get ServerBusyError)
+    ("--max-running", 4096, "jobs (shell runs included) running at once"),
+    ("--max-shells", 256, "shell sessions open at once"),
+    ("--max-write-sessions", 256, "file write sessions open at once"),
+    ("--max-conns", 128, "forwarded TCP connections open at once"),
+]
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,6 +63,8 @@ def _parser() -> argparse.ArgumentParser:
             action="store_true",
             help="let port forwarding connect to any address, not only loopback ones inside the sandbox",
         )
+        for flag, default, text in _LIMITS:
+            s.add_argument(flag, type=int, default=default, help=text)
         if name == "serve":
             s.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     return p
@@ -67,26 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     serve_args += ["--shell-ttl", str(args.shell_ttl)] + (["--port-any-host"] if args.port_any_host else [])
     if args.memory_budget is not None:
         serve_args += ["--memory-budget", str(args.memory_budget)]
+    for flag, _, _ in _LIMITS:
+        serve_args += [flag, str(getattr(args, flag[2:].replace("-", "_")))]
     if args.cmd == "serve":
-        from .budget import default_budget
-        from .jobs.controller import JobLimits
-        from .ports.controller import PortLimits
-        from .server import ServerConfig, serve
-        from .shell.controller import ShellLimits
-
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-        config = ServerConfig(
-            state_dir,
-            args.idle_timeout,
-            JobLimits(buffer_limit=args.buffer_limit),
-            ShellLimits(ttl=args.shell_ttl),
-            PortLimits(any_host=args.port_any_host),
-            memory_budget=args.memory_budget or default_budget(),
-        )
-        asyncio.run(serve(config, args.ready_fd))
-        return 0
-    from ..errors import AgentUnavailableError
-
+        return _serve(args, state_dir)
     body = sys.stdin.buffer.read() if args.cmd == "call" else b""
     try:
         ensure_server(state_dir, serve_args)
@@ -104,6 +99,41 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "ensure":
         return asyncio.run(relay_call(sock, _SERVER_INFO))
     return relay_stdio(state_dir / STREAM_SOCKET)
+
+
+def _serve(args: argparse.Namespace, state_dir: Path) -> int:
+    from .budget import default_budget
+    from .files.controller import FileLimits
+    from .jobs.controller import JobLimits
+    from .ports.controller import PortLimits
+    from .server import ServerConfig, serve
+    from .shell.controller import ShellLimits
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    config = ServerConfig(
+        state_dir,
+        args.idle_timeout,
+        JobLimits(buffer_limit=args.buffer_limit, max_running=args.max_running),
+        ShellLimits(ttl=args.shell_ttl, max_open=args.max_shells),
+        PortLimits(any_host=args.port_any_host, max_open=args.max_conns),
+        FileLimits(max_sessions=args.max_write_sessions),
+        memory_budget=args.memory_budget or default_budget(),
+    )
+    code = 0
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(serve(config, args.ready_fd))
+    except (OSError, AgentUnavailableError) as exc:  # the state dir: full, read-only, not ours
+        why = describe(exc) if isinstance(exc, OSError) else str(exc)
+        print(f"remote-exec-agent: cannot serve in {state_dir}: {why}", file=sys.stderr)
+        code = 3
+    # Not asyncio.run(): it would wait for the default executor's threads, and one stuck in a
+    # file operation that never returns (a hung mount) would keep a stopped agent alive. Jobs
+    # and shells are killed and write sessions removed by now; a stuck thread has nothing to do.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -38,6 +38,8 @@ __all__ = ["ServerConfig", "build_app", "serve"]
 
 log = logging.getLogger("remote_exec.agent")
 MAX_REQUEST = 96 * 1024 * 1024  # a 64 MiB stdin write, base64'd, plus the envelope
+SHUTDOWN_TIMEOUT = 2.0
+WRITE_JOURNAL = "writes"  # in the state dir: one entry per open write (see files/journal.py)
 CAPABILITIES = ["exec_remote", "long_poll", "base64", "stdin_offset", "idempotent_start", "shell", "payload", "ports"]
 CAPABILITIES += ["files"]
 
@@ -83,7 +85,7 @@ def build_app(config: ServerConfig) -> web.Application:
     dispatcher.register(shell_methods(shells))
     ports = PortController(instance_id, config.port_limits)
     dispatcher.register(port_methods(ports))
-    files = FileController(config.file_limits)
+    files = FileController(config.file_limits, journal=config.state_dir / WRITE_JOURNAL)
     dispatcher.register(file_methods(files))
 
     async def server_info(_: Empty) -> ServerInfo:
@@ -131,10 +133,11 @@ def build_app(config: ServerConfig) -> web.Application:
         return web.Response(body=answer, content_type="application/octet-stream" if framed else "application/json")
 
     async def on_cleanup(_: web.Application) -> None:
+        # Kills first: they need no worker thread, and nothing after them may hold them up.
+        await jobs.aclose()
+        await shells.aclose()
         await ports.aclose()
         await files.aclose()
-        await shells.aclose()
-        await jobs.aclose()
 
     app = web.Application(client_max_size=MAX_REQUEST)
     app.router.add_post("/rpc", rpc)
@@ -171,7 +174,10 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
     sock = state_dir / "agent.sock"
     stream_sock = state_dir / STREAM_SOCKET
     app = build_app(config)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    # A short shutdown: a request still in flight then (say, one waiting on a stuck worker
+    # thread) is abandoned after this many seconds rather than holding the agent up.
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT)
+    app["files"].recover()  # temporary files of write sessions a killed agent left behind
     await runner.setup()
     for stale in (sock, stream_sock):  # ensure_server holds the lock and found nobody accepting
         if stale.exists():

@@ -9,6 +9,7 @@ Layout of the directory (mode 0700, owned by the agent's user)::
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import select
@@ -22,9 +23,16 @@ from pathlib import Path
 from ..errors import AgentUnavailableError, UntrustedAgentError
 from ..protocol.ownership import check_peer, check_socket, check_state_dir, describe_uid
 
-__all__ = ["ensure_server", "open_private", "secure_dir", "server_command", "socket_accepts"]
+__all__ = ["describe", "ensure_server", "open_private", "secure_dir", "server_command", "socket_accepts"]
 
 READY_TIMEOUT = 30.0
+
+
+def describe(exc: OSError) -> str:
+    """An OS error in one line: ``No space left on device (ENOSPC): /path``."""
+    code = errno.errorcode.get(exc.errno or 0)
+    text = exc.strerror or str(exc)
+    return f"{text} ({code})" + (f": {exc.filename}" if exc.filename else "") if code else text
 
 
 def secure_dir(path: Path) -> Path:
@@ -44,8 +52,8 @@ def secure_dir(path: Path) -> Path:
         failed = exc
     try:
         check_state_dir(path)
-    except FileNotFoundError as exc:
-        raise AgentUnavailableError(f"cannot create state dir {path}: {failed or exc}") from None
+    except OSError as exc:  # missing after a failed mkdir, or cannot be made private (read-only)
+        raise AgentUnavailableError(f"cannot create state dir {path}: {describe(failed or exc)}") from None
     return path
 
 
@@ -105,6 +113,13 @@ def ensure_server(state_dir: Path, serve_args: list[str] | None = None) -> bool:
     :raises AgentUnavailableError: the server failed to start (its log's tail is in the message).
     """
     secure_dir(state_dir)
+    try:
+        return _ensure_server(state_dir, serve_args)
+    except OSError as exc:  # a full or read-only state dir: one line, not a traceback
+        raise AgentUnavailableError(f"cannot start the agent in state dir {state_dir}: {describe(exc)}") from None
+
+
+def _ensure_server(state_dir: Path, serve_args: list[str] | None) -> bool:
     sock = state_dir / "agent.sock"
     with open(open_private(state_dir / "agent.lock", os.O_WRONLY | os.O_APPEND), "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

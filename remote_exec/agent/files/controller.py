@@ -22,12 +22,12 @@ import stat
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from pathlib import Path
 
 from ...errors import (
     FileError,
     FileTooLargeError,
     InvalidParamsError,
-    RemoteIsADirectoryError,
     RemotePermissionError,
     ServerBusyError,
     WriteSessionNotFoundError,
@@ -55,13 +55,13 @@ from ...protocol import (
     FileWriteParams,
 )
 from ..rpc import WithPayload
-from .fileops import Write, begin_write, finish_write, pwrite_all, stat_at, umask
+from .fileops import Write, begin_write, finish_write, open_regular, pwrite_all, stat_at, umask
+from .journal import WriteJournal
 from .listing import walk_page
 from .paths import os_error, resolve
 
 __all__ = ["FileController", "FileLimits"]
 
-_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
 _LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -83,13 +83,16 @@ class FileLimits:
 class FileController:
     """Owns the write sessions of one agent and serves every ``file_*`` method."""
 
-    def __init__(self, limits: FileLimits | None = None) -> None:
+    def __init__(self, limits: FileLimits | None = None, journal: Path | None = None) -> None:
         self.limits = limits or FileLimits()
+        self.journal = WriteJournal(journal)
+        self._entries: dict[str, str | None] = {}  # session id -> its journal entry
         self.umask = umask()
         self._writes: dict[str, Write] = {}
         self._paths: dict[str, str] = {}  # session id -> the path the client named (for messages)
         self._committed: OrderedDict[str, FileInfo] = OrderedDict()
         self._reaper: asyncio.Task[None] | None = None
+        self._opening = 0  # write_open calls between the limit check and registering
 
     @property
     def open_sessions(self) -> int:
@@ -110,16 +113,8 @@ class FileController:
     async def read(self, p: FileReadParams) -> WithPayload:
         def run() -> WithPayload:
             with resolve(p.path, p.root) as r:
-                try:
-                    fd = os.open(r.name, _READ, dir_fd=r.dir_fd)
-                except OSError as exc:
-                    raise os_error(exc, p.path) from None
+                fd, st = open_regular(r, p.path)  # never blocks: a FIFO or device is refused
             try:
-                st = os.fstat(fd)
-                if stat.S_ISDIR(st.st_mode):
-                    raise RemoteIsADirectoryError(f"Is a directory: {p.path}", path=p.path, data={"errno": "EISDIR"})
-                if not stat.S_ISREG(st.st_mode):
-                    raise FileError(f"not a regular file: {p.path}", path=p.path)
                 if p.max_size is not None and st.st_size > p.max_size:
                     raise FileTooLargeError(
                         f"{p.path} is {st.st_size} bytes, over the {p.max_size}-byte limit of this read",
@@ -155,12 +150,10 @@ class FileController:
         def one(path: str) -> str | None:
             with resolve(path, p.root) as r:  # a path leading out of the root raises: no silent None
                 try:
-                    fd = os.open(r.name, _READ | os.O_NONBLOCK, dir_fd=r.dir_fd)
-                except OSError:
-                    return None
+                    fd, _ = open_regular(r, path)
+                except FileError:
+                    return None  # missing, unreadable, or not a regular file: no hash
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    return None
                 with open(fd, "rb", closefd=False) as f:
                     return hashlib.file_digest(f, "sha256").hexdigest()
             except OSError:
@@ -260,15 +253,19 @@ class FileController:
 
         def run() -> FileInfo:
             w = begin_write(p.path, p.root, p.mode, p.parents, self.umask, secrets.token_hex(6))
+            entry = self.journal.add(w)
             try:
-                pwrite_all(w.fd, data, 0)
-            except OSError as exc:
-                w.discard()
-                raise os_error(exc, p.path) from None
-            except BaseException:
-                w.discard()
-                raise
-            return finish_write(w, p.path, len(data), p.mtime_ns, False)
+                try:
+                    pwrite_all(w.fd, data, 0)
+                except OSError as exc:  # ENOSPC: NoSpaceError, and the temporary file goes
+                    w.discard()
+                    raise os_error(exc, p.path) from None
+                except BaseException:
+                    w.discard()
+                    raise
+                return finish_write(w, p.path, len(data), p.mtime_ns, False)
+            finally:
+                self.journal.remove(entry)  # renamed or removed by now
 
         return await asyncio.to_thread(run)
 
@@ -288,16 +285,29 @@ class FileController:
             return self._opened(p.session_id, known)
         if p.session_id in self._committed:
             raise WriteSessionNotFoundError(f"write session {p.session_id} was committed already")
-        if len(self._writes) >= self.limits.max_sessions:
-            raise ServerBusyError(f"{len(self._writes)} write sessions are open, the limit of this agent")
+        if len(self._writes) + self._opening >= self.limits.max_sessions:
+            raise ServerBusyError(
+                f"{len(self._writes) + self._opening} write sessions are open, the limit of this agent",
+                data={"limit": self.limits.max_sessions},
+            )
         token = p.session_id[:16] + secrets.token_hex(3)
-        w = await asyncio.to_thread(begin_write, p.path, p.root, p.mode, p.parents, self.umask, token, p.staged)
+
+        def begin() -> tuple[Write, str | None]:
+            w = begin_write(p.path, p.root, p.mode, p.parents, self.umask, token, p.staged)
+            return w, self.journal.add(w)
+
+        self._opening += 1  # the slot is taken before the await: concurrent opens cannot overshoot
+        try:
+            w, entry = await asyncio.to_thread(begin)
+        finally:
+            self._opening -= 1
         if p.session_id in self._writes:  # a concurrent retry won the race: keep its file
-            await asyncio.to_thread(w.discard)
+            await asyncio.to_thread(self._discard, w, entry)
             w = self._writes[p.session_id]
         else:
             w.idle.set()
             self._writes[p.session_id] = w
+            self._entries[p.session_id] = entry
             self._paths[p.session_id] = p.path
             self._start_reaper()
         return self._opened(p.session_id, w)
@@ -349,7 +359,15 @@ class FileController:
             )
         del self._writes[p.session_id]
         del self._paths[p.session_id]
-        info = await asyncio.to_thread(finish_write, w, path, p.size, p.mtime_ns, p.fsync)
+        entry = self._entries.pop(p.session_id, None)
+
+        def finish() -> FileInfo:
+            try:
+                return finish_write(w, path, p.size, p.mtime_ns, p.fsync)
+            finally:
+                self.journal.remove(entry)  # renamed over the target, or removed
+
+        info = await asyncio.to_thread(finish)
         self._committed[p.session_id] = info
         while len(self._committed) > self.limits.remember_commits:
             self._committed.popitem(last=False)
@@ -358,10 +376,19 @@ class FileController:
     async def write_abort(self, p: FileSessionParams) -> Empty:
         w = self._writes.pop(p.session_id, None)
         self._paths.pop(p.session_id, None)
+        entry = self._entries.pop(p.session_id, None)
         if w is not None:
             await w.idle.wait()
-            await asyncio.to_thread(w.discard)
+            await asyncio.to_thread(self._discard, w, entry)
         return Empty()
+
+    def _discard(self, w: Write, entry: str | None) -> None:
+        w.discard()
+        self.journal.remove(entry)
+
+    def recover(self) -> int:
+        """Remove the temporary files an earlier agent's writes left (blocking; before serving)."""
+        return self.journal.recover()
 
     def _start_reaper(self) -> None:
         if self._reaper is None or self._reaper.done():
@@ -383,5 +410,17 @@ class FileController:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
-        for sid in list(self._writes):
-            await self.write_abort(FileSessionParams(session_id=sid))
+        # No worker thread here: the pool may be stuck (a hung mount), and shutdown must not be.
+        for sid, w in list(self._writes.items()):
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await w.idle.wait()  # a chunk being written
+            del self._writes[sid]
+            self._paths.pop(sid, None)
+            entry = self._entries.pop(sid, None)
+            if w.busy:  # its thread still writes to w.fd: closing it could redirect that write
+                with contextlib.suppress(OSError):
+                    os.unlink(w.temp, dir_fd=w.target.dir_fd)
+            else:
+                w.discard()
+            self.journal.remove(entry)

@@ -19,10 +19,31 @@ from ...errors import FileError, RemoteIsADirectoryError
 from ...protocol import STAGED_NAME, FileInfo, FileType
 from .paths import Resolved, os_error, resolve
 
-__all__ = ["Write", "begin_write", "finish_write", "info", "pwrite_all", "stat_at", "umask", "walk"]
+__all__ = [
+    "Write",
+    "begin_write",
+    "finish_write",
+    "info",
+    "not_regular",
+    "open_regular",
+    "pwrite_all",
+    "stat_at",
+    "umask",
+    "walk",
+]
 
 _O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
 _LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: opening a FIFO with no writer (or a lease-held file) returns at once instead of
+# holding a worker thread forever; O_NOCTTY: a terminal never becomes the agent's.
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_KINDS = {
+    stat.S_IFIFO: "FIFO",
+    stat.S_IFSOCK: "socket",
+    stat.S_IFCHR: "character device",
+    stat.S_IFBLK: "block device",
+    stat.S_IFLNK: "symlink",
+}
 
 
 def umask() -> int:
@@ -64,6 +85,46 @@ def stat_at(r: Resolved, follow: bool = False) -> FileInfo:
     st = os.stat(r.name, dir_fd=r.dir_fd, follow_symlinks=follow)
     target = os.readlink(r.name, dir_fd=r.dir_fd) if stat.S_ISLNK(st.st_mode) else None
     return info(r.path, os.path.basename(r.path) or "/", st, target)
+
+
+def not_regular(path: str, mode: int) -> FileError:
+    """The error for a path that names something other than a regular file (or directory)."""
+    kind = _KINDS.get(stat.S_IFMT(mode), "special file")
+    return FileError(f"not a regular file: {path} is a {kind}", path=path, data={"file_type": kind})
+
+
+def open_regular(r: Resolved, path: str) -> tuple[int, os.stat_result]:
+    """Open the regular file ``r`` names for reading, without ever blocking on what it is.
+
+    The name is first opened ``O_PATH`` (which opens nothing: no FIFO wait, no device side
+    effect such as a tape rewind or a watchdog arming) and refused unless it is a regular file;
+    only then is it opened for reading, and refused again unless it is still the same file.
+    Returns the fd and its stat.
+
+    :raises FileError: missing, a directory (``RemoteIsADirectoryError``), a FIFO, socket or
+        device (``data["file_type"]``), or swapped while being opened.
+    """
+    try:
+        probe = os.open(r.name, _O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=r.dir_fd)
+        try:
+            first = os.fstat(probe)
+        finally:
+            os.close(probe)
+        if stat.S_ISDIR(first.st_mode):
+            raise RemoteIsADirectoryError(f"Is a directory: {path}", path=path, data={"errno": "EISDIR"})
+        if not stat.S_ISREG(first.st_mode):
+            raise not_regular(path, first.st_mode)
+        fd = os.open(r.name, _READ, dir_fd=r.dir_fd)
+    except OSError as exc:
+        raise os_error(exc, path) from None
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (first.st_dev, first.st_ino) or not stat.S_ISREG(st.st_mode):
+            raise FileError(f"{path} was replaced while it was being opened", path=path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
 
 
 def pwrite_all(fd: int, data: memoryview | bytes, offset: int) -> None:
@@ -143,6 +204,10 @@ def begin_write(
         else:
             if stat.S_ISDIR(st.st_mode):
                 raise RemoteIsADirectoryError(f"Is a directory: {path}", path=path, data={"errno": "EISDIR"})
+            if not stat.S_ISREG(st.st_mode) and not stat.S_ISLNK(st.st_mode):
+                # A FIFO, socket or device is something the sandbox set up on purpose (or a
+                # trap); a write replaces regular files (or a symlink itself), never those.
+                raise not_regular(path, st.st_mode)
             final_mode = stat.S_IMODE(st.st_mode) if mode is None else mode
             if (st.st_uid, st.st_gid) != (os.geteuid(), os.getegid()):
                 owner = (st.st_uid, st.st_gid)

@@ -27,6 +27,7 @@ from types import TracebackType
 
 from ...errors import (
     FileError,
+    NoSpaceError,
     PathEscapeError,
     RemoteFileExistsError,
     RemoteFileNotFoundError,
@@ -49,6 +50,8 @@ _ERRORS: dict[int, type[FileError]] = {
     errno.ENOTDIR: RemoteNotADirectoryError,
     errno.EACCES: RemotePermissionError,
     errno.EPERM: RemotePermissionError,
+    errno.ENOSPC: NoSpaceError,
+    errno.EDQUOT: NoSpaceError,
 }
 
 

@@ -67,10 +67,18 @@ class JobController:
         self._by_key: dict[str, str] = {}
         self._starting: dict[str, asyncio.Future[StartResult]] = {}
         self._counter = 0
+        self._spawning = 0  # starts between the limit check and registering (their spawn awaited)
 
     @property
     def running_count(self) -> int:
         return len(self._jobs) - len(self._finished)
+
+    def _check_room(self) -> None:
+        busy = self.running_count + self._spawning
+        if busy >= self.limits.max_running:
+            raise ServerBusyError(
+                f"{busy} jobs are running, the limit of this agent", data={"limit": self.limits.max_running}
+            )
 
     def _get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)
@@ -127,8 +135,7 @@ class JobController:
             job = self._jobs[self._by_key[key]]
             return StartResult(job_id=job.job_id, pid=job.pid)
         self._expire()
-        if self.running_count >= self.limits.max_running:
-            raise ServerBusyError(f"{self.running_count} jobs are running, the limit of this agent")
+        self._check_room()
         self._counter += 1
         job = Job(f"{self.instance_id}-{self._counter}", p, self.limits.buffer_limit, self._job_done)
         if self.budget is not None:
@@ -136,6 +143,7 @@ class JobController:
         pending: asyncio.Future[StartResult] = asyncio.get_running_loop().create_future()
         if key is not None:
             self._starting[key] = pending  # registered before the await: no duplicate spawns
+        self._spawning += 1  # the slot is taken before the await: concurrent starts cannot overshoot
         try:
             await job.spawn()  # SpawnError propagates; the job was never registered
         except BaseException as exc:
@@ -143,6 +151,7 @@ class JobController:
             pending.exception()  # retrieved: waiters re-raise it, nobody else needs to
             raise
         finally:
+            self._spawning -= 1
             if key is not None:
                 self._starting.pop(key, None)
         self._jobs[job.job_id] = job
@@ -160,8 +169,7 @@ class JobController:
         :raises ServerBusyError: the agent is at its limit of running jobs.
         """
         self._expire()
-        if self.running_count >= self.limits.max_running:
-            raise ServerBusyError(f"{self.running_count} jobs are running, the limit of this agent")
+        self._check_room()
         self._counter += 1
         job = make(f"{self.instance_id}-{self._counter}", self.limits.buffer_limit, self._job_done)
         if self.budget is not None:

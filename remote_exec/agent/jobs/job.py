@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import errno
 import fcntl
 import os
 import pwd
@@ -18,12 +19,12 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from ...errors import InvalidParamsError, JobNotRunningError, SpawnError
+from ...errors import InvalidParamsError, JobNotRunningError, NoSpaceError, SpawnError
 from ...protocol import MAX_WAIT, JobInfo, JobState, KillResult, PollParams, PollResult, StartParams
 from ..budget import MemoryBudget
 from ..buffer import Slice, StreamBuffer
 from ..rpc import WithPayload, dump_json
-from .proctable import group_alive
+from .proctable import group_alive, scan
 from .stdin import StdinQueue
 
 __all__ = ["Job"]
@@ -126,6 +127,12 @@ class Job:
             )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             self.stdin.release()
+            if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+                name = errno.errorcode[exc.errno]
+                raise NoSpaceError(
+                    f"cannot start {argv[0]!r}: the sandbox's disk is full ({name})",
+                    data={"errno": name, "job_id": self.job_id},
+                ) from None
             raise SpawnError(f"cannot start {argv[0]!r}: {exc}", job_id=self.job_id) from None
         assert self._transport is not None
         self.pid = self._transport.get_pid()
@@ -385,9 +392,9 @@ class Job:
             await asyncio.wait_for(self._exit_event.wait(), grace)
         # The leader may be gone while a TERM-ignoring child lives on in the group: look for it.
         # No event exists for "the group emptied", so this one place polls the process table.
-        while loop.time() < deadline and await asyncio.to_thread(group_alive, self.pid):  # noqa: ASYNC110
+        while loop.time() < deadline and await scan(group_alive, self.pid):  # noqa: ASYNC110
             await asyncio.sleep(0.02)
-        if await asyncio.to_thread(group_alive, self.pid):
+        if await scan(group_alive, self.pid):
             _killpg(self.pid, signal.SIGKILL)
         await self._exit_event.wait()
         try:

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple, TypeVar
 
-__all__ = ["SessionProcess", "group_alive", "group_members", "session_members", "session_processes"]
+__all__ = ["SessionProcess", "group_alive", "group_members", "scan", "session_members", "session_processes"]
+
+T = TypeVar("T")
+# Threads of their own, not the default pool: kills, timeouts and interrupts wait on these scans,
+# and must not queue behind file operations stuck in a worker thread (a hung mount, a slow disk).
+_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rx-proctable")
+
+
+async def scan(fn: Callable[..., T], *args: object) -> T:
+    """``fn(*args)`` (one of this module's readers) in this module's own threads.
+
+    Cancelling the await abandons the result; the scan itself finishes in its thread.
+    """
+    return await asyncio.get_running_loop().run_in_executor(_POOL, fn, *args)
 
 
 def _proc_stats() -> Iterator[tuple[int, list[bytes]]]:

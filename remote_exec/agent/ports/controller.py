@@ -71,6 +71,7 @@ class PortController:
         self._by_key: OrderedDict[str, str] = OrderedDict()
         self._connecting: dict[str, asyncio.Future[PortConnInfo]] = {}
         self._counter = 0
+        self._opening = 0  # connects between the limit check and registering
         self._reaper: asyncio.Task[None] | None = None
 
     @property
@@ -120,11 +121,15 @@ class PortController:
             return await asyncio.shield(self._connecting[key])  # a retry while the first still connects
         if key is not None and key in self._by_key:
             return self._conns[self._by_key[key]].info()
-        if self.open_count >= self.limits.max_open:
-            raise ServerBusyError(f"{self.open_count} connections are open, the limit of this agent")
+        if self.open_count + self._opening >= self.limits.max_open:
+            raise ServerBusyError(
+                f"{self.open_count + self._opening} connections are open, the limit of this agent",
+                data={"limit": self.limits.max_open},
+            )
         pending: asyncio.Future[PortConnInfo] = asyncio.get_running_loop().create_future()
         if key is not None:
             self._connecting[key] = pending  # registered before any await: no duplicate connections
+        self._opening += 1  # the slot is taken before the await: concurrent connects cannot overshoot
         try:
             info = await self._connect(p)
         except BaseException as exc:
@@ -132,6 +137,7 @@ class PortController:
             pending.exception()  # retrieved: waiters re-raise it, nobody else needs to
             raise
         finally:
+            self._opening -= 1
             if key is not None:
                 self._connecting.pop(key, None)
         if key is not None:

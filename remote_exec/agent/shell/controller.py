@@ -69,6 +69,7 @@ class ShellController:
         self.limits = limits or ShellLimits()
         self._sessions: OrderedDict[str, ShellSession] = OrderedDict()
         self._counter = 0
+        self._opening = 0  # opens between the limit check and registering (their shell starting)
 
     @property
     def open_count(self) -> int:
@@ -103,12 +104,19 @@ class ShellController:
             del self._sessions[sid]
 
     async def open(self, p: ShellOpenParams) -> ShellInfo:
-        if self.open_count >= self.limits.max_open:
-            raise ServerBusyError(f"{self.open_count} shell sessions are open, the limit of this agent")
+        if self.open_count + self._opening >= self.limits.max_open:
+            raise ServerBusyError(
+                f"{self.open_count + self._opening} shell sessions are open, the limit of this agent",
+                data={"limit": self.limits.max_open},
+            )
         self._counter += 1
         argv = list(self.limits.argv) if self.limits.argv else default_shell()
         session = ShellSession(f"{self.jobs.instance_id}-sh{self._counter}", argv, self.limits.ttl, self._closed)
-        await session.start(p.cwd, p.env)  # SpawnError propagates; the session was never registered
+        self._opening += 1  # the slot is taken before the await: concurrent opens cannot overshoot
+        try:
+            await session.start(p.cwd, p.env)  # SpawnError propagates; the session was never registered
+        finally:
+            self._opening -= 1
         self._sessions[session.session_id] = session
         return session.info()
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import functools
 import logging
 import os
@@ -27,7 +28,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from ...errors import SpawnError
+from ...errors import NoSpaceError, SpawnError
 from ...protocol import ShellInfo
 from . import signals
 from .framing import Frame, finish_line, frame_script, init_script, new_nonce
@@ -113,6 +114,8 @@ class ShellSession:
         full_env = dict(os.environ)
         full_env.update(env or {})
         loop = asyncio.get_running_loop()
+        # Made before the shell: a full disk then refuses the open with nothing to kill.
+        self._tmpdir = _private_tmpdir(self.session_id)
         try:
             await loop.subprocess_exec(
                 lambda: _ShellProtocol(self),
@@ -126,10 +129,10 @@ class ShellSession:
                 close_fds=True,
             )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
             raise SpawnError(f"cannot start the shell {self.argv[0]!r}: {exc}") from None
         assert self._transport is not None
         self.pid = self._transport.get_pid()
-        self._tmpdir = tempfile.mkdtemp(prefix=f"rx-{self.session_id}-")
         self._ready = loop.create_future()
         nonce = new_nonce()
         self._frame = Frame(nonce, self._bash)
@@ -220,7 +223,14 @@ class ShellSession:
         if input is not None:
             assert self._tmpdir is not None
             stdin_path = os.path.join(self._tmpdir, f"{run.job_id}.in")
-            await asyncio.to_thread(_write_private, stdin_path, input)
+            try:
+                await asyncio.to_thread(_write_private, stdin_path, input)
+            except OSError as exc:
+                self.run = None  # the session stays usable; the run ends without having begun
+                self._remove_input(run)
+                run.finish(None)
+                self._touch()
+                raise _no_space(exc, f"the input of run {run.job_id}") from None
         if not self.open:
             run.finish(self.exit_code)  # the shell died while the input was being written
             return
@@ -374,6 +384,20 @@ class ShellSession:
         if self._tmpdir is not None:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self._tmpdir, f"{run.job_id}.in"))
+
+
+def _no_space(exc: OSError, what: str) -> Exception:
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        name = errno.errorcode[exc.errno]
+        return NoSpaceError(f"cannot write {what}: the sandbox's disk is full ({name})", data={"errno": name})
+    return SpawnError(f"cannot write {what}: {exc}")
+
+
+def _private_tmpdir(session_id: str) -> str:
+    try:
+        return tempfile.mkdtemp(prefix=f"rx-{session_id}-")
+    except OSError as exc:
+        raise _no_space(exc, f"the temporary directory of shell {session_id}") from None
 
 
 def _write_private(path: str, data: bytes) -> None:

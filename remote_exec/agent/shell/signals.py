@@ -12,7 +12,7 @@ import os
 import signal
 from collections.abc import Callable, Iterable
 
-from ..jobs.proctable import SessionProcess, session_members, session_processes
+from ..jobs.proctable import SessionProcess, scan, session_members, session_processes
 
 __all__ = ["interrupt", "killpg", "signal_pids", "signal_run_processes"]
 
@@ -30,7 +30,7 @@ async def interrupt(shell_pid: int, run_started: float, ended: asyncio.Event, re
     # that did not (not forked yet, or forked but still running the shell's inherited handler,
     # which swallows it before exec). So note who was there, and later signal the ones that came
     # after, or that were such a copy of the shell then (same handlers) and run a program now.
-    before = {p.pid: p for p in await asyncio.to_thread(session_processes, shell_pid)}
+    before = {p.pid: p for p in await scan(session_processes, shell_pid)}
     shell = before.get(shell_pid)
     if ended.is_set():
         return
@@ -51,14 +51,14 @@ async def interrupt(shell_pid: int, run_started: float, ended: asyncio.Event, re
             await asyncio.wait_for(ended.wait(), RETRY_INTERVAL)
         if ended.is_set():
             return
-        late = [p for p in await asyncio.to_thread(session_processes, shell_pid) if missed(p)]
+        late = [p for p in await scan(session_processes, shell_pid) if missed(p)]
         signal_pids(p.pid for p in late)
         before.update((p.pid, p) for p in late)
 
 
 async def signal_run_processes(shell_pid: int, run_started: float, sig: int) -> None:
     """Send ``sig`` to the shell's processes started since the run began (never the shell)."""
-    pids = await asyncio.to_thread(session_members, shell_pid, run_started)
+    pids = await scan(session_members, shell_pid, run_started)
     signal_pids((pid for pid in pids if pid != shell_pid), sig)
 
 

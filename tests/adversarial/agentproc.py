@@ -1,0 +1,50 @@
+"""A real agent of the tests' own, started with chosen limits, stopped (or killed) at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+AGENT = [sys.executable, "-m", "remote_exec.agent"]
+
+
+def wait_exit(pid: int, timeout: float) -> bool:
+    """Wait on a pidfd (no sleep loop) for ``pid`` to exit; True if it did."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])
+    finally:
+        os.close(fd)
+
+
+def start_agent(state_dir: Path, *args: str) -> int:
+    """Start the agent in ``state_dir`` with ``args`` (``--max-shells 4``...); return its pid."""
+    out = subprocess.run(
+        [*AGENT, "ensure", "--dir", str(state_dir), *args], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    return int(json.loads(out)["result"]["pid"])
+
+
+@contextlib.contextmanager
+def agent(state_dir: Path, *args: str) -> Iterator[int]:
+    """An agent for one test; SIGKILLed at the end if SIGTERM did not stop it (a failing test)."""
+    pid = start_agent(state_dir, *args)
+    try:
+        yield pid
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        if not wait_exit(pid, 10):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            wait_exit(pid, 10)
