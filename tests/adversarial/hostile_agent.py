@@ -78,9 +78,7 @@ class HostileAgent:
         try:
             self._servers.append(await asyncio.start_unix_server(self._idle, os.fspath(self.state_dir / "agent.sock")))
             self._servers.append(
-                await asyncio.start_unix_server(
-                    self._serve, os.fspath(self.state_dir / STREAM_SOCKET), limit=1 << 30
-                )
+                await asyncio.start_unix_server(self._serve, os.fspath(self.state_dir / STREAM_SOCKET), limit=1 << 30)
             )
         finally:
             os.umask(old)

@@ -151,7 +151,9 @@ class ShellSession:
         self._ready = loop.create_future()
         self._frame = Frame(new_nonce(), new_nonce(), self._bash)
         self._frame_ended = asyncio.Event()
-        self._write(init_script(self._bash) + frame_script(self._frame.public, self._frame.nonce, ":", None, self._bash))
+        self._write(
+            init_script(self._bash) + frame_script(self._frame.public, self._frame.nonce, ":", None, self._bash)
+        )
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), START_TIMEOUT)
         except TimeoutError:
