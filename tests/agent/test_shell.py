@@ -16,7 +16,7 @@ import remote_exec as rx
 from remote_exec.agent.jobs.controller import JobController
 from remote_exec.agent.jobs.proctable import session_members
 from remote_exec.agent.shell.controller import ShellController, ShellLimits
-from remote_exec.agent.shell.framing import Frame, MarkerScanner, finish_line, frame_script
+from remote_exec.agent.shell.framing import Frame, MarkerScanner, frame_script, recovery_lines
 from remote_exec.protocol import (
     JobIdParams,
     KillParams,
@@ -36,8 +36,9 @@ from .test_lifecycle import wait_exit
 pytestmark = pytest.mark.anyio
 
 NONCE = "0123456789abcdef"
+PUBLIC = "feedfacefeedface"
 DONE = f"__RX_DONE_{NONCE}__".encode()
-GO = f"__RX_GO_{NONCE}__".encode()
+GO = f"__RX_GO_{PUBLIC}__".encode()
 
 
 def exit_marker(code: int) -> bytes:
@@ -64,10 +65,10 @@ def test_sentinels_split_at_every_point_never_leak() -> None:
     ]:
         for i in range(len(stream) + 1):
             for j in range(i, len(stream) + 1, 7):
-                frame = Frame(NONCE, drop_exit_echo=False)
+                frame = Frame(PUBLIC, NONCE, drop_exit_echo=False)
                 visible, rest = feed_all(frame, fd, [stream[:i], stream[i:j], stream[j:]])
                 assert (visible, rest) == (want_visible, want_rest), (i, j)
-    frame = Frame(NONCE, drop_exit_echo=False)
+    frame = Frame(PUBLIC, NONCE, drop_exit_echo=False)
     feed_all(frame, 2, [err])
     assert not frame.complete and frame.started and frame.exit_code == 130
     feed_all(frame, 1, [out])
@@ -99,19 +100,22 @@ def test_any_chunking_gives_the_same_output(data: bytes, cuts: list[int], code: 
     stream = data + GO + data + exit_marker(code) + data
     points = sorted({min(c, len(stream)) for c in cuts})
     chunks = [stream[a:b] for a, b in zip([0, *points], [*points, len(stream)], strict=True)]
-    frame = Frame(NONCE, drop_exit_echo=False)
+    frame = Frame(PUBLIC, NONCE, drop_exit_echo=False)
     assert feed_all(frame, 2, chunks) == (data + data, data)
     assert frame.exit_code == code
 
 
 def test_scripts_quote_the_command_and_never_spell_a_sentinel() -> None:
-    script = frame_script(NONCE, "echo 'it''s' \"$HOME\"", "/tmp/in put").decode()
-    assert "eval ' echo '\\''it'\\'''\\''s'\\'' \"$HOME\"'" in script and "</tmp/in put'" not in script
-    assert "<'/tmp/in put'" in script
-    finish = finish_line(NONCE).decode()
-    assert "'" not in finish and '"' not in finish  # a line cut by an interrupt cannot open a quote
-    for text in (script, finish):
-        assert DONE.decode() not in text and GO.decode() not in text and "__RX_EXIT_" not in text
+    for bash in (True, False):
+        script = frame_script(PUBLIC, NONCE, "echo 'it''s' \"$HOME\"", "/tmp/in put", bash).decode()
+        assert "eval ' echo '\\''it'\\'''\\''s'\\'' \"$HOME\"'" in script and "</tmp/in put'" not in script
+        assert "<'/tmp/in put'" in script and script.count("\n") == 1  # one line: parsed whole first
+        # The secret comes only after the command; GO names the public id.
+        assert script.index(NONCE) > script.index("echo '") > script.index(PUBLIC)
+        recovery = recovery_lines(PUBLIC, NONCE, bash).decode()
+        assert "'" not in recovery and '"' not in recovery  # a line cut by an interrupt cannot open a quote
+        for text in (script, recovery):
+            assert DONE.decode() not in text and GO.decode() not in text and "__RX_EXIT_" not in text
 
 
 # -- sessions --------------------------------------------------------------------------------

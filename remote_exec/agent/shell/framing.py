@@ -1,47 +1,76 @@
-"""How one run is framed for the shell, and how its end is found again in the shell's output.
+r"""How one run is framed for the shell, and how its end is found again in the shell's output.
 
-Each run is written to the shell's stdin as two lines, both tied to a fresh random nonce::
+The command runs *in* the shell process (so ``cd``, variables and functions persist), so it can
+do whatever the shell can: read its variables, its descriptors, its input. The end of a run is
+therefore marked with a secret the command cannot reach. Each run is ONE line on the shell's
+stdin (bash shown; sh is the same without the bash-only parts)::
 
-    __rx_n=NONCE; { trap - INT; printf GO >&2; eval ' COMMAND'; } </dev/null
-    __rx_s=$?; trap : INT; case ${__rx_n-} in NONCE) __rx_n=; printf DONE; printf EXIT $__rx_s >&2;; esac
+    HEAD; \printf __RX_%s_%s__ GO PUBLIC >&2; \command eval ' COMMAND' </dev/null; TAIL
+    TAIL = case ${__rx_g-} in PUBLIC) ;; *) __rx_s=$? ...reset the shell...;
+           __rx_g=PUBLIC && \printf DONE SECRET && \printf EXIT SECRET $__rx_s >&2;; esac
 
-The first runs the command in the shell itself (so ``cd``, variables and functions persist),
-with stdin from ``/dev/null`` (or the run's input file) so a reading command cannot eat the
-next run's text. ``eval`` parses the command as one string: an unmatched quote is a syntax
-error (status 2), not a continuation prompt waiting for more input forever.
+**Where the secret lives.** Only in the text of the run's line, which the shell reads and parses
+whole before it runs any of it: while the command runs, the secret is in no variable, no
+environment, no argument list, no file, and not in the shell's input (nothing else is written
+there until the run ends). The shell's stdin is one end of a socketpair, not a pipe: a
+socket cannot be opened through ``/proc/PID/fd/0`` (ENXIO), so no process can race the shell for
+the next run's line either; the command's own stdin is ``/dev/null`` (or its input file), and
+the copy of the socket bash keeps on a descriptor >= 10 while the command runs is empty. The GO
+sentinel, printed before the command, carries a separate *public* id, never the secret.
 
-The second line, the *finish line*, prints a DONE sentinel on stdout and an EXIT sentinel with
-``$?`` on stderr. It is written once the GO sentinel shows that the shell runs the first line,
-so it is still in the pipe when the command ends: sh (unlike bash) discards input it had
-already buffered when an error or an interrupt aborts a command line. The shell's stdout and
-stderr are separate pipes, so one sentinel can arrive before the other; a run completes only
-when both were seen, which is what guarantees that the run's last stdout bytes are never lost.
-The ``case`` guard prints the sentinels once per run, so the finish line can be written again
-after an interrupt (which makes the shell discard the rest of the line it was running) without
-ever printing them twice.
+**What the tail undoes before it names the secret.** Code the command ran in the shell may have
+left hooks that would see or change the tail: a DEBUG trap (it sees each simple command's text
+in ``$BASH_COMMAND`` before it runs), RETURN/ERR traps, ``functrace``, history (which would
+record the next run's line), ``set -v`` (which echoes every line read, the next run's included)
+and ``set -x``, ``PROMPT_COMMAND``/``PS0``/``PS1``/``PS2`` (run or expanded around each read of
+input, where they could read the next run's line), a function named ``printf``, aliases. The
+tail first saves ``$?`` and the user's ``x``/``v`` flags (restored by the next run's HEAD), then
+switches bash to POSIX mode by assigning ``POSIXLY_CORRECT`` (an assignment cannot be shadowed
+by a function or alias), in which special builtins (``trap``, ``set``, ``unset``) are found
+before functions; it checks that POSIX mode took (``$SHELLOPTS`` is read-only), resets the
+traps and options, unsets a ``printf`` function and the prompt hooks, and prints the sentinels
+only if every reset succeeded (a read-only ``PROMPT_COMMAND`` leaves the run unfinished rather
+than the next line exposed). Command words are ``\``-quoted, so aliases never apply to them;
+the shell stays in POSIX mode between runs, so reserved words (``case``) are read before
+aliases too, and the HEAD restores the user's mode (``${__rx_p}``) before the command.
 
-Between runs the shell catches SIGINT with a no-op trap, so an interrupt that lands while the
-shell parses a frame cannot cut it in half; the frame restores the interactive handling
-(``trap - INT``) and then prints GO, after which an interrupt aborts the command line as
-Ctrl-C does in a terminal. The finish line holds no quotes, so even a line cut by an interrupt
-cannot open a quote that would swallow the next frame.
+**Residual routes** (see docs/security.md): a process allowed to ptrace the shell (same uid,
+no Yama: ``/proc/PID/mem``, ``ptrace``, ``pidfd_getfd``) can read the parsed line; and code
+running *in* the shell that arms bash's own debugger (``shopt -s extdebug`` with a DEBUG trap
+that returns non-zero) can skip the tail's resets, as a debugger can. Neither is a data
+route; both are the shell being debugged.
 
-The sentinels are printed from pieces (``printf __RX_%s_%s__ DONE NONCE``), so they never
-appear whole in the script text: ``set -x`` or ``set -v`` output cannot fake them.
+**Interrupts.** Between runs the shell catches SIGINT with a no-op trap, so an interrupt that
+lands while the shell parses a line cannot cut it in half; the HEAD restores the interactive
+handling (``trap - INT``) and then prints GO, after which an interrupt aborts the command line
+as Ctrl-C does in a terminal, tail included. The agent then writes a *recovery* line (the same
+tail: :func:`recovery_lines`), again and again until the run ends; the ``case`` guard on
+``__rx_g`` makes the sentinels print once per run whichever of the tail and its copies runs
+first. The tail catches SIGINT again first thing, so it is never itself cut. The recovery line
+is the one time the secret is in the shell's input while the run may go on: only code running
+in the shell itself that ignored the SIGINT and reads bash's saved descriptor could take it
+(residual, documented). The command runs under ``command eval``, so an error in a special
+builtin (a syntax error, ``${x?}``) ends the command, not the line (sh would drop the tail).
+
+The sentinels are printed from pieces (``printf __RX_%s_%s__ DONE SECRET``), so they never
+appear whole in the script text: ``set -x`` or ``set -v`` output cannot show them, and the tail
+turns both off before it names the secret at all. The shell's stdout and stderr are separate
+pipes, so one sentinel can arrive before the other; a run completes only when both were seen,
+which is what guarantees that the run's last stdout bytes are never lost.
 """
 
 from __future__ import annotations
 
 import secrets
 
-__all__ = ["Frame", "MarkerScanner", "finish_line", "frame_script", "init_script", "new_nonce"]
+__all__ = ["Frame", "MarkerScanner", "frame_script", "init_script", "new_nonce", "recovery_lines"]
 
 DIGIT = ord("#")  # in a marker template, matches one ASCII digit (the exit code)
 
 
 def new_nonce() -> str:
-    """A fresh nonce: 16 hex digits, so user output never contains a sentinel by accident."""
-    return secrets.token_hex(8)
+    """A fresh secret: 32 hex digits, unguessable, so no output contains a sentinel by accident."""
+    return secrets.token_hex(16)
 
 
 def _quote(text: str) -> str:
@@ -64,20 +93,57 @@ def init_script(bash: bool) -> bytes:
     return b"PS1=; PS2=; trap : INT\n"
 
 
-def frame_script(nonce: str, command: str, stdin_path: str | None) -> bytes:
-    """The line that runs ``command`` once; :func:`finish_line` follows once it started."""
+def _head(public: str, bash: bool) -> str:
+    # The user's -x/-v (saved by the last tail) come back before the command, and in bash the
+    # user's POSIX mode (the shell idles in POSIX mode; see the module docstring).
+    # It starts with a command: after a syntax error in eval, bash 5.2 fails to see a reserved
+    # word as the first word of the next line.
+    head = r"\: ; case ${__rx_m-} in *x*) \set -x;; esac; case ${__rx_m-} in *v*) \set -v;; esac; \trap - INT; "
+    head += f"\\printf __RX_%s_%s__ GO {public} >&2; "
+    if bash:  # last: from here on, `set` and `trap` may be the user's functions again
+        head += r"\set ${__rx_p:-+o} posix; "
+    return head
+
+
+def _tail(public: str, nonce: str, bash: bool, status: str = "$?", save_posix: bool = True) -> str:
+    """Print the sentinels once per run (guard ``__rx_g``), after undoing every hook first."""
+    done = f"\\printf __RX_%s_%s__ DONE {nonce}"
+    exit_ = f"\\printf __RX_%s_%s_%03d__ EXIT {nonce} $__rx_s >&2"
+    if bash:
+        posix = " __rx_p=${POSIXLY_CORRECT+-o}" if save_posix else ""
+        body = (
+            f"__rx_s={status} __rx_m=$-{posix} POSIXLY_CORRECT=y; case :$SHELLOPTS: in *:posix:*) "
+            r"\trap - DEBUG RETURN ERR; \trap : INT; \set +xv +o history +o functrace +o errtrace; "
+            r"\unset -f printf; \unset PROMPT_COMMAND && PS0= PS1= PS2= "
+            f"__rx_g={public} && {done} && {exit_};; esac"
+        )
+    else:
+        body = (
+            f"__rx_s={status} __rx_m=$-; \\trap : INT; \\set +xv; \\unset -f printf; PS1= PS2= "
+            f"__rx_g={public} && {done} && {exit_}"
+        )
+    return f"case ${{__rx_g-}} in {public}) ;; *) {body};; esac"
+
+
+def frame_script(public: str, nonce: str, command: str, stdin_path: str | None, bash: bool = True) -> bytes:
+    """The one line that runs ``command`` and then prints its sentinels."""
     source = "/dev/null" if stdin_path is None else _quote(stdin_path)
-    # The leading space keeps a command starting with "-" from being read as an option of eval.
-    go = f"printf __RX_%s_%s__ GO {nonce} >&2"
-    return f"__rx_n={nonce}; {{ trap - INT; {go}; eval {_quote(' ' + command)}; }} <{source}\n".encode()
+    # The leading space keeps a command starting with "-" from being read as an option of eval;
+    # `command eval` keeps a special builtin's error from aborting the line (and the tail).
+    run = f"\\command eval {_quote(' ' + command)} <{source}"
+    return f"{_head(public, bash)}{run}; {_tail(public, nonce, bash)}\n".encode()
 
 
-def finish_line(nonce: str) -> bytes:
-    """The line that prints the run's sentinels; harmless to write again (after an interrupt)."""
-    return (
-        f"__rx_s=$?; trap : INT; case ${{__rx_n-}} in {nonce}) __rx_n=; printf __RX_%s_%s__ DONE {nonce}; "
-        f"printf __RX_%s_%s_%03d__ EXIT {nonce} $__rx_s >&2;; esac\n"
-    ).encode()
+def recovery_lines(public: str, nonce: str, bash: bool = True) -> bytes:
+    """The tail again, for after an interrupt aborted the run's line; a no-op once it ran.
+
+    In bash the first line, an assignment (which no alias or function can touch), saves ``$?``
+    and enters POSIX mode before the second is even read, so the second is parsed with
+    reserved words ahead of any alias the command defined.
+    """
+    if not bash:
+        return f"{_tail(public, nonce, bash)}\n".encode()
+    return f"__rx_r=$? POSIXLY_CORRECT=y\n{_tail(public, nonce, bash, '$__rx_r', save_posix=False)}\n".encode()
 
 
 class MarkerScanner:
@@ -162,15 +228,19 @@ def _prefix_tail(buf: bytes, template: bytes) -> int:
 
 
 class Frame:
-    """The sentinels of one framed run, and the scanners looking for them in stdout and stderr."""
+    """The sentinels of one framed run, and the scanners looking for them in stdout and stderr.
 
-    def __init__(self, nonce: str, drop_exit_echo: bool) -> None:
+    ``public`` names the run in its GO sentinel (printed before the command runs, so the
+    command may see it); ``nonce`` is the secret in DONE and EXIT, which it never sees.
+    """
+
+    def __init__(self, public: str, nonce: str, drop_exit_echo: bool) -> None:
+        self.public = public
         self.nonce = nonce
-        self.finish_sent = False
         self._out = MarkerScanner([_marker("DONE", nonce)])
         # An interactive bash prints "exit" on stderr when `exit` ends it: not the user's output.
         self._err = MarkerScanner(
-            [_marker("GO", nonce), _exit_template(nonce)], drop_tail=b"exit\n" if drop_exit_echo else b""
+            [_marker("GO", public), _exit_template(nonce)], drop_tail=b"exit\n" if drop_exit_echo else b""
         )
 
     @property

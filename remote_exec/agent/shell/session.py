@@ -1,7 +1,9 @@
 """One shell session: a long-lived interactive shell that runs framed commands one at a time.
 
 The shell is ``bash -i`` (``sh -i`` where bash is missing) without a terminal, in its own
-session and process group, with stdin, stdout and stderr on pipes to the agent. It is
+session and process group, with stdout and stderr on pipes to the agent and stdin on a
+socketpair: unlike a pipe, a socket cannot be opened again through ``/proc/PID/fd/0``, so no
+other process can read the lines meant for the shell (see :mod:`.framing`). It is
 interactive because only an interactive shell treats SIGINT as Ctrl-C: abort the command line,
 keep the shell. With no terminal there is no job control, so commands share the shell's process
 group, SIGINT to that group reaches the foreground command, and background jobs ignore it.
@@ -21,6 +23,7 @@ import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -31,7 +34,7 @@ from typing import Any
 from ...errors import NoSpaceError, SpawnError
 from ...protocol import ShellInfo
 from . import signals
-from .framing import Frame, finish_line, frame_script, init_script, new_nonce
+from .framing import Frame, frame_script, init_script, new_nonce, recovery_lines
 from .run import ShellRun
 
 __all__ = ["ShellSession", "default_shell"]
@@ -50,6 +53,13 @@ def default_shell() -> list[str]:
     if bash:
         return [bash, "--norc", "--noprofile", "--noediting", "-i"]
     return [shutil.which("sh") or "/bin/sh", "-i"]
+
+
+class _StdinProtocol(asyncio.Protocol):
+    """Our end of the shell's stdin: written to, never read (the shell's end cannot write)."""
+
+    def eof_received(self) -> bool:
+        return True  # the shell's end shut its writing half: keep ours open for writing
 
 
 class _ShellProtocol(asyncio.SubprocessProtocol):
@@ -92,6 +102,7 @@ class ShellSession:
         self._bash = os.path.basename(argv[0]) == "bash"
         self._on_closed = on_closed
         self._transport: asyncio.SubprocessTransport | None = None
+        self._stdin: asyncio.WriteTransport | None = None
         self._frame: Frame | None = None
         self._ready: asyncio.Future[None] | None = None
         self._startup_err = bytearray()
@@ -116,11 +127,15 @@ class ShellSession:
         loop = asyncio.get_running_loop()
         # Made before the shell: a full disk then refuses the open with nothing to kill.
         self._tmpdir = _private_tmpdir(self.session_id)
+        ours, theirs = socket.socketpair()
+        theirs.shutdown(socket.SHUT_WR)  # the shell's stdin is for reading only
+        # Before the spawn: no await may come between the shell's start and its first frame.
+        self._stdin, _ = await loop.create_unix_connection(_StdinProtocol, sock=ours)
         try:
             await loop.subprocess_exec(
                 lambda: _ShellProtocol(self),
                 *self.argv,
-                stdin=subprocess.PIPE,
+                stdin=theirs.fileno(),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 cwd=cwd,
@@ -130,14 +145,18 @@ class ShellSession:
             )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._stdin.close()
             raise SpawnError(f"cannot start the shell {self.argv[0]!r}: {exc}") from None
+        finally:
+            theirs.close()
         assert self._transport is not None
         self.pid = self._transport.get_pid()
         self._ready = loop.create_future()
-        nonce = new_nonce()
-        self._frame = Frame(nonce, self._bash)
+        self._frame = Frame(new_nonce(), new_nonce(), self._bash)
         self._frame_ended = asyncio.Event()
-        self._write(init_script(self._bash) + frame_script(nonce, ":", None))
+        self._write(
+            init_script(self._bash) + frame_script(self._frame.public, self._frame.nonce, ":", None, self._bash)
+        )
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), START_TIMEOUT)
         except TimeoutError:
@@ -238,11 +257,10 @@ class ShellSession:
             if stray:
                 run._on_data(fd, bytes(stray))
                 stray.clear()
-        nonce = new_nonce()
-        self._frame = Frame(nonce, self._bash)
+        frame = self._frame = Frame(new_nonce(), new_nonce(), self._bash)
         self._frame_ended = asyncio.Event()
         run.begin(self._transport)
-        self._write(frame_script(nonce, run.command, stdin_path))
+        self._write(frame_script(frame.public, frame.nonce, run.command, stdin_path, self._bash))
 
     def interrupt(self) -> None:
         """Ctrl-C: SIGINT to the running command; the shell survives. Nothing runs: nothing to do.
@@ -255,7 +273,7 @@ class ShellSession:
         if not frame.started:
             self._interrupt_pending = True  # the shell still parses the frame and ignores SIGINT
             return
-        resend = functools.partial(self._write, finish_line(frame.nonce))
+        resend = functools.partial(self._write, recovery_lines(frame.public, frame.nonce, self._bash))
         self._spawn(signals.interrupt(self.pid, self.run.started_boot, self._frame_ended, resend))
 
     def signal_run(self, run: ShellRun, sig: int) -> None:
@@ -270,9 +288,8 @@ class ShellSession:
         await signals.signal_run_processes(self.pid, run.started_boot, sig)
 
     def _write(self, data: bytes) -> None:
-        pipe = self._transport.get_pipe_transport(0) if self._transport is not None else None
-        if pipe is not None and not pipe.is_closing():
-            pipe.write(data)  # type: ignore[attr-defined]
+        if self._stdin is not None and not self._stdin.is_closing():
+            self._stdin.write(data)
 
     # -- pipe callbacks (event loop) --------------------------------------------------------------
 
@@ -285,9 +302,6 @@ class ShellSession:
         visible, rest = frame.feed(fd, data)
         if visible:
             self._deliver(fd, visible)
-        if frame.started and not frame.finish_sent:
-            frame.finish_sent = True
-            self._write(finish_line(frame.nonce))
         if self._interrupt_pending and frame.started:
             self._interrupt_pending = False
             self.interrupt()
@@ -366,6 +380,8 @@ class ShellSession:
                 timer.cancel()
         if self._transport is not None:
             self._transport.close()
+        if self._stdin is not None:
+            self._stdin.close()
         self._frame = None
         self._frame_ended.set()
         run, self.run = self.run, None

@@ -23,7 +23,7 @@ RETRIES = 10  # ...this many times
 async def interrupt(shell_pid: int, run_started: float, ended: asyncio.Event, resend: Callable[[], None]) -> None:
     """Ctrl-C for the run that began at ``run_started`` (``CLOCK_BOOTTIME``), until ``ended``.
 
-    ``resend`` writes the run's finish line again: the shell drops the rest of the command line
+    ``resend`` writes the run's recovery line: the shell drops the rest of the command line
     it aborts (and sh even the lines it had read ahead), so it is resent while the run goes on.
     """
     # SIGINT can land while the shell starts a command: the shell gets it and waits for a child
