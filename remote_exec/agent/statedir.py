@@ -84,7 +84,9 @@ def open_private(path: Path, flags: int) -> int:
     try:
         fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     except OSError as exc:
-        raise UntrustedAgentError(f"cannot open {path} safely (a symlink planted there?): {exc}") from None
+        if exc.errno != errno.ELOOP:  # full, read-only...: the caller says it in one line
+            raise
+        raise UntrustedAgentError(f"cannot open {path} safely: it is a symlink (planted there?)") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
         os.close(fd)

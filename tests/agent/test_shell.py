@@ -145,7 +145,7 @@ async def run(ctl: ShellController, session_id: str, command: str) -> tuple[str,
 async def test_runs_are_jobs_in_the_registry(ctl: ShellController) -> None:
     sid = (await ctl.open(ShellOpenParams(cwd="/tmp"))).session_id
     assert await run(ctl, sid, "pwd; echo e >&2; (exit 4)") == ("completed", 4, "/tmp\n", "e\n")
-    (row,) = [j for j in (await ctl.jobs.list(rx.protocol.Empty())).jobs if j.label == f"shell {sid}"]
+    (row,) = [j for j in (await ctl.jobs.list(rx.protocol.ListParams())).jobs if j.label == f"shell {sid}"]
     assert (row.command, row.state, row.exit_code, row.stdout_bytes) == ("pwd; echo e >&2; (exit 4)", "completed", 4, 5)
     await ctl.jobs.release(JobIdParams(job_id=row.job_id))
     with pytest.raises(rx.JobNotFoundError):
@@ -172,7 +172,7 @@ async def test_a_long_session_keeps_only_its_recent_runs() -> None:
         for i in range(6):
             ids.append((await ctl.run(ShellRunParams(session_id=sid, command=f"echo {i}"))).job_id)
             await follow(ctl, ids[-1])
-        listed = [j.job_id for j in (await ctl.jobs.list(rx.protocol.Empty())).jobs]
+        listed = [j.job_id for j in (await ctl.jobs.list(rx.protocol.ListParams())).jobs]
         assert listed == ids[-3:]  # the latest run, and the two before it
         with pytest.raises(rx.JobNotFoundError):
             await ctl.jobs.poll(PollParams(job_id=ids[0]))
