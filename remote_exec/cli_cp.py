@@ -23,7 +23,8 @@ from typing import Any
 from .client.files import FileClient
 from .client.sandbox import AsyncSandbox
 from .client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
-from .errors import RemoteExecError
+from .errors import PathEscapeError, RemoteExecError
+from .termsafe import terminal_safe
 
 __all__ = ["PREFIX", "add_cp_parser", "copy"]
 
@@ -91,8 +92,8 @@ async def copy(sb: AsyncSandbox, args: argparse.Namespace) -> int:
         return await _download(sb, args.src[len(PREFIX) :] or ".", args.dst, tree)
     except RemoteExecError:
         raise
-    except OSError as exc:  # a local problem
-        print(f"remote-exec cp: {exc}", file=sys.stderr)
+    except OSError as exc:  # a local problem (its message may still name a file from the sandbox)
+        print(f"remote-exec cp: {terminal_safe(exc)}", file=sys.stderr)
         return 1
 
 
@@ -114,11 +115,23 @@ async def _upload(sb: AsyncSandbox, src: str, remote: str, tree: dict[str, Any])
     return 0
 
 
+def _local_name(remote_path: str) -> str:
+    """The name a download takes in a local directory: the last part of the path the agent
+    resolved, which must be one plain name (a lying ``..`` or ``a/b`` would write elsewhere).
+
+    :raises PathEscapeError: the agent's path ends in something that is not a file name.
+    """
+    name = posixpath.basename(remote_path.rstrip("/")) or "root"
+    if name in (".", "..") or "\0" in name:
+        raise PathEscapeError(f"the sandbox named the source {terminal_safe(remote_path)!r}: not a file name")
+    return name
+
+
 async def _download(sb: AsyncSandbox, remote: str, dst: str, tree: dict[str, Any]) -> int:
     info = await sb.stat(remote)
     if dst == "-":
         if info.type == "dir":
-            print(f"remote-exec cp: {remote} is a directory: give a local directory, not -", file=sys.stderr)
+            print(f"remote-exec cp: {terminal_safe(remote)} is a directory: give a local directory, not -", file=sys.stderr)
             return 1
         out = sys.stdout.buffer
 
@@ -130,7 +143,7 @@ async def _download(sb: AsyncSandbox, remote: str, dst: str, tree: dict[str, Any
         return 0
     local = Path(dst)
     into = (await asyncio.to_thread(_local, local))[0] == "dir"
-    target = local / (posixpath.basename(info.path) or "root") if into else local
+    target = local / _local_name(info.path) if into else local
     if info.type == "dir":
         print((await sb.download(remote, target, **tree)).describe("downloaded"), file=sys.stderr)
     else:

@@ -16,16 +16,18 @@ import os
 import sys
 from pathlib import Path
 from typing import Literal
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from ..client.channel import MAX_RESPONSE, CallChannel, Channel, SocketChannel, StdioChannel
 from ..client.sandbox import SandboxTransport
 from ..errors import AgentUnavailableError, SandboxError
 from ..protocol import STREAM_SOCKET, default_agent_dir
+from .hostcli import parse_query
 
 __all__ = ["LocalTransport"]
 
 ChannelKind = Literal["socket", "stdio", "call"]
+_OPTIONS = {"dir", "channel", "idle_timeout", "buffer_limit"}
 
 
 class LocalTransport(SandboxTransport):
@@ -49,10 +51,9 @@ class LocalTransport(SandboxTransport):
         parts = urlsplit(url)
         if parts.netloc or parts.path not in ("", "/"):
             raise SandboxError(f"local:// takes no host or path, only ?dir=...: {url!r}")
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        unknown = set(query) - {"dir", "channel", "idle_timeout", "buffer_limit"}
-        if unknown:
-            raise SandboxError(f"unknown local:// option(s) {sorted(unknown)} in {url!r}")
+        query = {k: v[-1] for k, v in parse_query(url, parts.query, _OPTIONS).items()}
+        if query.get("dir") == "":
+            raise SandboxError(f"option dir= is empty in {url!r}")
         channel = query.get("channel", "socket")
         if channel not in ("socket", "stdio", "call"):
             raise SandboxError(f"channel must be socket, stdio or call, not {channel!r}")
