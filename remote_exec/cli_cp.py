@@ -131,7 +131,10 @@ async def _download(sb: AsyncSandbox, remote: str, dst: str, tree: dict[str, Any
     info = await sb.stat(remote)
     if dst == "-":
         if info.type == "dir":
-            print(f"remote-exec cp: {terminal_safe(remote)} is a directory: give a local directory, not -", file=sys.stderr)
+            print(
+                f"remote-exec cp: {terminal_safe(remote)} is a directory: give a local directory, not -",
+                file=sys.stderr,
+            )
             return 1
         out = sys.stdout.buffer
 
