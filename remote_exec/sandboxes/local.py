@@ -16,7 +16,7 @@ import os
 import sys
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from ..client.channel import MAX_RESPONSE, CallChannel, Channel, SocketChannel, StdioChannel
 from ..client.sandbox import SandboxTransport
@@ -44,7 +44,8 @@ class LocalTransport(SandboxTransport):
         self.channel_kind = channel
         self.idle_timeout = idle_timeout
         self.buffer_limit = buffer_limit
-        self.url = f"local://?dir={self.state_dir}" if state_dir else "local://"
+        # Quoted, so that a dir holding "&" or "#" gives a URL that opens this same dir again.
+        self.url = f"local://?dir={quote(os.fspath(self.state_dir), safe='/')}" if state_dir else "local://"
 
     @classmethod
     def from_url(cls, url: str) -> LocalTransport:

@@ -106,10 +106,11 @@ def _refuse(params: dict[str, Any], payload: bytes | None) -> Any:
     ("case", "handlers", "args"),
     [
         ("ps: ids, labels, commands", {"exec_remote_list": lambda p, _: {"jobs": [_job(EVIL, EVIL, EVIL)]}}, ["ps"]),
-        ("ps: lone surrogates (not UTF-8)", {"exec_remote_list": lambda p, _: {"jobs": [_job("a-1", "\udcff", "\udcfe")]}}, ["ps"]),
+        ("ps: lone surrogates", {"exec_remote_list": lambda p, _: {"jobs": [_job("a-1", "\udcff", "\udcfe")]}}, ["ps"]),
         ("error message from kill", {"exec_remote_kill": _refuse, "exec_remote_list": _refuse}, ["kill", "a-1"]),
         ("error message from cp", {"file_stat": _refuse}, ["cp", "sandbox:/x", "-"]),
     ],
+    ids=["ps", "ps-surrogates", "kill-error", "cp-error"],
 )  # fmt: skip
 async def test_hostile_agent_text_is_printed_safely(
     tmp_path: Path, adversary: Adversary, case: str, handlers: dict[str, Handler], args: list[str]
@@ -146,7 +147,8 @@ def test_cp_prints_hostile_file_names_safely(sandbox: str, tmp_path: Path, adver
     with rx.connect(sandbox) as sb:
         work = os.fspath(tmp_path / "tree")  # local://: the sandbox is this machine
         names = [f"{case}-{evil}" for case, evil in HOSTILE.items()]
-        made = sb.run(["sh", "-c", 'mkdir "$1" && cd "$1" && shift && printf xxxx > "$1" && for n; do printf x >> "$n"; done', "sh", work, *names])  # fmt: skip
+        script = 'mkdir "$1" && cd "$1" && shift && printf xxxx > "$1" && for n; do printf x >> "$n"; done'
+        made = sb.run(["sh", "-c", script, "sh", work, *names])
         assert made.returncode == 0, made.stderr
     # Over its cap, the download names the biggest files: names the sandbox chose.
     r = subprocess.run(

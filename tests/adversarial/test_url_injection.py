@@ -15,12 +15,15 @@ import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
 import remote_exec as rx
 from remote_exec.sandboxes import transport_for
+from remote_exec.sandboxes.jail import JailTransport
 from remote_exec.sandboxes.local import LocalTransport
+from remote_exec.sandboxes.ssh import SSHTransport
 
 from .conftest import Adversary
 
@@ -40,7 +43,8 @@ def root() -> Iterator[Path]:
     yield d
     for sock in d.rglob("agent.sock"):  # keys holding "/" made nested dirs
         state = sock.parent
-        with contextlib.suppress(rx.RemoteExecError, OSError), rx.connect(rx.sandbox_url("local", dir=state)) as sb:
+        url = f"local://?dir={quote(os.fspath(state), safe='/')}"  # (no sandbox_url: works on old code too)
+        with contextlib.suppress(rx.RemoteExecError, OSError), rx.connect(url) as sb:
             os.kill(sb.info.pid, signal.SIGTERM)
     shutil.rmtree(d, ignore_errors=True)
 
@@ -66,20 +70,21 @@ async def test_pool_keys_in_sandbox_url_keep_their_own_dir(root: Path, adversary
 @pytest.mark.parametrize(
     ("case", "key", "error"),
     [
-        ("ampersand", "x&dir={other}", "given more than once"),
-        ("fragment", "{other}#", "no #fragment"),
+        ("ampersand", "x&dir={root}/victim", "given more than once"),
+        ("fragment", "victim#x", "no #fragment"),  # would have opened .../victim, another key's dir
     ],
+    ids=["ampersand", "fragment"],
 )
 async def test_pool_keys_pasted_into_a_url_are_refused(
     root: Path, adversary: Adversary, case: str, key: str, error: str
 ) -> None:
     # The README's old pattern: each attack now fails with a precise error instead of opening
-    # another dir (the `#` one would have cut "/victim#" down to "/victim").
-    key = key.format(other=root / "other")
+    # the dir of the key "victim".
+    key = key.format(root=root)
     async with rx.SandboxPool(lambda k: f"local://?dir={root}/{k}") as pool:
         with pytest.raises(rx.SandboxError, match=error) as caught:
             await pool.get(key)
-    refused = caught.value is not None and not _started_agents(root) and not (root / "other").exists()
+    refused = caught.value is not None and not _started_agents(root) and not (root / "victim").exists()
     adversary.tried("url injection", f"pool key pasted into an f-string URL: {case}", refused=refused)
     assert refused
 
@@ -117,8 +122,9 @@ def test_every_transport_refuses_a_fragment(url: str, adversary: Adversary) -> N
 
 def test_repeatable_options_still_repeat() -> None:
     jail = transport_for("jail://?ro=/usr&ro=/opt&rw=/tmp")
-    assert [b.source for b in getattr(jail, "binds")] == ["/usr", "/opt", "/tmp"]
-    assert getattr(transport_for("ssh://h?key=/k1&key=/k2"), "keys") == ["/k1", "/k2"]
+    assert isinstance(jail, JailTransport) and [b.source for b in jail.binds] == ["/usr", "/opt", "/tmp"]
+    ssh = transport_for("ssh://h?key=/k1&key=/k2")
+    assert isinstance(ssh, SSHTransport) and ssh.keys == ["/k1", "/k2"]
     assert transport_for(rx.sandbox_url("docker+image", "img", volume=["a:/a", "b:/b"])).url.count("volume=") == 2
 
 
