@@ -79,6 +79,7 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .protocol import ServerInfo as ServerInfo
     from .protocol import ShellInfo as ShellInfo
     from .sandboxes import open_sandbox as open_sandbox
+    from .sandboxes import sandbox_url as sandbox_url
 
 # Names load on first use, so `import remote_exec.agent` inside a sandbox pulls in only the
 # protocol and the agent (no host client, no blocking portal): the agent bundles small.
@@ -146,6 +147,7 @@ _LAZY: dict[str, str] = {
     "ServerInfo": ".protocol",
     "ShellInfo": ".protocol",
     "open_sandbox": ".sandboxes",
+    "sandbox_url": ".sandboxes",
 }
 
 
@@ -243,4 +245,5 @@ __all__ = [
     "connect",
     "gather",
     "open_sandbox",
+    "sandbox_url",
 ]

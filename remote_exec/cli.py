@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import datetime as dt
 import os
+import signal
 import sys
 from typing import TextIO
 
@@ -25,9 +26,13 @@ from .client.process import ExecRemoteProcess
 from .client.sandbox import AsyncSandbox
 from .client.types import Completed, ExecRemoteOptions, StderrChunk, StdoutChunk
 from .errors import ExecTimeoutError, RemoteExecError
+from .protocol import JobInfo
 from .sandboxes import open_sandbox
+from .termsafe import terminal_safe
 
 __all__ = ["main"]
+
+COMMAND_WIDTH = 80  # columns of `ps`'s label and command
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,7 +85,7 @@ async def _follow(proc: ExecRemoteProcess) -> int:
                 code = ev.exit_code
                 return 128 - code if code < 0 else code  # killed by signal N -> 128+N, like a shell
     except ExecTimeoutError as exc:
-        print(f"remote-exec: {exc}", file=sys.stderr)
+        print(f"remote-exec: {terminal_safe(exc)}", file=sys.stderr)
         return 124  # what coreutils' timeout(1) returns
     return 1
 
@@ -113,20 +118,15 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
         proc = sb.exec_remote(command, opts)
         if args.detach:
             await proc.started()
-            print(proc.detach())
+            print(terminal_safe(proc.detach()))  # the id is the agent's word
             return 0
-        return await _follow(proc)
+        try:
+            return await _follow(proc)
+        except BrokenPipeError:  # nobody reads its output any more (`| head`): stop it, as SIGPIPE would
+            await proc.kill()
+            raise
     if args.cmd == "ps":
-        print(f"{'JOB ID':<14} {'PID':>7} {'STATE':<10} {'EXIT':>5} {'STARTED':<19} {'OUT':>9} {'ERR':>9}  COMMAND")
-        for j in await sb.jobs():
-            started = dt.datetime.fromtimestamp(j.started_at).strftime("%Y-%m-%d %H:%M:%S")
-            cmd = j.command if isinstance(j.command, str) else " ".join(j.command)
-            exit_code = "" if j.exit_code is None else str(j.exit_code)
-            label = f"[{j.label}] " if j.label else ""
-            print(
-                f"{j.job_id:<14} {j.pid:>7} {j.state:<10} {exit_code:>5} {started:<19} "
-                f"{j.stdout_bytes:>9} {j.stderr_bytes:>9}  {label}{cmd[:80]}"
-            )
+        _ps(await sb.jobs())
         return 0
     if args.cmd == "cp":
         return await copy(sb, args)
@@ -137,20 +137,46 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
     return 0
 
 
+def _ps(jobs: list[JobInfo]) -> None:
+    """The job table, one line per job: every string in it comes from the agent, so each is made
+    terminal-safe (controls shown as escapes, a newline in a command cannot start a row)."""
+    print(f"{'JOB ID':<14} {'PID':>7} {'STATE':<10} {'EXIT':>5} {'STARTED':<19} {'OUT':>9} {'ERR':>9}  COMMAND")
+    for j in jobs:
+        try:
+            started = dt.datetime.fromtimestamp(j.started_at).strftime("%Y-%m-%d %H:%M:%S")
+        except (ValueError, OverflowError, OSError):  # a time no calendar holds (the agent's word)
+            started = "?"
+        cmd = j.command if isinstance(j.command, str) else " ".join(j.command)
+        exit_code = "" if j.exit_code is None else str(j.exit_code)
+        label = f"[{j.label}] " if j.label else ""
+        print(
+            f"{terminal_safe(j.job_id):<14} {j.pid:>7} {terminal_safe(j.state):<10} {exit_code:>5} {started:<19} "
+            f"{j.stdout_bytes:>9} {j.stderr_bytes:>9}  {terminal_safe(label + cmd)[:COMMAND_WIDTH]}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``remote-exec``."""
     args = _parser().parse_args(argv)
     try:
         if args.cmd == "shell":  # blocking API: the prompt reads the terminal in this thread
-            return shell_repl(args.sandbox, args.session, keep=args.keep)
-        return asyncio.run(_main(args))
+            status = shell_repl(args.sandbox, args.session, keep=args.keep)
+        else:
+            status = asyncio.run(_main(args))
+        sys.stdout.flush()  # here, not at exit, so that a closed pipe is caught below
+        return status
+    except BrokenPipeError:
+        # The reader went away (`remote-exec ps | head -1`): stop quietly, as `cat` does. Point
+        # stdout at /dev/null so that the interpreter's last flush cannot raise again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
     except KeyboardInterrupt:
         # asyncio.run cancelled the main task: a job `run` started was killed on the way out
         # (cancellation kills it); one followed by `attach` is left running.
         print("remote-exec: interrupted", file=sys.stderr)
         return 130
     except RemoteExecError as exc:
-        print(f"remote-exec: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"remote-exec: {type(exc).__name__}: {terminal_safe(exc)}", file=sys.stderr)  # may quote the agent
         return 2
 
 

@@ -25,6 +25,7 @@ from .client.localtree import check_name
 from .client.sandbox import AsyncSandbox
 from .client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
 from .errors import RemoteExecError
+from .termsafe import terminal_safe
 
 __all__ = ["PREFIX", "add_cp_parser", "copy"]
 
@@ -92,8 +93,8 @@ async def copy(sb: AsyncSandbox, args: argparse.Namespace) -> int:
         return await _download(sb, args.src[len(PREFIX) :] or ".", args.dst, tree)
     except RemoteExecError:
         raise
-    except OSError as exc:  # a local problem
-        print(f"remote-exec cp: {exc}", file=sys.stderr)
+    except OSError as exc:  # a local problem (its message may still name a file from the sandbox)
+        print(f"remote-exec cp: {terminal_safe(exc)}", file=sys.stderr)
         return 1
 
 
@@ -119,7 +120,10 @@ async def _download(sb: AsyncSandbox, remote: str, dst: str, tree: dict[str, Any
     info = await sb.stat(remote)
     if dst == "-":
         if info.type == "dir":
-            print(f"remote-exec cp: {remote} is a directory: give a local directory, not -", file=sys.stderr)
+            print(
+                f"remote-exec cp: {terminal_safe(remote)} is a directory: give a local directory, not -",
+                file=sys.stderr,
+            )
             return 1
         out = sys.stdout.buffer
 

@@ -19,6 +19,7 @@ from typing import TextIO
 from .blocking import BlockingExecRemoteProcess, BlockingShellSession, connect
 from .client.types import Completed, StderrChunk, StdoutChunk
 from .errors import ExecTimeoutError, ShellBusyError
+from .termsafe import terminal_safe
 
 __all__ = ["shell_repl"]
 
@@ -39,15 +40,15 @@ def shell_repl(url: str, session_id: str | None = None, *, keep: bool = False) -
     with connect(url) as sb:
         sh = sb.reattach_shell(session_id) if session_id else sb.shell()
         if session_id is None:
-            hint = f"(join it with --session {sh.session_id})"
-            print(f"remote-exec: shell session {sh.session_id} {hint}", file=sys.stderr)
+            sid = terminal_safe(sh.session_id)  # the agent's word, as are cwd and closed_reason
+            print(f"remote-exec: shell session {sid} (join it with --session {sid})", file=sys.stderr)
         status = 0
         try:
             while (line := _read_line(sh, tty)) is not None:
                 if line.strip():
                     status = _run_line(sh, line)
                     if sh.refresh().state == "closed":
-                        print(f"remote-exec: {sh.info.closed_reason}", file=sys.stderr)
+                        print(f"remote-exec: {terminal_safe(sh.info.closed_reason)}", file=sys.stderr)
                         return sh.info.exit_code if sh.info.exit_code is not None else status
         finally:
             if tty:
@@ -63,7 +64,7 @@ def _read_line(sh: BlockingShellSession, tty: bool) -> str | None:
         return line.rstrip("\n") if line else None
     while True:
         try:
-            return input(f"[{sh.session_id}] {sh.refresh().cwd or '?'}$ ")
+            return input(f"[{terminal_safe(sh.session_id)}] {terminal_safe(sh.refresh().cwd or '?')}$ ")
         except EOFError:
             print(file=sys.stderr)
             return None
@@ -91,10 +92,10 @@ def _run_line(sh: BlockingShellSession, line: str) -> int:
         print("^C", file=sys.stderr)
         return 130
     except ShellBusyError as exc:  # someone else (the notebook) is running a command in it
-        print(f"remote-exec: {exc}", file=sys.stderr)
+        print(f"remote-exec: {terminal_safe(exc)}", file=sys.stderr)
         return 1
     except ExecTimeoutError as exc:
-        print(f"remote-exec: {exc}", file=sys.stderr)
+        print(f"remote-exec: {terminal_safe(exc)}", file=sys.stderr)
         return 124
     if code != 0:
         print(f"[exit {code}]", file=sys.stderr)

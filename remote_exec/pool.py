@@ -97,7 +97,8 @@ class SandboxPool:
     :param sandboxes: a sandbox URL, opened once per key with :func:`~remote_exec.open_sandbox`;
         or a callable taking the key and returning a URL, or an awaitable of an ``AsyncSandbox``
         (an ``async def``, or ``lambda key: rx.open_sandbox(...)``). The pool owns (and closes)
-        every sandbox it gets this way.
+        every sandbox it gets this way. A key comes from your users: build a URL from it with
+        :func:`~remote_exec.sandbox_url` (which quotes it), never by pasting it into a string.
     :param max_size: how many keys the pool holds before it evicts idle sandboxes.
     :param idle_ttl: seconds a sandbox may stay unused (no ``get``, no lease) before it is
         closed; ``None`` keeps it until evicted.

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Generator
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from ..client.sandbox import AsyncSandbox, SandboxTransport
 from ..errors import SandboxError
@@ -14,7 +16,7 @@ from .k8s import K8sTransport
 from .local import LocalTransport
 from .ssh import SSHTransport
 
-__all__ = ["SCHEMES", "SandboxOpener", "open_sandbox", "transport_for"]
+__all__ = ["SCHEMES", "SandboxOpener", "open_sandbox", "sandbox_url", "transport_for"]
 
 SCHEMES: dict[str, Callable[[str], SandboxTransport]] = {
     "docker": DockerTransport.from_url,
@@ -38,7 +40,35 @@ def transport_for(url: str) -> SandboxTransport:
     if factory is None:
         known = ", ".join(f"{s}://" for s in SCHEMES)
         raise SandboxError(f"unsupported sandbox URL {url!r} (known: {known})")
+    if "#" in url:  # urlsplit would drop the rest silently: "dir=/srv/a#b" would open /srv/a
+        raise SandboxError(f"a sandbox URL has no #fragment (write # in a value as %23): {url!r}")
     return factory(url)
+
+
+OptionValue = str | os.PathLike[str] | int | float
+
+
+def sandbox_url(scheme: str, target: str = "", /, **options: OptionValue | list[OptionValue] | None) -> str:
+    """A sandbox URL built from parts, each quoted: what a value holds stays in that value.
+
+    ``rx.sandbox_url("local", dir=f"/srv/agents/{key}")`` is ``local://?dir=/srv/agents/...``
+    with any ``&``, ``#``, ``?``, ``%``, ``+`` or space of ``key`` percent-quoted, so a key
+    cannot add an option or cut the URL short (pasting it into an f-string URL can). ``target``
+    is the part before the query (``"my-container"``, ``"user@host:2222"``,
+    ``"ns/pod"``), quoted the same way except for ``/ @ : [ ]``. A list gives a repeatable
+    option (``volume=[...]``, ``ro=[...]``) once per item; ``None`` leaves an option out.
+
+    Quoting keeps values apart; it does not make a value safe as a path: a key ``..`` still
+    climbs out of ``/srv/agents``. Check a key before it becomes a path (see the README).
+    """
+    pairs = [
+        (name, os.fspath(v) if isinstance(v, os.PathLike) else str(v))
+        for name, value in options.items()
+        if value is not None
+        for v in (value if isinstance(value, list) else [value])
+    ]
+    query = urlencode(pairs, quote_via=quote, safe="/")
+    return f"{scheme}://{quote(target, safe='/@:[]')}" + (f"?{query}" if query else "")
 
 
 class SandboxOpener:

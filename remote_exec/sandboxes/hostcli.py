@@ -83,7 +83,10 @@ async def run_cli(argv: Sequence[str], *, timeout: float = 120.0, input: bytes |
 def parse_query(url: str, query: str, allowed: set[str], multi: frozenset[str] = frozenset()) -> dict[str, list[str]]:
     """``a=1&b=2`` -> ``{"a": ["1"], "b": ["2"]}``, refusing unknown options and repeats of single ones.
 
-    :raises SandboxError: an unknown or repeated option.
+    A repeat is refused rather than "the last one wins": a URL built by pasting a value in
+    (``f"local://?dir=/srv/{key}"``) would otherwise let the value add ``&dir=/elsewhere``.
+
+    :raises SandboxError: an unknown or repeated option, or a NUL in a value.
     """
     query_dict = parse_qs(query, keep_blank_values=True, strict_parsing=False)
     unknown = set(query_dict) - allowed
@@ -91,7 +94,12 @@ def parse_query(url: str, query: str, allowed: set[str], multi: frozenset[str] =
         raise SandboxError(f"unknown option(s) {sorted(unknown)} in {url!r} (known: {sorted(allowed)})")
     repeated = [k for k, v in query_dict.items() if len(v) > 1 and k not in multi]
     if repeated:
-        raise SandboxError(f"option(s) {sorted(repeated)} given more than once in {url!r}")
+        raise SandboxError(
+            f"option(s) {sorted(repeated)} given more than once in {url!r} "
+            "(build URLs from parts with rx.sandbox_url(), which quotes each value)"
+        )
+    if any("\0" in v for values in query_dict.values() for v in values):
+        raise SandboxError(f"an option holds a NUL character in {url!r}")
     return query_dict
 
 

@@ -82,6 +82,9 @@ class JailTransport(ExecTransport):
         unknown = {k for k, _ in pairs} - _OPTIONS
         if unknown:
             raise SandboxError(f"unknown jail:// option(s) {sorted(unknown)} in {url!r}")
+        repeated = sorted({k for k, _ in pairs if k not in ("ro", "rw") and [p[0] for p in pairs].count(k) > 1})
+        if repeated:  # refused, not "the last one wins": a pasted-in value could add &work=...
+            raise SandboxError(f"option(s) {repeated} given more than once in {url!r}")
         if parts.path not in ("", "/"):
             raise SandboxError(f"jail:// takes no path: {url!r}")
         if parts.netloc:
@@ -89,7 +92,7 @@ class JailTransport(ExecTransport):
                 raise SandboxError(f"jail://PID attaches to a running box by PID and takes no options: {url!r}")
             transport = cls(pid=int(parts.netloc))
         else:
-            query = dict(pairs)  # the last value of a single-valued option wins
+            query = dict(pairs)  # single-valued options are single (checked above)
             net = query.get("net", "none")
             if net not in ("none", "host"):
                 raise SandboxError(f"net must be none or host, not {net!r}")

@@ -19,17 +19,19 @@ import os
 import sys
 from pathlib import Path
 from typing import Literal
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import quote, urlsplit
 
 from ..client.channel import MAX_RESPONSE, CallChannel, Channel, SocketChannel, StdioChannel
 from ..client.sandbox import SandboxTransport
 from ..errors import AgentUnavailableError, SandboxError, error_from_wire
 from ..protocol import STREAM_SOCKET, default_agent_dir
 from ..protocol.ownership import check_peer, check_socket, check_state_dir
+from .hostcli import parse_query
 
 __all__ = ["LocalTransport"]
 
 ChannelKind = Literal["socket", "stdio", "call"]
+_OPTIONS = {"dir", "channel", "idle_timeout", "buffer_limit", "memory_budget"}
 
 
 class LocalTransport(SandboxTransport):
@@ -48,17 +50,17 @@ class LocalTransport(SandboxTransport):
         self.idle_timeout = idle_timeout
         self.buffer_limit = buffer_limit
         self.memory_budget = memory_budget
-        self.url = f"local://?dir={self.state_dir}" if state_dir else "local://"
+        # Quoted, so that a dir holding "&" or "#" gives a URL that opens this same dir again.
+        self.url = f"local://?dir={quote(os.fspath(self.state_dir), safe='/')}" if state_dir else "local://"
 
     @classmethod
     def from_url(cls, url: str) -> LocalTransport:
         parts = urlsplit(url)
         if parts.netloc or parts.path not in ("", "/"):
             raise SandboxError(f"local:// takes no host or path, only ?dir=...: {url!r}")
-        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-        unknown = set(query) - {"dir", "channel", "idle_timeout", "buffer_limit", "memory_budget"}
-        if unknown:
-            raise SandboxError(f"unknown local:// option(s) {sorted(unknown)} in {url!r}")
+        query = {k: v[-1] for k, v in parse_query(url, parts.query, _OPTIONS).items()}
+        if query.get("dir") == "":
+            raise SandboxError(f"option dir= is empty in {url!r}")
         channel = query.get("channel", "socket")
         if channel not in ("socket", "stdio", "call"):
             raise SandboxError(f"channel must be socket, stdio or call, not {channel!r}")

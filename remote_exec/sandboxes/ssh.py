@@ -32,13 +32,14 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from ..client.channel import Channel, PipeProcess
 from ..client.rpc import RpcClient
 from ..errors import AgentUnavailableError, RemoteExecError, SandboxError
 from ..protocol import Empty, Method, ServerInfo
 from .base import ExecTransport
+from .hostcli import parse_query
 from .ssh_pipe import SSHPipeProcess
 
 if TYPE_CHECKING:
@@ -129,10 +130,7 @@ class SSHTransport(ExecTransport):
             raise SandboxError("ssh:// takes no password in the URL: authenticate with a key (?key=/path)")
         if parts.path not in ("", "/"):
             raise SandboxError(f"ssh:// takes no path (use ?dir= for the agent's state dir): {url!r}")
-        query = parse_qs(parts.query, keep_blank_values=True)
-        unknown = set(query) - _OPTIONS
-        if unknown:
-            raise SandboxError(f"unknown ssh:// option(s) {sorted(unknown)} in {url!r}")
+        query = parse_query(url, parts.query, _OPTIONS, multi=frozenset({"key", "config"}))
         one = {k: v[-1] for k, v in query.items()}
         if one.get("host_key_check", "yes") not in ("yes", "no"):
             raise SandboxError(f"host_key_check must be yes or no, not {one['host_key_check']!r}")
