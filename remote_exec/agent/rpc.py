@@ -130,17 +130,17 @@ class Dispatcher:
             )
             if out_payload is not None and batch:  # the work is done; only its answer cannot be framed
                 raise InvalidRequestError(f"{method} answers with a payload: it cannot be batched")
-        except RemoteExecError as exc:
-            answer = _error(reply_id, exc)
-        except Exception as exc:  # a bug in a handler must not take the agent down
-            log.exception("internal error in %s", method)
-            answer = _error(reply_id, InternalError(f"{type(exc).__name__}: {exc}"))
-        else:
+            # Encoded inside the try: a result that cannot be encoded still gets an answer.
             answer = frames.encode(
                 b'{"jsonrpc":"2.0","id":%s,"result":%s}'
                 % (json.dumps(reply_id).encode(), result if isinstance(result, bytes) else dump_json(result)),
                 out_payload,
             )
+        except RemoteExecError as exc:
+            answer = _error(reply_id, exc)
+        except Exception as exc:  # a bug in a handler must not take the agent down
+            log.exception("internal error in %s", method)
+            answer = _error(reply_id, InternalError(f"{type(exc).__name__}: {exc}"))
         return None if id_ is _NO_ID else answer
 
     async def _call(self, method: str, params: object, payload: memoryview | None) -> WireModel | bytes | WithPayload:
