@@ -58,12 +58,13 @@ __all__ = ["TEXT_LIMIT", "FileClient", "Listing", "Progress"]
 
 
 class Listing(NamedTuple):
-    """A whole listing: the directory (symlinks resolved), its entries, and whether there were
-    more than were asked for."""
+    """A whole listing: the directory (symlinks resolved), its entries, whether there were
+    more than were asked for, and how many were left out because their names are not UTF-8."""
 
     path: str
     entries: list[FileInfo]
     truncated: bool
+    unnamed: int = 0
 
 
 TEXT_LIMIT = 64 * 1024 * 1024
@@ -131,6 +132,7 @@ class FileClient:
             raise ValueError(f"max_entries must be between 1 and {MAX_LIST_ENTRIES}")
         entries: list[FileInfo] = []
         after: str | None = None
+        unnamed = 0
         while True:
             limit = min(MAX_PAGE_ITEMS, max_entries + 1 - len(entries))  # one more tells "truncated"
             params = FileListParams(path=path, root=self.root, recursive=recursive, after=after, limit=limit)
@@ -139,10 +141,11 @@ class FileClient:
             if len(page.entries) > limit or not ends_right:
                 raise ProtocolError(f"file_list of {path}: a page of {len(page.entries)} entries, cursor {page.next!r}")
             entries += page.entries
+            unnamed += page.unnamed
             if len(entries) > max_entries:
-                return Listing(page.path, entries[:max_entries], True)
+                return Listing(page.path, entries[:max_entries], True, unnamed)
             if page.next is None:
-                return Listing(page.path, entries, False)
+                return Listing(page.path, entries, False, unnamed)
             after = page.next
 
     async def list_dir(self, path: str, *, recursive: bool = False, max_entries: int = 100_000) -> list[FileInfo]:
