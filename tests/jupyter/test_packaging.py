@@ -54,9 +54,7 @@ def _kernel_outputs(python: Path, jupyter_path: Path, monkeypatch: pytest.Monkey
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_the_wheel_installs_by_its_name_and_loads_in_a_kernel(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_wheel_installs_by_its_name_and_loads_in_a_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Built, installed with its extra in a fresh venv, imported there, ``%load_ext`` run in its kernel."""
     subprocess.run(
         [sys.executable, "-m", "hatchling", "build", "-t", "wheel", "-d", str(tmp_path / "dist")],
@@ -129,3 +127,18 @@ def test_load_ext_is_reachable_from_the_top_level_package() -> None:
     import remote_exec
 
     assert callable(remote_exec.load_ipython_extension) and callable(remote_exec.unload_ipython_extension)
+
+
+def test_load_ext_without_the_extra_names_what_to_install_where() -> None:
+    code = (
+        "import sys; sys.modules['anywidget'] = None  # as in a kernel env without the jupyter extra\n"
+        "from IPython.core.interactiveshell import InteractiveShell\n"
+        "InteractiveShell.instance().extension_manager.load_extension('remote_exec')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 1
+    last = out.stderr.strip().splitlines()[-1]
+    assert last == (
+        "ImportError: %load_ext remote_exec needs the jupyter extra in this kernel's environment (no anywidget): "
+        f"{sys.executable} -m pip install '{DIST}[jupyter]'"
+    ), out.stderr
