@@ -24,7 +24,7 @@ KERNEL_CELLS = [
     f"print('DIST', importlib.metadata.version({DIST!r}), remote_exec.__file__)",
     "%load_ext remote_exec",
     "%%exec_remote\necho hello from $((6 * 7))",
-    "from remote_exec.jupyter import JobView\nprint('ESM', type(JobView._esm).__name__, 'export default' in JobView._esm)",
+    "from remote_exec.jupyter import JobView as J\nprint('ESM', type(J._esm).__name__, 'export default' in J._esm)",
 ]
 
 
@@ -48,7 +48,9 @@ def _kernel_outputs(python: Path, jupyter_path: Path, monkeypatch: pytest.Monkey
     spec.write_text(json.dumps({"argv": argv, "display_name": "clean venv", "language": "python"}))
     monkeypatch.setenv("JUPYTER_PATH", str(jupyter_path))
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in KERNEL_CELLS])
-    NotebookClient(nb, timeout=120, kernel_name="clean").execute()
+    # Not the checkout's directory: the kernel imports from its working directory first.
+    resources = {"metadata": {"path": str(jupyter_path)}}
+    NotebookClient(nb, timeout=120, kernel_name="clean", resources=resources).execute()
     return "\n".join(o.get("text", "") for cell in nb.cells for o in cell.get("outputs", []))
 
 
