@@ -13,6 +13,7 @@ Blocking::
 
 from typing import TYPE_CHECKING
 
+from ._version import DISTRIBUTION
 from ._version import __version__ as __version__
 
 if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ below)
@@ -152,9 +153,22 @@ _LAZY: dict[str, str] = {
 
 
 def load_ipython_extension(ipython: object) -> None:
-    """``%load_ext remote_exec``: register the notebook magics (imports the jupyter extra only now)."""
-    from .jupyter import load_ipython_extension as load
+    """``%load_ext remote_exec``: register the notebook magics (imports the jupyter extra only now).
 
+    :raises ImportError: the kernel's environment lacks the ``jupyter`` extra (the message says
+        what to install where: the kernel's Python, which may not be the Jupyter server's).
+    """
+    try:
+        from .jupyter import load_ipython_extension as load
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in ("IPython", "ipywidgets", "anywidget", "traitlets"):
+            raise
+        import sys
+
+        raise ImportError(
+            f"%load_ext remote_exec needs the jupyter extra in this kernel's environment (no {exc.name}): "
+            f"{sys.executable} -m pip install '{DISTRIBUTION}[jupyter]'"
+        ) from exc
     load(ipython)
 
 

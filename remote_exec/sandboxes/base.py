@@ -106,7 +106,7 @@ class ExecTransport(SandboxTransport):
                     return argv
         if self.inject == "never":
             raise AgentUnavailableError(
-                f"no remote_exec agent in {self.url}: install the remote-exec package in the sandbox, "
+                f"no remote_exec agent in {self.url}: pip install remote-exec-sandbox in the sandbox, "
                 "or let the bundled agent be injected"
             )
         return await inject_agent(self)

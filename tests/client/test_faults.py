@@ -15,6 +15,8 @@ from remote_exec.agent.jobs.proctable import group_members
 from remote_exec.client.channel import StdioChannel
 from remote_exec.protocol import frames
 
+from ..conftest import relay_pid
+
 pytestmark = pytest.mark.anyio
 
 SLOW_LINES = "for i in $(seq 1 300); do echo line $i; echo err $i >&2; [ $((i % 30)) = 0 ] && sleep 0.05; done; exit 4"
@@ -73,7 +75,7 @@ async def test_killed_stdio_channel_reconnects_without_loss(agent_dir: Path) -> 
         relay.kill()  # kill -9 of the host-side channel process
         with anyio.fail_after(30):
             res = await proc.wait()
-        assert channel.process is not None and channel.process.pid != relay.pid  # a new relay
+        assert channel.process is not None and relay_pid(channel.process) != relay_pid(relay)  # a new relay
     assert res.stdout == "first\n" + EXPECTED_OUT
     assert res.stderr == EXPECTED_ERR
     assert res.returncode == 4

@@ -24,6 +24,7 @@ import remote_exec as rx
 from remote_exec.client.channel import StdioChannel
 from remote_exec.protocol import Empty, Method, PortListResult
 
+from ..conftest import relay_pid
 from ..portserver import SandboxServer, fetch_sha256, pattern
 
 pytestmark = pytest.mark.anyio
@@ -143,7 +144,7 @@ async def test_a_killed_channel_loses_no_byte_either_way(agent_dir: Path) -> Non
                     if i == 3 * 1024 * 1024:  # mid-stream, with calls in flight both ways
                         relay = channel.process
                         assert relay is not None
-                        relays.append(relay.pid)
+                        relays.append(relay_pid(relay))
                         relay.kill()  # kill -9 of the host-side channel process
                 writer.write_eof()
 
@@ -153,7 +154,7 @@ async def test_a_killed_channel_loses_no_byte_either_way(agent_dir: Path) -> Non
                     back = await reader.read()
             writer.close()
             assert back == data and fwd.last_error is None
-            assert channel.process is not None and channel.process.pid not in relays
+            assert channel.process is not None and relay_pid(channel.process) not in relays
         await echo.stop()
 
 

@@ -13,7 +13,7 @@ from remote_exec.client.transfer import IgnoreRules, same_mtime
 
 pytestmark = pytest.mark.anyio
 
-TREE = {
+TREE: dict[str, str | bytes] = {
     "README.md": "# project\n",
     "src/app.py": "print('app')\n",
     "src/pkg/mod.py": "X = 1\n",
