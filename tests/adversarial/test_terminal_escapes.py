@@ -68,7 +68,7 @@ def test_ps_prints_each_hostile_label_and_command_safely(sandbox: str, adversary
     rows = out.splitlines()[1:]
     assert len(rows) == len(HOSTILE)  # one row per job: a newline in a command forges none
     for case in HOSTILE:
-        row = next(row for row in rows if row.startswith(ids[case]))
+        row = next(row for row in rows if row.startswith(str(ids[case])))
         refused = not unsafe_chars(row) and case in row
         adversary.tried("terminal escapes", f"ps label and command: {case}", refused=refused)
         assert refused, row
