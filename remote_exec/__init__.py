@@ -18,10 +18,10 @@ from ._version import __version__ as __version__
 if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ below)
     from .blocking import BlockingExecRemoteProcess as BlockingExecRemoteProcess
     from .blocking import BlockingPortForward as BlockingPortForward
+    from .blocking import BlockingSandboxPool as BlockingSandboxPool
     from .blocking import BlockingShellSession as BlockingShellSession
     from .blocking import Sandbox as Sandbox
     from .blocking import connect as connect
-    from .blocking_pool import BlockingSandboxPool as BlockingSandboxPool
     from .client.ports import PortForward as PortForward
     from .client.process import ExecRemoteProcess as ExecRemoteProcess
     from .client.sandbox import AsyncSandbox as AsyncSandbox
@@ -140,7 +140,7 @@ _LAZY: dict[str, str] = {
     "FleetEvent": ".fleet",
     "gather": ".fleet",
     "SandboxPool": ".pool",
-    "BlockingSandboxPool": ".blocking_pool",
+    "BlockingSandboxPool": ".blocking",
     "FileInfo": ".protocol",
     "JobInfo": ".protocol",
     "PortConnInfo": ".protocol",
