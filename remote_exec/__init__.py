@@ -25,9 +25,9 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .client.ports import PortForward as PortForward
     from .client.process import ExecRemoteProcess as ExecRemoteProcess
     from .client.sandbox import AsyncSandbox as AsyncSandbox
-    from .client.sandbox import SandboxTransport as SandboxTransport
     from .client.shell import ShellSession as ShellSession
     from .client.transfer import TransferResult as TransferResult
+    from .client.transport import SandboxTransport as SandboxTransport
     from .client.types import Completed as Completed
     from .client.types import ExecRemoteEvent as ExecRemoteEvent
     from .client.types import ExecRemoteOptions as ExecRemoteOptions
@@ -92,7 +92,7 @@ _LAZY: dict[str, str] = {
     "PortForward": ".client.ports",
     "ExecRemoteProcess": ".client.process",
     "AsyncSandbox": ".client.sandbox",
-    "SandboxTransport": ".client.sandbox",
+    "SandboxTransport": ".client.transport",
     "TransferResult": ".client.transfer",
     "ShellSession": ".client.shell",
     "Completed": ".client.types",

@@ -51,10 +51,10 @@ from ..protocol import (
     FileWriteParams,
     Method,
 )
-from .native import NativeCopy, read_native, write_staged
+from .native import NativeCopy, Progress, read_native, write_staged
 from .rpc import RpcClient
 
-__all__ = ["TEXT_LIMIT", "FileClient", "Listing", "Progress"]
+__all__ = ["TEXT_LIMIT", "FileClient", "Listing"]
 
 
 class Listing(NamedTuple):
@@ -70,9 +70,6 @@ TEXT_LIMIT = 64 * 1024 * 1024
 """Largest file ``read_file(text=True)`` reads by default (``FileTooLargeError`` beyond)."""
 
 _HASH_BATCH = 256 * 1024 * 1024
-
-Progress = Callable[[int], None]
-"""Called with the byte count of each chunk as it completes."""
 
 
 async def _pipelined(offsets: Iterable[int], work: Callable[[int], Awaitable[None]], window: int) -> None:

@@ -17,7 +17,7 @@ from .transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, ProgressBar, Transfe
 
 if TYPE_CHECKING:
     from .rpc import RpcClient
-    from .sandbox import SandboxTransport
+    from .transport import SandboxTransport
 
 __all__ = ["SandboxFiles"]
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from ..client.channel import MAX_RESPONSE, Channel, PipeProcess, StdioChannel
-from ..client.sandbox import SandboxTransport
+from ..client.transport import SandboxTransport
 from ..errors import AgentUnavailableError, SandboxError
 from ..protocol import PROTOCOL_VERSION
 from ..protocol.pipes import widen_pipe

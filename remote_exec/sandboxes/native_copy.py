@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import anyio
 
-from ..client.files import Progress
+from ..client.native import Progress
 from ..errors import FileError
 from ..protocol.pipes import widen_pipe
 from .hostcli import CliError
