@@ -51,10 +51,11 @@ from ..protocol import (
     FileWriteParams,
     Method,
 )
-from .native import NativeCopy, read_native, write_staged
+from .localfile import drop_local, finish_local, local_temp, pread_all, pwrite_all
+from .native import NativeCopy, Progress, read_native, write_staged
 from .rpc import RpcClient
 
-__all__ = ["TEXT_LIMIT", "FileClient", "Listing", "Progress"]
+__all__ = ["TEXT_LIMIT", "FileClient", "Listing"]
 
 
 class Listing(NamedTuple):
@@ -71,9 +72,6 @@ TEXT_LIMIT = 64 * 1024 * 1024
 """Largest file ``read_file(text=True)`` reads by default (``FileTooLargeError`` beyond)."""
 
 _HASH_BATCH = 256 * 1024 * 1024
-
-Progress = Callable[[int], None]
-"""Called with the byte count of each chunk as it completes."""
 
 
 async def _pipelined(offsets: Iterable[int], work: Callable[[int], Awaitable[None]], window: int) -> None:
@@ -281,11 +279,11 @@ class FileClient:
         ``dir_fd``: ``local`` is a bare name in the directory open as ``dir_fd``, and nothing is
         followed there (a symlink of that name is replaced, not written through)."""
         dest = Path(local)
-        fd, temp = await asyncio.to_thread(_local_temp, dest, dir_fd)
+        fd, temp = await asyncio.to_thread(local_temp, dest, dir_fd)
         try:
 
             async def sink(offset: int, data: memoryview) -> None:
-                await asyncio.to_thread(_pwrite_all, fd, data, offset)
+                await asyncio.to_thread(pwrite_all, fd, data, offset)
 
             first: FileInfo | FileReadResult | None = None
             if self.native is not None and (size_hint is None or size_hint >= self.native.min_size):
@@ -293,13 +291,13 @@ class FileClient:
             if first is None:
                 first = await self._read(path, sink, None, progress)
             await asyncio.to_thread(
-                _finish_local, fd, temp, dest, first.size, first.mode & 0o777, first.mtime_ns, dir_fd
+                finish_local, fd, temp, dest, first.size, first.mode & 0o777, first.mtime_ns, dir_fd
             )
             fd = -1
         finally:
             if fd >= 0:
                 with anyio.CancelScope(shield=True):
-                    await asyncio.to_thread(_drop_local, fd, temp, dir_fd)
+                    await asyncio.to_thread(drop_local, fd, temp, dir_fd)
         return first if isinstance(first, FileInfo) else await self.stat(path)
 
     # -- writes -----------------------------------------------------------------------------
@@ -381,7 +379,7 @@ class FileClient:
                 raise IsADirectoryError(f"{local} is a directory: use upload() for a tree")
 
             async def chunk(offset: int, n: int) -> bytes:
-                return await asyncio.to_thread(_pread_all, fd, n, offset)
+                return await asyncio.to_thread(pread_all, fd, n, offset)
 
             final_mode = stat.S_IMODE(st.st_mode) if mode is None else mode
             mtime_ns = st.st_mtime_ns if keep_mtime else None
@@ -399,63 +397,3 @@ class FileClient:
         """Abort a write session, even while being cancelled; an unreachable agent drops it itself."""
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
             await self.rpc.call(Method.FILE_WRITE_ABORT, FileSessionParams(session_id=session_id), Empty, timeout=10)
-
-
-# -- local-side helpers (blocking; run in threads) -------------------------------------------------
-
-
-def _pread_all(fd: int, n: int, offset: int) -> bytes:
-    parts = []
-    while n > 0:
-        data = os.pread(fd, n, offset)
-        if not data:
-            break
-        parts.append(data)
-        n, offset = n - len(data), offset + len(data)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
-    while data:
-        n = os.pwrite(fd, data, offset)
-        data, offset = data[n:], offset + n
-
-
-def _local_temp(dest: Path, dir_fd: int | None = None) -> tuple[int, str]:
-    """A new temporary file beside ``dest`` (with ``dir_fd``: ``dest`` is a name in that directory)."""
-    if dir_fd is None:
-        if dest.is_dir():
-            raise IsADirectoryError(f"{dest} is a directory")
-        temp = os.fspath(dest.with_name(f".{dest.name[:200]}.{secrets.token_hex(4)}.rxpart"))
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISDIR(os.stat(dest, dir_fd=dir_fd, follow_symlinks=False).st_mode):
-                raise IsADirectoryError(f"{dest} is a directory")
-        temp = f".{dest.name[:200]}.{secrets.token_hex(4)}.rxpart"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    return os.open(temp, flags, 0o600, dir_fd=dir_fd), temp
-
-
-def _finish_local(
-    fd: int, temp: str, dest: Path, size: int, mode: int, mtime_ns: int, dir_fd: int | None = None
-) -> None:
-    try:
-        os.ftruncate(fd, size)
-        os.fchmod(fd, mode)
-        os.utime(fd, ns=(mtime_ns, mtime_ns))
-    except BaseException:
-        _drop_local(fd, temp, dir_fd)
-        raise
-    os.close(fd)
-    try:
-        os.replace(temp, dest, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp, dir_fd=dir_fd)
-        raise
-
-
-def _drop_local(fd: int, temp: str, dir_fd: int | None = None) -> None:
-    os.close(fd)
-    with contextlib.suppress(OSError):
-        os.unlink(temp, dir_fd=dir_fd)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from abc import ABC, abstractmethod
 from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Literal, Unpack, overload
@@ -19,16 +18,15 @@ from ..errors import (
     TransportError,
 )
 from ..protocol import PROTOCOL_VERSION, Empty, JobInfo, ListParams, ListResult, Method, ServerInfo, ShellInfo
-from .channel import Channel
-from .native import NativeCopy
 from .ports import PortForward
 from .process import RESPONSE_MARGIN, ExecRemoteProcess
 from .rpc import RpcClient
 from .sandbox_files import SandboxFiles
 from .shell import ShellSession, list_shells
+from .transport import SandboxTransport
 from .types import ExecRemoteOptions, ExecResult, OptionOverrides
 
-__all__ = ["MAX_JOBS_LISTED", "OPEN_TIMEOUT", "AsyncSandbox", "SandboxTransport"]
+__all__ = ["MAX_JOBS_LISTED", "OPEN_TIMEOUT", "AsyncSandbox"]
 
 OPEN_TIMEOUT = 10.0
 """Seconds :meth:`AsyncSandbox.open` gives the agent to answer ``server_info`` (connecting
@@ -36,26 +34,6 @@ included) once the transport is set up; a silent agent fails the open after that
 
 MAX_JOBS_LISTED = 100_000
 """Most jobs :meth:`AsyncSandbox.jobs` gathers, page after page (an agent keeps far fewer)."""
-
-
-class SandboxTransport(ABC):
-    """The seam every sandbox implements: how to reach its agent.
-
-    :ivar url: the sandbox URL this transport was made from.
-    """
-
-    url: str
-
-    @abstractmethod
-    async def open_channel(self) -> Channel:
-        """Make sure an agent runs in the sandbox and return a channel to it."""
-
-    def native_copy(self) -> NativeCopy | None:
-        """The transport's own copy command for big files (``None``: the agent channel only)."""
-        return None
-
-    async def aclose(self) -> None:
-        """Tear down whatever the transport set up (containers, connections...)."""
 
 
 class AsyncSandbox(SandboxFiles):

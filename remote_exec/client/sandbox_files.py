@@ -17,7 +17,7 @@ from .transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, ProgressBar, Transfe
 
 if TYPE_CHECKING:
     from .rpc import RpcClient
-    from .sandbox import SandboxTransport
+    from .transport import SandboxTransport
 
 __all__ = ["SandboxFiles"]
 
@@ -185,7 +185,7 @@ class SandboxFiles:
     ) -> TransferResult:
         """Copy a local project tree into ``remote_dir``; only new or changed files are sent.
 
-        Left out: :data:`~remote_exec.client.transfer.DEFAULT_IGNORES` (``.git``,
+        Left out: :data:`~remote_exec.client.transfer.ignore.DEFAULT_IGNORES` (``.git``,
         ``node_modules``, ``__pycache__``, ``.venv``, ``.env*`` but ``.env.example``, ``*.pem``,
         ``*.key``; ``default_ignores=False`` sends them), whatever ``.gitignore`` files in the
         tree ignore (``gitignore=False``: nothing), and ``ignore`` (gitignore patterns, which

@@ -29,7 +29,8 @@ import pytest
 
 import remote_exec as rx
 from remote_exec.client.channel import MAX_RESPONSE, CallChannel, Channel, StdioChannel
-from remote_exec.client.sandbox import AsyncSandbox, SandboxTransport
+from remote_exec.client.sandbox import AsyncSandbox
+from remote_exec.client.transport import SandboxTransport
 from remote_exec.protocol import default_agent_dir
 
 from .conftest import Adversary

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import remote_exec as rx
-from remote_exec.client.transfer import IgnoreRules, same_mtime
+from remote_exec.client.transfer import IgnoreRules
+from remote_exec.client.transfer.trees import same_mtime
 
 pytestmark = pytest.mark.anyio
 

@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal
 
-from .blocking import Sandbox, lease_portal, release_portal
-from .client.sandbox import AsyncSandbox
-from .pool import PoolStats, SandboxFactory, SandboxPool
+from ..client.sandbox import AsyncSandbox
+from ..pool import PoolStats, SandboxFactory, SandboxPool
+from .sandbox import Sandbox, lease_portal, release_portal
 
 __all__ = ["BlockingSandboxPool"]
 

@@ -17,14 +17,14 @@ from typing import Any, Literal, TypeVar, Unpack, overload
 
 from anyio.from_thread import BlockingPortal, BlockingPortalProvider
 
-from .blocking_handles import BlockingExecRemoteProcess, BlockingPortForward, BlockingShellSession, interruptible
-from .client.process import ExecRemoteProcess
-from .client.sandbox import AsyncSandbox
-from .client.shell import ShellSession
-from .client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, TransferResult
-from .client.types import ExecRemoteOptions, ExecResult, OptionOverrides
-from .protocol import FileInfo, JobInfo, ServerInfo, ShellInfo
-from .sandboxes import open_sandbox
+from ..client.process import ExecRemoteProcess
+from ..client.sandbox import AsyncSandbox
+from ..client.shell import ShellSession
+from ..client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, TransferResult
+from ..client.types import ExecRemoteOptions, ExecResult, OptionOverrides
+from ..protocol import FileInfo, JobInfo, ServerInfo, ShellInfo
+from ..sandboxes import open_sandbox
+from .handles import BlockingExecRemoteProcess, BlockingPortForward, BlockingShellSession, interruptible
 
 __all__ = ["BlockingExecRemoteProcess", "BlockingPortForward", "BlockingShellSession", "Sandbox", "connect"]
 

@@ -20,12 +20,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .client.files import FileClient
-from .client.localtree import check_name
-from .client.sandbox import AsyncSandbox
-from .client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
-from .errors import RemoteExecError
-from .termsafe import terminal_safe
+from ..client.files import FileClient
+from ..client.localtree import check_name
+from ..client.sandbox import AsyncSandbox
+from ..client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
+from ..errors import RemoteExecError
+from ..termsafe import terminal_safe
 
 __all__ = ["PREFIX", "add_cp_parser", "copy"]
 

@@ -1,6 +1,6 @@
 """The blocking handles: a job, a shell session and a port forward, each wrapping its async original.
 
-Their methods are one-liners around the shared portal of :mod:`remote_exec.blocking`; a wait
+Their methods are one-liners around the shared portal of :mod:`remote_exec.blocking.sandbox`; a wait
 that a user may want to stop (iteration, ``wait()``, ``run()``) is interruptible with Ctrl-C.
 """
 
@@ -14,11 +14,11 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal
 
-from .client.ports import PortForward
-from .client.process import ExecRemoteProcess
-from .client.shell import ShellSession
-from .client.types import ExecRemoteEvent, ExecResult
-from .protocol import PortConnInfo, ShellInfo
+from ..client.ports import PortForward
+from ..client.process import ExecRemoteProcess
+from ..client.shell import ShellSession
+from ..client.types import ExecRemoteEvent, ExecResult
+from ..protocol import PortConnInfo, ShellInfo
 
 __all__ = ["BlockingExecRemoteProcess", "BlockingPortForward", "BlockingShellSession", "interruptible"]
 
