@@ -18,7 +18,7 @@ import contextlib
 import os
 import secrets
 import stat
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -198,18 +198,7 @@ class FileClient:
         first_sink: Callable[[FileReadResult], Awaitable[None]] | None = None,
     ) -> FileReadResult:
         """Read the whole file, handing each chunk to ``sink(offset, bytes)`` (in any order)."""
-
-        async def get(offset: int) -> tuple[FileReadResult, memoryview]:
-            params = FileReadParams(path=path, root=self.root, offset=offset, length=self.chunk_size, max_size=max_size)
-            res, payload = await self.rpc.call_with_payload(
-                Method.FILE_READ, params, FileReadResult, max_payload=params.length
-            )
-            data = payload if payload is not None else memoryview(b"")
-            if len(data) != res.length:
-                raise FileError(f"read of {path}: {len(data)} bytes came, {res.length} announced", path=path)
-            return res, data
-
-        first, data = await get(0)
+        first, data = await self._chunk(path, 0, max_size)
         if first_sink is not None:
             await first_sink(first)
         await sink(0, data)
@@ -219,17 +208,40 @@ class FileClient:
             return first
 
         async def one(offset: int) -> None:
-            res, data = await get(offset)
-            if (res.size, res.mtime_ns) != (first.size, first.mtime_ns) or res.length != min(
-                self.chunk_size, first.size - offset
-            ):
-                raise FileError(f"{path} changed while it was being read", path=path)
+            data = await self._next_chunk(path, first, offset, max_size)
             await sink(offset, data)
             if progress is not None:
                 progress(len(data))
 
         await _pipelined(range(first.length, first.size, self.chunk_size), one, self.window)
         return first
+
+    async def _chunk(self, path: str, offset: int, max_size: int | None) -> tuple[FileReadResult, memoryview]:
+        params = FileReadParams(path=path, root=self.root, offset=offset, length=self.chunk_size, max_size=max_size)
+        res, payload = await self.rpc.call_with_payload(
+            Method.FILE_READ, params, FileReadResult, max_payload=params.length
+        )
+        data = payload if payload is not None else memoryview(b"")
+        if len(data) != res.length:
+            raise FileError(f"read of {path}: {len(data)} bytes came, {res.length} announced", path=path)
+        return res, data
+
+    async def _next_chunk(self, path: str, first: FileReadResult, offset: int, max_size: int | None) -> memoryview:
+        """The chunk at ``offset`` of the file whose first chunk was ``first``, which must not have changed."""
+        res, data = await self._chunk(path, offset, max_size)
+        if (res.size, res.mtime_ns) != (first.size, first.mtime_ns) or res.length != min(
+            self.chunk_size, first.size - offset
+        ):
+            raise FileError(f"{path} changed while it was being read", path=path)
+        return data
+
+    async def iter_bytes(self, path: str) -> AsyncIterator[bytes]:
+        """The file's bytes in order, one chunk request at a time: memory holds one chunk."""
+        first, data = await self._chunk(path, 0, None)
+        yield bytes(data)
+        if not first.eof:
+            for offset in range(first.length, first.size, self.chunk_size):
+                yield bytes(await self._next_chunk(path, first, offset, None))
 
     async def read_bytes(self, path: str, *, max_size: int | None = None, progress: Progress | None = None) -> bytes:
         buf = bytearray()

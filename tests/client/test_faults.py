@@ -34,7 +34,7 @@ def _is_poll_with_data(frame: frames.Frame) -> bool:
 
 def drop_poll_responses(sb: rx.AsyncSandbox, which: set[int]) -> list[int]:
     """Make the channel lose the n-th poll responses that carry data (1-based); return a log."""
-    channel = sb._client().channel
+    channel = sb._core.rpc.channel
     seen: list[int] = []
     # Every channel kind (the socket one included) reads frames in one loop: drop them there.
     assert isinstance(channel, StdioChannel)
@@ -65,7 +65,7 @@ async def test_dropped_poll_responses_lose_and_duplicate_nothing(url: str) -> No
 
 async def test_killed_stdio_channel_reconnects_without_loss(agent_dir: Path) -> None:
     async with rx.open_sandbox(f"local://?dir={agent_dir}&channel=stdio") as sb:
-        channel = sb._client().channel
+        channel = sb._core.rpc.channel
         assert isinstance(channel, StdioChannel)
         proc = sb.exec_remote(["bash", "-c", "echo first; read x < /dev/null; sleep 0.3; " + SLOW_LINES])
         first = await anext(aiter(proc))
