@@ -238,7 +238,8 @@ class FileClient:
     async def iter_bytes(self, path: str) -> AsyncIterator[bytes]:
         """The file's bytes in order, one chunk request at a time: memory holds one chunk."""
         first, data = await self._chunk(path, 0, None)
-        yield bytes(data)
+        if data:  # an empty file yields nothing
+            yield bytes(data)
         if not first.eof:
             for offset in range(first.length, first.size, self.chunk_size):
                 yield bytes(await self._next_chunk(path, first, offset, None))
