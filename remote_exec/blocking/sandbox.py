@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar, Unpack, overload
 
@@ -248,7 +248,7 @@ class Sandbox:
         fn = functools.partial(self.async_sandbox.read_file_to, progress=progress)
         return interruptible(self._portal, fn, path, local_path)
 
-    def iter_file(self, path: str) -> Iterator[bytes]:
+    def iter_file(self, path: str) -> Generator[bytes, None, None]:
         """The bytes of ``path``, in order, one chunk at a time; Ctrl-C stops the read (see
         :meth:`AsyncSandbox.aiter_file`).
 
