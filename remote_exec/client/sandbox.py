@@ -38,11 +38,19 @@ class AsyncSandbox(SandboxFiles):
         open_timeout: float = OPEN_TIMEOUT,
     ) -> None:
         self.transport = transport
-        self.response_margin = response_margin
-        self.open_timeout = open_timeout
         super().__init__(
             SandboxCore(transport, response_margin=response_margin, open_timeout=open_timeout), workspace_root
         )
+
+    @property
+    def response_margin(self) -> float:
+        """Seconds an answer may lag a long-poll's wait before it is asked again (the core's)."""
+        return self._core.response_margin
+
+    @property
+    def open_timeout(self) -> float:
+        """Seconds the agent has to answer ``server_info`` when the sandbox opens (the core's)."""
+        return self._core.open_timeout
 
     @property
     def url(self) -> str:
