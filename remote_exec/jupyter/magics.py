@@ -92,7 +92,7 @@ _WHERE = _options(
         {
             "action": argparse.BooleanOptionalAction,
             "default": None,
-            "help": "show a live job view (default: for --bg cells only)",
+            "help": "show a live job view (default: yes where widgets render; --no-widget: capped text)",
         },
     ),
 )
@@ -186,9 +186,10 @@ class RemoteExecMagics(Magics):
             raise UsageError("--cwd/--env apply when a shell is opened (--shell new); an open one keeps its own")
         job = self._job(cell, args.sandbox, args.shell, cwd, env, timeout)
         plain = not widgets_enabled()
-        widget = (
-            args.widget if args.widget is not None else d.widget if d.widget is not None else args.bg
-        ) and not plain
+        # A live view by default, foreground cells too: it shows a flood capped (the newest
+        # lines, "N lines hidden", Download for the rest) where streamed text would trip
+        # Jupyter's IOPub rate limit and lose the end of the output.
+        widget = (args.widget if args.widget is not None else d.widget if d.widget is not None else True) and not plain
         try:
             if args.bg:
                 proc = job.run_background(widget=widget, plain=plain)
