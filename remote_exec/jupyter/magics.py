@@ -362,3 +362,23 @@ class RemoteExecMagics(Magics):
             print(f"shell {session.session_id} in {sb.url}, cwd {session.info.cwd}")
             return
         show(ShellView(session))
+
+
+def _plain_help(cls: type[Magics]) -> None:
+    """Make ``%%exec_remote?`` read as it is typed.
+
+    IPython's ``magic_arguments`` writes a help for Sphinx: an RST ``::`` first, and the usage
+    under the function's name with one ``%`` even for a cell magic. ``%name?`` shows it as is.
+    """
+    for kind, prefix in (("line", "%"), ("cell", "%%")):
+        for name, method in cls.magics[kind].items():
+            fn = getattr(cls, method)
+            doc = (fn.__doc__ or "").removeprefix("::\n\n  ")
+            if doc.startswith(f"%{name}"):
+                fn.__doc__ = prefix + name + doc[len(name) + 1 :]
+            parser = getattr(fn, "parser", None)
+            if parser is not None:
+                parser.prog = prefix + name  # in its errors too: "%%exec_remote: error: ..."
+
+
+_plain_help(RemoteExecMagics)

@@ -339,3 +339,43 @@ def test_forwarded_port_opens_through_the_servers_proxy(
         assert frame.url.startswith(page.url.split("/user/")[0] + f"{BASE_URL}proxy/"), frame.url
         shot(page, "browser-7-forwarded-port-proxied", cell)
         wait_done(run_cell(page, 2))
+
+
+def test_a_foreground_flood_ends_capped_without_the_iopub_warning(
+    lab: tuple[str, Path], page: Any, agent_dir: Path
+) -> None:
+    """``%%exec_remote seq 1 2000000``: a live view showing the newest lines and an explicit "N lines
+    hidden", never Jupyter's "IOPub data rate exceeded"; Copy gets all 2 M lines and says so."""
+    n = 2_000_000
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    cells = [
+        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
+        f"%%exec_remote\nseq 1 {n}",
+        "print('next cell ran')",
+    ]
+    with failure_shot(page, "browser-flood"):
+        open_notebook(page, lab, "flood.ipynb", cells)
+        run_first_cell(page)
+        cell = run_cell(page, 1)
+        wait_done(cell)
+        job = cell.locator(".rx-job")
+        job.locator(".rx-badge", has_text="completed").wait_for()
+        pane = job.locator(".rx-pane-stdout")
+        pane.locator(".rx-line", has_text=re.compile(rf"^{n}$")).wait_for()
+        hidden_text = pane.locator(".rx-hidden").inner_text()
+        found = re.fullmatch(r"([\d,]+) lines hidden", hidden_text.strip())
+        assert found, hidden_text
+        shown = pane.locator(".rx-line:not(.rx-empty)").all_inner_texts()
+        hidden = int(found.group(1).replace(",", ""))
+        assert hidden + len(shown) == n and shown[-1] == str(n) and shown[0] == str(hidden + 1)
+        assert job.locator(".rx-job-command").inner_text() == f"seq 1 {n}"  # one line: no " …"
+        wait_done(run_cell(page, 2))
+        notebook_text = page.locator(".jp-NotebookPanel:visible .jp-Notebook").inner_text()
+        assert "IOPub data rate exceeded" not in notebook_text and "next cell ran" in notebook_text
+        # the full output is one click away, and the click says it worked
+        copy = pane.locator("button", has_text="Copy")
+        copy.click()
+        pane.locator("button", has_text=f"Copied ✓ ({n:,} lines)").wait_for()
+        copied = page.evaluate("navigator.clipboard.readText()")
+        assert copied.count("\n") == n and copied.endswith(f"\n{n}\n")
+        shot(page, "browser-8-foreground-flood-capped", cell)

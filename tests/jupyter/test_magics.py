@@ -325,3 +325,14 @@ def test_no_raise_error_still_reports_how_the_cell_ended(ip: InteractiveShell, f
     for update in front.updates(view):
         synced.update(update)
     assert synced["state"] == "failed" and synced["exit_code"] == 5  # what the browser was told
+
+
+def test_the_help_reads_as_the_magic_is_typed(ip: InteractiveShell) -> None:
+    """``%%exec_remote?`` shows IPython's help text: no RST ``::``, the cell magic's own ``%%``."""
+    cell = ip.magics_manager.magics["cell"]["exec_remote"].__doc__
+    line = ip.magics_manager.magics["line"]["remote_jobs"].__doc__
+    assert cell.startswith("%%exec_remote [--sandbox URL]") and "::" not in cell
+    assert line.startswith("%remote_jobs [--sandbox URL]")
+    with pytest.raises(UsageError), capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--bogus", "true")
+    assert "%exec_remote:" not in cap.stderr.replace("%%exec_remote:", "")
