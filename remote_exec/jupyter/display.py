@@ -156,10 +156,11 @@ class CappedText:
                 self._head_lines -= 1
             head = piece if self._head_lines > 0 else piece[: cut + 1]
             self._head_chars -= len(head)
-            if head and self._write is None:
-                self._held_head.append(head)
-            elif head:
-                self._write(head)
+            if head:
+                if self._write is None:
+                    self._held_head.append(head)
+                else:
+                    self._write(head)
             text = text[len(head) :]
         if text:
             self._tail += text
