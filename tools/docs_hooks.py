@@ -85,7 +85,7 @@ def magics_reference() -> str:
     for kind, prefix in (("cell", "%%"), ("line", "%")):
         for name, method in RemoteExecMagics.magics[kind].items():
             doc = (getattr(RemoteExecMagics, method).__doc__ or "").strip()
-            doc = doc.removeprefix("::").strip().replace(f"%{name}", f"{prefix}{name}", 1)
+            # already as typed (magics._plain_help): "%%exec_remote [--sandbox URL] ..."
             parts.append(f"### `{prefix}{name}`\n\n```text\n{doc}\n```\n")
     return "\n".join(parts)
 

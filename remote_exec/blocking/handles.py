@@ -229,7 +229,7 @@ class BlockingPortForward:
     Its listener and tunnels run on the blocking API's event-loop thread, so they keep working
     between notebook cells and while your code blocks. ``with sb.forward_port(8000) as fwd:``
     closes it at the end of the block; or keep it (``fwd = sb.forward_port(8000)``, then
-    ``IFrame(fwd.url, 800, 600)``) and :meth:`close` it, or close the sandbox.
+    ``IFrame(fwd.browser_url, 800, 600)``) and :meth:`close` it, or close the sandbox.
     """
 
     def __init__(self, portal: BlockingPortal, forward: PortForward) -> None:
@@ -245,6 +245,11 @@ class BlockingPortForward:
     def url(self) -> str:
         """``http://127.0.0.1:<local_port>`` (also ``str(forward)``)."""
         return self.async_forward.url
+
+    @property
+    def browser_url(self) -> str:
+        """The URL for the notebook's browser: through the Jupyter server's proxy when there is one."""
+        return self.async_forward.browser_url
 
     @property
     def local_port(self) -> int:

@@ -44,6 +44,7 @@ from ..protocol import (
     PortSendParams,
     PortSendResult,
 )
+from .browser import browser_url
 from .core import SandboxCore
 from .rpc import RpcClient
 
@@ -66,8 +67,8 @@ class PortForward:
     Made by :meth:`AsyncSandbox.forward_port`; ``async with`` starts and closes it::
 
         async with sb.forward_port(8000) as fwd:   # a server in the sandbox on 127.0.0.1:8000
-            print(fwd.url)                           # http://127.0.0.1:<local_port>
-            IFrame(fwd.url, width=800, height=600)   # str(fwd) is the URL too
+            print(fwd.url)                           # http://127.0.0.1:<local_port>: for code here
+            IFrame(fwd.browser_url, width=800, height=600)  # for the notebook's browser
 
     The listener binds ``127.0.0.1`` only (never another interface: the sandbox is not exposed
     to the network). Any number of connections may be open at once, each a separate TCP
@@ -121,6 +122,17 @@ class PortForward:
     def url(self) -> str:
         """``http://127.0.0.1:<local_port>`` (also ``str(forward)``)."""
         return f"http://{LOCAL_HOST}:{self.local_port}"
+
+    @property
+    def browser_url(self) -> str:
+        """The URL for the browser showing this kernel's notebook (an ``IFrame``, a link).
+
+        Under a Jupyter server with jupyter-server-proxy (Binder, JupyterHub, a remote Jupyter)
+        it is ``<base_url>proxy/<local_port>/``, a path the page's own server proxies to the
+        listener; elsewhere it is :attr:`url`. ``REMOTE_EXEC_BROWSER_URL`` overrides it: see
+        :mod:`remote_exec.client.browser`.
+        """
+        return browser_url(self.local_port)
 
     @property
     def address(self) -> tuple[str, int]:

@@ -10,6 +10,13 @@ Traffic: output goes out as ``{kind, seq, data}`` custom messages holding only n
 10 messages a second, state updates included). Nothing is sent until a view says ``hello``
 (or the widget is ``live``); a ``hello`` is answered with a ``replay`` of the kept tail,
 because messages sent before a view existed are lost to it.
+
+Bytes are bounded too: Jupyter Server drops a kernel's output for a while once it sends more
+than 1 MB/s (``iopub_data_rate_limit``, "IOPub data rate exceeded"), comm messages included.
+So a widget sends at most :data:`OUTPUT_RATE` characters of output in any second: a round whose
+new text would go over sends a ``replay`` of the newest lines instead (at most
+:data:`FLOOD_CHARS`, the lines skipped counted as hidden). A flood shows its end and how much
+was skipped; Copy/Download still get everything kept.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections import deque
 from typing import Any, ClassVar
 
 import anywidget
@@ -27,10 +35,21 @@ from .display import widgets_enabled
 from .follow import Loop
 from .transcript import DEFAULT_TAIL_LINES, RateLimit, Transcript, strip_ansi
 
-__all__ = ["COUNTER_PERIOD", "StreamWidget"]
+__all__ = ["COUNTER_PERIOD", "FLOOD_CHARS", "OUTPUT_RATE", "REPLAY_CHARS", "StreamWidget"]
 
 COUNTER_PERIOD = 1.0
 """Seconds between updates of live counters (byte counts) while output flows."""
+
+OUTPUT_RATE = 600_000
+"""Characters of output a widget sends in any one second, deltas and replays (Jupyter Server's
+limit is 1 MB/s averaged over 3 s; the rest is left for other output)."""
+
+FLOOD_CHARS = 16 * 1024
+"""The size of the newest-lines replay that replaces a delta over :data:`OUTPUT_RATE` (10 rounds
+a second at most: under 200 KB/s even when the rate is used up)."""
+
+REPLAY_CHARS = 512 * 1024
+"""The largest replay a view's ``hello`` gets (once per view: within the server's 3 s window)."""
 
 
 class StreamWidget(anywidget.AnyWidget):
@@ -50,6 +69,7 @@ class StreamWidget(anywidget.AnyWidget):
         self._loop = loop
         self._transcript = Transcript(self.PANES)
         self._rate = RateLimit()
+        self._output_sent: deque[tuple[float, int]] = deque()  # (when, characters) of output sent
         self._live = live
         self._seq = 0
         self._replay_wanted = False
@@ -128,10 +148,14 @@ class StreamWidget(anywidget.AnyWidget):
         if self._replay_wanted:
             self._replay_wanted = False
             self._transcript.take_pending()  # the replay holds it
-            self._send_msg("replay", self._replay_data())
+            self._send_msg("replay", self._replay_data(REPLAY_CHARS))
         elif self._transcript.has_pending:
             pending = self._transcript.take_pending()
-            if self._live:  # else no view exists yet: its hello will fetch a replay
+            if not self._live:
+                pass  # no view exists yet: its hello will fetch a replay
+            elif sum(len(text) for _, text in pending) > self._output_budget(now):
+                self._send_msg("replay", self._replay_data(FLOOD_CHARS))  # a flood: its newest lines
+            else:
                 self._send_msg("delta", pending)
         if traits:
             self._due.clear()
@@ -143,14 +167,24 @@ class StreamWidget(anywidget.AnyWidget):
         self._rate.record(count, now)
         return count
 
+    def _output_budget(self, now: float) -> int:
+        """Characters of output that may still go out in the second ending ``now``."""
+        while self._output_sent and self._output_sent[0][0] <= now - 1.0:
+            self._output_sent.popleft()
+        return OUTPUT_RATE - sum(n for _, n in self._output_sent)
+
     def _send_msg(self, kind: str, data: Any) -> None:
         self._seq += 1
+        if kind in ("delta", "replay"):
+            pieces = data if kind == "delta" else [p for pane in data["panes"].values() for p in pane["pieces"]]
+            self._output_sent.append((time.monotonic(), sum(len(text) for _, text in pieces)))
         self.send({"kind": kind, "seq": self._seq, "data": data})
 
-    def _replay_data(self) -> dict[str, Any]:
+    def _replay_data(self, max_chars: int) -> dict[str, Any]:
         panes: dict[str, Any] = {}
-        for pane in dict.fromkeys(self.PANES.values()):
-            pieces, hidden = self._transcript.tail(pane, self.tail_lines)
+        names = dict.fromkeys(self.PANES.values())
+        for pane in names:
+            pieces, hidden = self._transcript.tail(pane, self.tail_lines, max_chars // len(names))
             panes[pane] = {"pieces": pieces, "hidden": hidden}
         return {"panes": panes, "now": time.time()}
 

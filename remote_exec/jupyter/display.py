@@ -4,7 +4,8 @@ Plain text is used when ``REMOTE_EXEC_NONINTERACTIVE=1`` is set or no widget fro
 detected (no kernel: a terminal IPython, a script; or a kernel that no widget-rendering front end
 started: nbclient, nbval, papermill, ``jupyter console``); ``=0`` forces widgets. In plain-text
 mode a foreground cell prints its stdout, then its stderr, then its exit code: an order that
-does not depend on timing, which is what nbval compares.
+does not depend on timing, which is what nbval compares. Text output is capped per stream
+(:class:`CellWriter`): a flood shows its head, "N lines hidden" and its newest lines.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TextIO, cast
 
 from ..client.types import ExecResult
@@ -21,10 +22,12 @@ from ..protocol import JobInfo
 
 __all__ = [
     "NONINTERACTIVE_ENV",
+    "CappedText",
     "CellWriter",
     "JobInterrupted",
     "RemoteCommandError",
     "format_duration",
+    "hidden_note",
     "jobs_table",
     "show",
     "widgets_enabled",
@@ -106,28 +109,133 @@ class JobInterrupted(KeyboardInterrupt):
         return [f"\x1b[0;31mKeyboardInterrupt\x1b[0m: {self}"]
 
 
+TEXT_HEAD_LINES = 500
+"""Lines of each stream a text-mode cell shows from the start (live, for stdout)."""
+
+TEXT_TAIL_LINES = 500
+"""The newest lines of each stream a text-mode cell shows at the end, after "N lines hidden"."""
+
+TEXT_MAX_CHARS = 128 * 1024
+"""Characters each of the head and the tail may hold (very long lines count here)."""
+
+
+class CappedText:
+    """One stream's text capped as a view caps it: the head, "N lines hidden", the newest lines.
+
+    The first ``head_lines`` lines go to ``write`` as they come (``None``: held with the rest);
+    after them only the newest ``tail_lines`` are kept, in memory bounded by ``max_chars``, and
+    the lines between are counted. :meth:`finish` writes what was held.
+    """
+
+    def __init__(
+        self,
+        write: Callable[[str], None] | None,
+        head_lines: int = TEXT_HEAD_LINES,
+        tail_lines: int = TEXT_TAIL_LINES,
+        max_chars: int = TEXT_MAX_CHARS,
+    ) -> None:
+        self._write = write
+        self._head_lines = head_lines
+        self._head_chars = max_chars
+        self._tail_lines = tail_lines
+        self._max_chars = max_chars
+        self._held_head: list[str] = []
+        self._tail = ""
+        self.hidden = 0
+        """Lines left out between the head and the tail."""
+
+    def feed(self, text: str) -> None:
+        if self._head_lines > 0 and self._head_chars > 0:
+            piece = text[: self._head_chars]
+            cut = -1
+            for _ in range(self._head_lines):
+                nxt = piece.find("\n", cut + 1)
+                if nxt < 0:
+                    break
+                cut = nxt
+                self._head_lines -= 1
+            head = piece if self._head_lines > 0 else piece[: cut + 1]
+            self._head_chars -= len(head)
+            if head:
+                if self._write is None:
+                    self._held_head.append(head)
+                else:
+                    self._write(head)
+            text = text[len(head) :]
+        if text:
+            self._tail += text
+            if len(self._tail) > 2 * self._max_chars or self._tail.count("\n") > 2 * self._tail_lines:
+                self._trim()  # amortised: at most every max_chars characters or tail_lines lines
+
+    def _trim(self) -> None:
+        tail = self._tail
+        cut = len(tail) - 1 if tail.endswith("\n") else len(tail)  # an unfinished last line is a line
+        for _ in range(self._tail_lines):
+            cut = tail.rfind("\n", 0, cut)
+            if cut < 0:
+                break
+        start = cut + 1 if cut >= 0 else 0
+        if len(tail) - start > self._max_chars:  # still too big: whole lines from the end only
+            nl = tail.find("\n", len(tail) - self._max_chars - 1)
+            start = nl + 1 if 0 <= nl < len(tail) - 1 else len(tail) - self._max_chars
+        self.hidden += tail.count("\n", 0, start)
+        self._tail = tail[start:]
+
+    def finish(self, write: Callable[[str], None], note: Callable[[int], str]) -> None:
+        """Write the held head, ``note(hidden)`` when lines were left out, then the tail."""
+        self._trim()
+        head = "".join(self._held_head)
+        if head:
+            write(head)
+        if self.hidden:
+            if (head or self._write) and not (head or "\n").endswith("\n"):
+                write("\n")
+            write(note(self.hidden))
+        if self._tail:
+            write(self._tail)
+        self._held_head.clear()
+        self._tail = ""
+
+
+def hidden_note(hidden: int, option: str = "--out") -> str:
+    """The line a text-mode cell shows where it left lines out (``option`` keeps them all)."""
+    return f"[remote_exec] ... {hidden:,} lines hidden ({option} VAR keeps the whole output) ...\n"
+
+
 class CellWriter:
     """Writes a job's output into the running cell, from the cell's own thread only.
 
     Interactive: each chunk as it comes, stderr to stderr. Plain text: stdout as it comes,
     stderr held back to the end (so the two never interleave by timing), then the exit code.
+    Both capped per stream (:class:`CappedText`): the first :data:`TEXT_HEAD_LINES` lines, then
+    at the end "N lines hidden" and the newest :data:`TEXT_TAIL_LINES` lines. Jupyter drops a
+    cell's output silently past 1 MB/s ("IOPub data rate exceeded"); this never comes near it.
     """
 
     def __init__(self, plain: bool, stdout: TextIO | None = None, stderr: TextIO | None = None) -> None:
         self.plain = plain
         self._out = stdout or sys.stdout
         self._err = stderr or sys.stderr
-        self._held: list[str] = []
+        self._streams = {
+            "stdout": CappedText(self._write_out),
+            "stderr": CappedText(None if plain else self._write_err),
+        }
+
+    def _write_out(self, text: str) -> None:
+        self._out.write(text)
+        self._out.flush()
+
+    def _write_err(self, text: str) -> None:
+        self._err.write(text)
+        self._err.flush()
 
     def write(self, stream: str, text: str) -> None:
-        if stream == "stdout":
-            self._out.write(text)
-            self._out.flush()
-        elif self.plain:
-            self._held.append(text)
-        else:
-            self._err.write(text)
-            self._err.flush()
+        self._streams["stdout" if stream == "stdout" else "stderr"].feed(text)
+
+    @property
+    def hidden(self) -> dict[str, int]:
+        """Lines left out so far, per stream."""
+        return {name: capped.hidden for name, capped in self._streams.items()}
 
     def note(self, text: str) -> None:
         """A line of ours (not the job's), e.g. "interrupted: SIGINT sent"; to stderr."""
@@ -135,14 +243,14 @@ class CellWriter:
         self._err.flush()
 
     def finish(self, exit_line: str | None) -> None:
-        """Flush held stderr and, in plain-text mode, print ``exit_line``."""
-        if self._held:
-            self._err.write("".join(self._held))
-            self._held.clear()
-            self._err.flush()
-        if self.plain and exit_line:
-            self._out.write(exit_line + "\n")
-            self._out.flush()
+        """Write what was held (the tails, plain mode's stderr) and, if given, ``exit_line``."""
+        self._streams["stdout"].finish(self._write_out, hidden_note)
+        self._streams["stderr"].finish(self._write_err, lambda n: hidden_note(n, "--err"))
+        if exit_line:
+            if self.plain:
+                self._write_out(exit_line + "\n")
+            else:
+                self.note(exit_line)
 
 
 def format_duration(seconds: float) -> str:

@@ -20,7 +20,9 @@ DEFAULT_SANDBOX = "local://"
 class Defaults:
     """``%exec_remote_config`` settings, used when a cell does not say otherwise.
 
-    :ivar widget: ``None``: a widget for ``--bg`` cells, text for foreground ones.
+    :ivar widget: ``None`` or ``True``: a live job view for every cell where widgets render
+        (a foreground flood stays capped and never trips "IOPub data rate exceeded");
+        ``False``: capped text for foreground cells, a one-line note for ``--bg`` ones.
     :ivar interrupt_grace: seconds between the SIGINT an interrupted cell sends and the kill.
     """
 

@@ -92,7 +92,7 @@ _WHERE = _options(
         {
             "action": argparse.BooleanOptionalAction,
             "default": None,
-            "help": "show a live job view (default: for --bg cells only)",
+            "help": "show a live job view (default: yes where widgets render; --no-widget: capped text)",
         },
     ),
 )
@@ -186,9 +186,10 @@ class RemoteExecMagics(Magics):
             raise UsageError("--cwd/--env apply when a shell is opened (--shell new); an open one keeps its own")
         job = self._job(cell, args.sandbox, args.shell, cwd, env, timeout)
         plain = not widgets_enabled()
-        widget = (
-            args.widget if args.widget is not None else d.widget if d.widget is not None else args.bg
-        ) and not plain
+        # A live view by default, foreground cells too: it shows a flood capped (the newest
+        # lines, "N lines hidden", Download for the rest) where streamed text would trip
+        # Jupyter's IOPub rate limit and lose the end of the output.
+        widget = (args.widget if args.widget is not None else d.widget if d.widget is not None else True) and not plain
         try:
             if args.bg:
                 proc = job.run_background(widget=widget, plain=plain)
@@ -361,3 +362,23 @@ class RemoteExecMagics(Magics):
             print(f"shell {session.session_id} in {sb.url}, cwd {session.info.cwd}")
             return
         show(ShellView(session))
+
+
+def _plain_help(cls: type[Magics]) -> None:
+    """Make ``%%exec_remote?`` read as it is typed.
+
+    IPython's ``magic_arguments`` writes a help for Sphinx: an RST ``::`` first, and the usage
+    under the function's name with one ``%`` even for a cell magic. ``%name?`` shows it as is.
+    """
+    for kind, prefix in (("line", "%"), ("cell", "%%")):
+        for name, method in cls.magics[kind].items():
+            fn = getattr(cls, method)
+            doc = (fn.__doc__ or "").removeprefix("::\n\n  ")
+            if doc.startswith(f"%{name}"):
+                fn.__doc__ = prefix + name + doc[len(name) + 1 :]
+            parser = getattr(fn, "parser", None)
+            if parser is not None:
+                parser.prog = prefix + name  # in its errors too: "%%exec_remote: error: ..."
+
+
+_plain_help(RemoteExecMagics)

@@ -97,7 +97,10 @@ class CellJob:
         result = outcome(None)
         assert result is not None
         if not widget:
-            writer.finish(exit_line(result, self.timeout))
+            # Plain text always ends with the exit line (nbval compares it); a live cell's text
+            # only when it failed: a --no-raise-error cell must still say how it ended.
+            failed = result.state != "completed"
+            writer.finish(exit_line(result, self.timeout) if plain or failed else None)
         return result
 
     def _stop(self, proc: BlockingExecRemoteProcess, writer: CellWriter, drain: Drain) -> str:

@@ -83,26 +83,41 @@ class Transcript:
         segments = list(self._segments)  # one C-level copy: safe while the loop thread appends
         return "".join(t for s, t in segments if stream is None or s == stream)
 
-    def tail(self, pane: str, max_lines: int) -> tuple[list[list[str]], int]:
+    def tail(self, pane: str, max_lines: int, max_chars: int | None = None) -> tuple[list[list[str]], int]:
         """The last ``max_lines`` lines of ``pane`` as ``[stream, text]`` pieces, and how many
-        earlier lines there are (the "N lines hidden" a view shows above them)."""
+        earlier lines there are (the "N lines hidden" a view shows above them).
+
+        ``max_chars`` also bounds the size: whole lines are left out from the top until the
+        pieces hold at most that many characters (or just the unfinished last line, if it alone
+        is longer: then its end)."""
         pieces: list[list[str]] = []
         seen = 0  # line ends inside the collected pieces
+        size = 0  # characters in the collected pieces
         for stream, text in reversed(list(self._segments)):
             if self.panes[stream] != pane:
                 continue
             n = text.count("\n")
+            last = False
             # A view holds max_lines lines, the last one being the (maybe empty) unfinished one:
             # so it shows what follows the max_lines-th line end from the end.
             if seen + n >= max_lines:
                 cut = len(text)
                 for _ in range(max_lines - seen):
                     cut = text.rfind("\n", 0, cut)
-                if cut + 1 < len(text):
-                    pieces.append([stream, text[cut + 1 :]])
+                text, last = text[cut + 1 :], True
+            if max_chars is not None and size + len(text) > max_chars:
+                room = max_chars - size  # keep the lines that fit whole: from a line end on
+                cut = text.find("\n", len(text) - room - 1) if room > 0 else -1
+                fits = 0 <= cut < len(text) - 1
+                # else nothing fits whole: the end of one over-long line, or nothing more
+                text = text[cut + 1 :] if fits else ("" if pieces else text[-max_chars:])
+                last = True
+            if text:
+                pieces.append([stream, text])
+            if last:
                 break
-            pieces.append([stream, text])
             seen += n
+            size += len(text)
         pieces.reverse()
         shown = sum(t.count("\n") for _, t in pieces)
         return pieces, max(self.newlines[pane] - shown, 0)

@@ -34,6 +34,7 @@ pytestmark = pytest.mark.slow
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CELLS = ".jp-NotebookPanel:visible .jp-Notebook .jp-Cell"  # of the notebook on screen
+BASE_URL = "/user/rx-test/"  # the kernel must find it: forwarded ports go through <base>proxy/<port>/
 BROWSER_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -58,7 +59,8 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """JupyterLab on 127.0.0.1 with a token, a temp notebook dir and temp Jupyter dirs."""
+    """JupyterLab on 127.0.0.1 under a base URL (as JupyterHub serves one: ``/user/<name>/``), with a
+    token, a temp notebook dir and temp Jupyter dirs; jupyter-server-proxy is enabled in it."""
     if not CHROMIUM.exists():
         unavailable(f"{CHROMIUM} is missing (run .ci/setup-browser.sh)")
     try:
@@ -93,6 +95,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
             "--LabApp.extension_manager=readonly",
             "--ServerApp.ip=127.0.0.1",
             f"--ServerApp.port={port}",
+            f"--ServerApp.base_url={BASE_URL}",
             "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={token}",
             f"--ServerApp.root_dir={notebooks}",
@@ -103,7 +106,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    base = f"http://127.0.0.1:{port}"
+    base = f"http://127.0.0.1:{port}{BASE_URL.rstrip('/')}"
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -292,7 +295,11 @@ def test_dashboard_and_shell_view_in_jupyterlab(lab: tuple[str, Path], page: Any
         shot(page, "browser-6-shell", cell)
 
 
-def test_forwarded_port_opens_in_an_iframe(lab: tuple[str, Path], page: Any, agent_dir: Path, tmp_path: Path) -> None:
+def test_forwarded_port_opens_through_the_servers_proxy(
+    lab: tuple[str, Path], page: Any, agent_dir: Path, tmp_path: Path
+) -> None:
+    """``IFrame(fwd.browser_url)``: the frame loads the sandbox's page through jupyter-server-proxy
+    under the server's base URL (what works on Binder and JupyterHub), not from 127.0.0.1."""
     token = secrets.token_hex(8)
     site = tmp_path / "site"
     site.mkdir()
@@ -311,7 +318,8 @@ def test_forwarded_port_opens_in_an_iframe(lab: tuple[str, Path], page: Any, age
         "    if found := re.search(r'port (\\d+)', out):\n"
         "        break\n"
         "fwd = sb.forward_port(int(found.group(1)))\n"
-        "IFrame(fwd.url, width=700, height=160)",
+        "print('local', fwd.url, 'browser', fwd.browser_url)\n"
+        "IFrame(fwd.browser_url, width=700, height=160)",
         "fwd.close(); srv.kill(); sb.close()",
     ]
     with failure_shot(page, "browser-port"):
@@ -320,9 +328,54 @@ def test_forwarded_port_opens_in_an_iframe(lab: tuple[str, Path], page: Any, age
         cell = run_cell(page, 1)
         wait_done(cell)
         src = cell.locator("iframe").get_attribute("src")
-        assert src is not None and re.fullmatch(r"http://127\.0\.0\.1:\d+/?", src), src
+        assert src is not None and re.fullmatch(rf"{BASE_URL}proxy/\d+/", src), src
+        printed = cell.locator(".jp-OutputArea-output").first.inner_text()
+        assert re.search(rf"local http://127\.0\.0\.1:(\d+) browser {BASE_URL}proxy/\1/", printed), printed
         heading = cell.frame_locator("iframe").locator("#rx-forwarded")
         heading.wait_for()
         assert heading.inner_text() == f"served in the sandbox {token}"
-        shot(page, "browser-7-forwarded-port", cell)
+        # the frame's document came from the Jupyter server's origin and path, through its proxy
+        frame = next(f for f in page.frames if "/proxy/" in f.url)
+        assert frame.url.startswith(page.url.split("/user/")[0] + f"{BASE_URL}proxy/"), frame.url
+        shot(page, "browser-7-forwarded-port-proxied", cell)
         wait_done(run_cell(page, 2))
+
+
+def test_a_foreground_flood_ends_capped_without_the_iopub_warning(
+    lab: tuple[str, Path], page: Any, agent_dir: Path
+) -> None:
+    """``%%exec_remote seq 1 2000000``: a live view showing the newest lines and an explicit "N lines
+    hidden", never Jupyter's "IOPub data rate exceeded"; Copy gets all 2 M lines and says so."""
+    n = 2_000_000
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    cells = [
+        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
+        f"%%exec_remote\nseq 1 {n}",
+        "print('next cell ran')",
+    ]
+    with failure_shot(page, "browser-flood"):
+        open_notebook(page, lab, "flood.ipynb", cells)
+        run_first_cell(page)
+        cell = run_cell(page, 1)
+        wait_done(cell)
+        job = cell.locator(".rx-job")
+        job.locator(".rx-badge", has_text="completed").wait_for()
+        pane = job.locator(".rx-pane-stdout")
+        pane.locator(".rx-line", has_text=re.compile(rf"^{n}$")).wait_for()
+        hidden_text = pane.locator(".rx-hidden").inner_text()
+        found = re.fullmatch(r"([\d,]+) lines hidden", hidden_text.strip())
+        assert found, hidden_text
+        shown = pane.locator(".rx-line:not(.rx-empty)").all_inner_texts()
+        hidden = int(found.group(1).replace(",", ""))
+        assert hidden + len(shown) == n and shown[-1] == str(n) and shown[0] == str(hidden + 1)
+        assert job.locator(".rx-job-command").inner_text() == f"seq 1 {n}"  # one line: no " …"
+        wait_done(run_cell(page, 2))
+        notebook_text = page.locator(".jp-NotebookPanel:visible .jp-Notebook").inner_text()
+        assert "IOPub data rate exceeded" not in notebook_text and "next cell ran" in notebook_text
+        # the full output is one click away, and the click says it worked
+        copy = pane.locator("button", has_text="Copy")
+        copy.click()
+        pane.locator("button", has_text=f"Copied ✓ ({n:,} lines)").wait_for()
+        copied = page.evaluate("navigator.clipboard.readText()")
+        assert copied.count("\n") == n and copied.endswith(f"\n{n}\n")
+        shot(page, "browser-8-foreground-flood-capped", cell)

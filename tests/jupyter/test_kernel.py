@@ -128,11 +128,11 @@ def test_output_lands_in_the_cell_that_ran_it(
         [
             setup,
             "%%exec_remote --bg --no-widget\nfor i in 1 2 3 4 5 6; do echo bg$i; sleep 0.1; done",
-            "%%exec_remote\necho one; sleep 0.2; echo two >&2; sleep 0.2; echo three",
+            "%%exec_remote --no-widget\necho one; sleep 0.2; echo two >&2; sleep 0.2; echo three",
             "import time; time.sleep(0.5); print('python cell')",
             "%%exec_remote --bg\nfor i in 1 2 3; do echo w$i; sleep 0.1; done",
             "print('after the widget')",
-            "%%exec_remote\necho failing; exit 3",
+            "%%exec_remote --no-widget\necho failing; exit 3",
         ],
         tmp_path,
         kernel_name,
@@ -144,7 +144,7 @@ def test_output_lands_in_the_cell_that_ran_it(
     (widget,) = outs[4]
     assert widget.output_type == "display_data" and "application/vnd.jupyter.widget-view+json" in widget.data
     assert streams(outs[5]) == [("stdout", "after the widget\n")]
-    assert streams(outs[6]) == [("stdout", "failing\n")]
+    assert streams(outs[6]) == [("stdout", "failing\n"), ("stderr", "exit code: 3\n")]
     (error,) = [o for o in outs[6] if o.output_type == "error"]
     assert error.ename == "RemoteCommandError" and len(error.traceback) == 1  # one short line
     assert "exited with code 3" in error.traceback[0]

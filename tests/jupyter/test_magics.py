@@ -7,6 +7,7 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from IPython.core.error import UsageError
@@ -28,7 +29,9 @@ def magics(ip: InteractiveShell) -> RemoteExecMagics:
 
 def test_foreground_streams_stdout_and_stderr_into_the_cell(ip: InteractiveShell) -> None:
     with capture_output() as cap:
-        ip.run_cell_magic("exec_remote", "--name r --out o --err e", "echo hi; echo oops >&2; printf 'no newline'")
+        ip.run_cell_magic(
+            "exec_remote", "--no-widget --name r --out o --err e", "echo hi; echo oops >&2; printf 'no newline'"
+        )
     assert cap.stdout == "hi\nno newline" and cap.stderr == "oops\n"
     r = ip.user_ns["r"]
     assert isinstance(r, rx.ExecResult) and r.returncode == 0 and r.state == "completed"
@@ -52,7 +55,9 @@ def test_output_arrives_while_the_job_runs(ip: InteractiveShell, tmp_path: Path)
 
     old, sys.stdout = sys.stdout, Spy()
     try:
-        ip.run_cell_magic("exec_remote", "", f"echo first; while [ ! -e {gate} ]; do sleep 0.02; done; echo second")
+        ip.run_cell_magic(
+            "exec_remote", "--no-widget", f"echo first; while [ ! -e {gate} ]; do sleep 0.02; done; echo second"
+        )
     finally:
         sys.stdout = old
     assert "".join(seen) == "first\nsecond\n"
@@ -76,10 +81,12 @@ def test_failure_raises_a_short_error_unless_told_not_to(ip: InteractiveShell) -
 
 def test_timeout_cwd_and_env(ip: InteractiveShell, tmp_path: Path) -> None:
     with capture_output() as cap:
-        ip.run_cell_magic("exec_remote", f"--cwd {tmp_path} --env A=1 'B=x=y' # a comment", "pwd; echo $A $B")
+        ip.run_cell_magic(
+            "exec_remote", f"--no-widget --cwd {tmp_path} --env A=1 'B=x=y' # a comment", "pwd; echo $A $B"
+        )
     assert cap.stdout == f"{tmp_path}\n1 x=y\n"
     with capture_output(), pytest.raises(RemoteCommandError, match=r"timed out after 0\.3 s"):
-        ip.run_cell_magic("exec_remote", "--timeout 0.3 --name t", "echo start; sleep 30")
+        ip.run_cell_magic("exec_remote", "--no-widget --timeout 0.3 --name t", "echo start; sleep 30")
     assert ip.user_ns["t"].stdout == "start\n" and ip.user_ns["t"].state == "timed_out"
 
 
@@ -89,7 +96,7 @@ def test_config_sets_the_kernel_defaults(ip: InteractiveShell, tmp_path: Path) -
         ip.run_line_magic("exec_remote_config", "")
     assert f"cwd = '{tmp_path}'" in cap.stdout and "timeout = 20.0" in cap.stdout
     with capture_output() as cap:
-        ip.run_cell_magic("exec_remote", "--env OTHER=1", "pwd; echo $GREETING $OTHER")
+        ip.run_cell_magic("exec_remote", "--no-widget --env OTHER=1", "pwd; echo $GREETING $OTHER")
     assert cap.stdout == f"{tmp_path}\nhello 1\n"
     ip.run_line_magic("exec_remote_config", "--no-timeout")
     assert magics(ip).state.defaults.timeout is None
@@ -149,17 +156,19 @@ def test_foreground_widget_mode(ip: InteractiveShell, front: HeadlessFrontEnd) -
 
 def test_shell_sessions_keep_state_between_cells(ip: InteractiveShell, tmp_path: Path) -> None:
     with capture_output() as cap:
-        ip.run_cell_magic("exec_remote", f"--shell new --cwd {tmp_path}", "X=42; cd sub 2>/dev/null || mkdir sub")
-        ip.run_cell_magic("exec_remote", "--shell last", "cd sub; echo $X")
-        ip.run_cell_magic("exec_remote", "--shell last", "pwd")
+        ip.run_cell_magic(
+            "exec_remote", f"--no-widget --shell new --cwd {tmp_path}", "X=42; cd sub 2>/dev/null || mkdir sub"
+        )
+        ip.run_cell_magic("exec_remote", "--no-widget --shell last", "cd sub; echo $X")
+        ip.run_cell_magic("exec_remote", "--no-widget --shell last", "pwd")
     assert cap.stdout == f"42\n{tmp_path}/sub\n"
     state = magics(ip).state
     found = state.last_shell()
     assert found is not None
     sid = found[1].session_id
     with capture_output() as cap:
-        ip.run_cell_magic("exec_remote", f"--shell {sid}", "echo $X")
-        ip.run_cell_magic("exec_remote", "--shell new", "echo [$X]")
+        ip.run_cell_magic("exec_remote", f"--no-widget --shell {sid}", "echo $X")
+        ip.run_cell_magic("exec_remote", "--no-widget --shell new", "echo [$X]")
     assert cap.stdout == "42\n[]\n"
     with pytest.raises(UsageError, match="--cwd/--env apply"):
         ip.run_cell_magic("exec_remote", "--shell last --cwd /", "true")
@@ -185,7 +194,7 @@ def test_interrupt_sends_sigint_first(ip: InteractiveShell, tmp_path: Path) -> N
     _interrupt_when(ready)
     script = f"trap 'echo got-INT; exit 130' INT; touch {ready}; while :; do sleep 0.05; done"
     with capture_output() as cap, pytest.raises(KeyboardInterrupt, match=r"stopped \(SIGINT\)"):
-        ip.run_cell_magic("exec_remote", "", script)
+        ip.run_cell_magic("exec_remote", "--no-widget", script)
     assert "got-INT" in cap.stdout and "SIGINT sent" in cap.stderr
     assert "killed" not in cap.stderr  # it ended on the SIGINT: no kill needed
 
@@ -197,7 +206,7 @@ def test_interrupt_kills_a_job_that_ignores_sigint(ip: InteractiveShell, tmp_pat
     script = f"trap '' INT; echo $$ > {tmp_path}/pid; touch {ready}; sleep 60; echo not-reached"
     t0 = time.monotonic()
     with capture_output() as cap, pytest.raises(JobInterrupted, match=r"then killed after 0\.3 s"):
-        ip.run_cell_magic("exec_remote", "", script)
+        ip.run_cell_magic("exec_remote", "--no-widget", script)
     assert time.monotonic() - t0 < 15 and "killed" in cap.stderr
     assert gone(int((tmp_path / "pid").read_text()))
 
@@ -226,7 +235,7 @@ def test_remote_jobs_and_shell_give_widgets(ip: InteractiveShell, front: Headles
     assert found is not None and found[1].session_id == view.session_id  # %%exec_remote --shell last uses it
     view.run("export FROM_VIEW=yes")
     with capture_output() as cap:
-        ip.run_cell_magic("exec_remote", "--shell last", "echo $FROM_VIEW")
+        ip.run_cell_magic("exec_remote", "--no-widget --shell last", "echo $FROM_VIEW")
     assert cap.stdout == "yes\n"
 
 
@@ -240,3 +249,90 @@ def test_remote_shell_shows_the_sessions_current_cwd(ip: InteractiveShell, tmp_p
     assert session is not None
     assert cap.stdout == f"shell {session[1].session_id} in {session[0]}, cwd {tmp_path}\n"
     session[1].close()
+
+
+# -- floods: capped, never Jupyter's silent IOPub drop (#15) ---------------------------------------
+
+
+def _shown(msgs: list[dict[str, Any]], stream: str) -> tuple[str, int]:
+    """What a view's pane shows after these messages (the last replay plus later deltas), and its
+    "N lines hidden" count."""
+    text, seq, hidden = "", 0, 0
+    for m in msgs:
+        if m["kind"] == "replay":
+            pane = m["data"]["panes"][stream]
+            text, seq, hidden = "".join(t for _, t in pane["pieces"]), m["seq"], pane["hidden"]
+        elif m["kind"] == "delta" and m["seq"] > seq:
+            text += "".join(t for s, t in m["data"] if s == stream)
+            seq = m["seq"]
+    return text, hidden
+
+
+def test_a_foreground_flood_is_a_capped_live_view_under_the_iopub_limit(
+    ip: InteractiveShell, front: HeadlessFrontEnd
+) -> None:
+    n = 400_000  # 2.6 MB of output in about a second: streamed as text, Jupyter would drop most of it
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--name r", f"seq 1 {n}")
+    assert cap.stdout == "" and len(cap.outputs) == 1  # one live view, no text flood
+    view = front.widget(cap.outputs[0])
+    assert isinstance(view, JobView) and view.state == "completed" and view.exit_code == 0
+    full = "".join(f"{i}\n" for i in range(1, n + 1))
+    assert view.text("stdout") == full == ip.user_ns["r"].stdout  # Copy/Download get everything
+    text, hidden = _shown(front.custom(view), "stdout")
+    lines = text.splitlines()
+    assert lines[-1] == str(n) and hidden > 0 and hidden + len(lines) == n  # the newest lines + the count
+    assert lines == [str(i) for i in range(hidden + 1, n + 1)]
+    # what reached the front end stays far under Jupyter Server's 1 MB/s (iopub_data_rate_limit)
+    sent = front.sent(view)
+    assert sum(m.size for m in sent) < len(full) / 2
+    worst = max(sum(m.size for m in sent if t.at <= m.at < t.at + 1.0) for t in sent)
+    assert worst < 800_000, worst
+
+
+def test_plain_text_caps_each_stream_with_an_explicit_hidden_count(ip: InteractiveShell, plain: None) -> None:
+    from remote_exec.jupyter.display import TEXT_HEAD_LINES as HEAD
+    from remote_exec.jupyter.display import TEXT_TAIL_LINES as TAIL
+
+    n = 100_000
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--out o", f"seq 1 {n}; seq 1 3000 >&2")
+    hidden = n - HEAD - TAIL
+    expected = (
+        "".join(f"{i}\n" for i in range(1, HEAD + 1))
+        + f"[remote_exec] ... {hidden:,} lines hidden (--out VAR keeps the whole output) ...\n"
+        + "".join(f"{i}\n" for i in range(n - TAIL + 1, n + 1))
+        + "exit code: 0\n"
+    )
+    assert cap.stdout == expected
+    assert f"... {3000 - HEAD - TAIL:,} lines hidden (--err VAR keeps" in cap.stderr
+    assert cap.stderr.endswith("\n2999\n3000\n") and cap.stderr.startswith("1\n2\n")
+    assert ip.user_ns["o"] == "".join(f"{i}\n" for i in range(1, n + 1))
+
+
+def test_no_raise_error_still_reports_how_the_cell_ended(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:
+    with capture_output() as cap:  # capped text: the exit code on stderr, no exception
+        ip.run_cell_magic("exec_remote", "--no-widget --no-raise-error", "echo out; exit 4")
+    assert cap.stdout == "out\n" and cap.stderr == "exit code: 4\n"
+    with capture_output() as cap:  # a succeeding text cell stays quiet
+        ip.run_cell_magic("exec_remote", "--no-widget", "echo fine")
+    assert cap.stdout == "fine\n" and cap.stderr == ""
+    with capture_output() as cap:  # the live view (the default) shows the state and the exit code
+        ip.run_cell_magic("exec_remote", "--no-raise-error", "exit 5")
+    view = front.widget(cap.outputs[0])
+    assert isinstance(view, JobView) and view.state == "failed" and view.exit_code == 5
+    synced: dict[str, Any] = {}
+    for update in front.updates(view):
+        synced.update(update)
+    assert synced["state"] == "failed" and synced["exit_code"] == 5  # what the browser was told
+
+
+def test_the_help_reads_as_the_magic_is_typed(ip: InteractiveShell) -> None:
+    """``%%exec_remote?`` shows IPython's help text: no RST ``::``, the cell magic's own ``%%``."""
+    cell = ip.magics_manager.magics["cell"]["exec_remote"].__doc__
+    line = ip.magics_manager.magics["line"]["remote_jobs"].__doc__
+    assert cell.startswith("%%exec_remote [--sandbox URL]") and "::" not in cell
+    assert line.startswith("%remote_jobs [--sandbox URL]")
+    with pytest.raises(UsageError), capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--bogus", "true")
+    assert "%exec_remote:" not in cap.stderr.replace("%%exec_remote:", "")

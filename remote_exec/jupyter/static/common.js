@@ -289,8 +289,20 @@ function rxFormatBytes(n) {
   return `${(n / 1024 / 1024).toFixed(1)} MiB`;
 }
 
-// Copy or download the text Python sent back for a "fetch".
-function rxDeliver({ purpose, text, stream }, filename) {
+// Say on a button what its press did ("Copied ✓"), then show its label again.
+function rxFlash(button, text, ms = 1500) {
+  if (!button) return;
+  const label = button.dataset.label ?? button.textContent;
+  button.dataset.label = label;
+  button.textContent = text;
+  clearTimeout(button.rxFlashTimer);
+  button.rxFlashTimer = setTimeout(() => {
+    button.textContent = label;
+  }, ms);
+}
+
+// Copy or download the text Python sent back for a "fetch"; a copy is confirmed on `button`.
+function rxDeliver({ purpose, text, stream }, filename, button) {
   if (purpose === "download") {
     const a = document.createElement("a");
     a.href = URL.createObjectURL(new Blob([text], { type: "text/plain" }));
@@ -303,17 +315,20 @@ function rxDeliver({ purpose, text, stream }, filename) {
     }, 1000);
     return;
   }
+  const lines = text ? text.split("\n").length - (text.endsWith("\n") ? 1 : 0) : 0;
+  const done = () => rxFlash(button, `Copied ✓ (${lines.toLocaleString()} lines)`);
   const fallback = () => {
     const ta = document.createElement("textarea");
     ta.value = text;
     document.body.appendChild(ta);
     ta.select();
     try {
-      document.execCommand("copy");
+      if (document.execCommand("copy")) done();
+      else rxFlash(button, "Copy failed");
     } finally {
       ta.remove();
     }
   };
-  if (navigator.clipboard?.writeText) navigator.clipboard.writeText(text).catch(fallback);
+  if (navigator.clipboard?.writeText) navigator.clipboard.writeText(text).then(done, fallback);
   else fallback();
 }

@@ -25,6 +25,7 @@ export default {
     root.append(header, error);
 
     const views = {};
+    const copies = {};
     for (const stream of ["stdout", "stderr"]) {
       const box = rxEl("div", `rx-pane rx-pane-${stream}`);
       const title = rxEl("div", "rx-pane-title");
@@ -33,6 +34,7 @@ export default {
       const save = rxButton("Download", `Download the whole ${stream}`, () =>
         model.send({ type: "fetch", stream, purpose: "download" }),
       );
+      copies[stream] = copy;
       title.append(rxEl("strong", "", stream), hidden, rxEl("span", "rx-spacer"), copy, save);
       box.appendChild(title);
       root.appendChild(box);
@@ -51,7 +53,8 @@ export default {
       badge.className = `rx-badge rx-state-${state.replace(/ /g, "-")}`;
       root.dataset.state = state;
       const command = model.get("command");
-      cmd.textContent = command.split("\n")[0] + (command.includes("\n") ? " …" : "");
+      const script = command.trim(); // a cell body ends with a newline: one line is still one line
+      cmd.textContent = script.split("\n")[0] + (script.includes("\n") ? " …" : "");
       cmd.title = command;
       const code = model.get("exit_code");
       const bytes = model.get("stdout_chars") + model.get("stderr_chars");
@@ -68,7 +71,7 @@ export default {
       error.textContent = model.get("error");
     };
     const onMsg = (msg) => {
-      if (msg.kind === "full") rxDeliver(msg.data, `${model.get("job_id")}-${msg.data.stream}.txt`);
+      if (msg.kind === "full") rxDeliver(msg.data, `${model.get("job_id")}-${msg.data.stream}.txt`, copies[msg.data.stream]);
       else for (const v of Object.values(views)) v.update();
     };
     store.listeners.add(onMsg);

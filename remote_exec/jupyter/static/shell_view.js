@@ -88,7 +88,7 @@ export default {
       error.textContent = model.get("error");
     };
     const onMsg = (msg) => {
-      if (msg.kind === "full") rxDeliver(msg.data, `shell-${model.get("session_id")}.txt`);
+      if (msg.kind === "full") rxDeliver(msg.data, `shell-${model.get("session_id")}.txt`, copy);
       else view.update();
     };
     store.listeners.add(onMsg);
