@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Literal, Unpack, overload
@@ -18,6 +17,7 @@ from ..errors import (
     TransportError,
 )
 from ..protocol import PROTOCOL_VERSION, Empty, JobInfo, ListParams, ListResult, Method, ServerInfo, ShellInfo
+from .fanout import fan_out
 from .ports import PortForward
 from .process import RESPONSE_MARGIN, ExecRemoteProcess
 from .rpc import RpcClient
@@ -151,7 +151,9 @@ class AsyncSandbox(SandboxFiles):
                 await forward.aclose()
             live = [p for p in self._procs if not p.done]
             if live and self._rpc is not None:
-                await asyncio.gather(*(p._kill_quietly() for p in live))
+                async with fan_out() as tg:  # all at once, every one ended before the channel closes
+                    for p in live:
+                        tg.start_soon(p._kill_quietly)
             if self._rpc is not None:
                 await self._rpc.aclose()  # from here on nothing reconnects (a kill still running)
             await self.transport.aclose()
