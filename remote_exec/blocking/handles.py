@@ -117,6 +117,7 @@ class BlockingExecRemoteProcess(_Handle):
         return self
 
     def __iter__(self) -> Iterator[ExecRemoteEvent]:
+        self.async_process.__aiter__()  # raises RuntimeError if the events were consumed already
         return self
 
     def __next__(self) -> ExecRemoteEvent:
