@@ -70,7 +70,7 @@ def test_agent_imports_nothing_host_side() -> None:
     assert out.strip() == "[]"
 
 
-def subclasses(cls: type) -> list[type]:
+def subclasses(cls: type[rx.RemoteExecError]) -> list[type[rx.RemoteExecError]]:
     return [cls, *(c for sub in cls.__subclasses__() for c in subclasses(sub))]
 
 

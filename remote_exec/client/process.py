@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import secrets
 import signal as _signal
 from collections import deque
@@ -311,10 +312,8 @@ class ExecRemoteProcess:
 
         Cancelling it leaves stdin open or closed, whichever the agent got; call it again.
         """
-        try:
+        with contextlib.suppress(JobNotRunningError):  # ended, or stdin closed: EOF either way
             await self._write(b"", eof=True)
-        except JobNotRunningError:
-            pass  # the job ended or stdin is closed already: EOF is what the job sees either way
 
     async def _write(self, data: str | bytes, eof: bool) -> None:
         await self.started()
