@@ -70,6 +70,35 @@ def test_agent_imports_nothing_host_side() -> None:
     assert out.strip() == "[]"
 
 
+def subclasses(cls: type[rx.RemoteExecError]) -> list[type[rx.RemoteExecError]]:
+    return [cls, *(c for sub in cls.__subclasses__() for c in subclasses(sub))]
+
+
+def test_every_error_is_drawn_in_the_tree_with_a_unique_code() -> None:
+    tree = (remote_exec.errors.__doc__ or "").split("::")[1]
+    drawn = re.findall(r"^[\s│├└─]*(\w+)", tree, re.M)
+    classes = subclasses(rx.RemoteExecError)
+    for cls in classes:
+        assert cls.__module__ == "remote_exec.errors", f"{cls.__name__} lives outside errors.py"
+        assert cls.__name__ in drawn, f"{cls.__name__} is not drawn in the tree"
+        assert "code" in vars(cls), f"{cls.__name__} has no code of its own"
+    codes = [cls.code for cls in classes]
+    assert len(set(codes)) == len(codes), sorted(codes)
+    # Drawn under its real parent: each name's nearest less-indented line above it.
+    found = re.finditer(r"^([ │]*(?:[├└]── )?)(\w+)", tree, re.M)
+    lines = [(len(m[1]), m[2]) for m in found if "──" in m[1] or m[1] == "    "]  # not continuation lines
+    for i, (depth, name) in enumerate(lines):
+        parent = next((n for d, n in reversed(lines[:i]) if d < depth), None)
+        cls = getattr(remote_exec.errors, name, None) or getattr(builtins, name)
+        if parent is not None:
+            assert cls.__mro__[1].__name__ == parent, f"{name} is drawn under {parent}"
+    for name in MODULES:  # no public exception of ours lives elsewhere
+        for obj in vars(importlib.import_module(name)).values():
+            ours = inspect.isclass(obj) and obj.__module__.startswith("remote_exec") and obj.__name__[0] != "_"
+            if ours and issubclass(obj, BaseException):  # private control-flow signals may live elsewhere
+                assert obj.__module__ == "remote_exec.errors", f"{obj.__module__}.{obj.__name__}"
+
+
 def test_error_codes_round_trip() -> None:
     for code, cls in rx.errors.ERROR_CLASSES.items():
         err = rx.errors.error_from_wire(code, "m", {"job_id": "a-1"})

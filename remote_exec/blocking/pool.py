@@ -110,6 +110,14 @@ class BlockingSandboxPool:
         return self._call_sync(self.async_pool.__contains__, key)
 
     @property
+    def max_size(self) -> int:
+        return self.async_pool.max_size
+
+    @property
+    def idle_ttl(self) -> float | None:
+        return self.async_pool.idle_ttl
+
+    @property
     def stats(self) -> PoolStats:
         """The pool's size and counters, as of now."""
         return self._call_sync(lambda: self.async_pool.stats)
