@@ -214,6 +214,9 @@ class SandboxPool:
 
         A leased sandbox is never evicted or expired; only :meth:`aclose` closes it while leased
         (:meth:`discard` waits for the last lease to end). Raises as :meth:`get` does.
+
+        Cancelling the wait for the sandbox does what cancelling :meth:`get` does (the opening
+        completes for the next caller); cancelling the block releases the lease on the way out.
         """
         entry = await self._checkout(key)
         try:

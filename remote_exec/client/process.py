@@ -89,6 +89,9 @@ class ExecRemoteProcess:
     async def started(self) -> ExecRemoteProcess:
         """Wait until the agent has started the job; return ``self``.
 
+        Cancelling ``started()`` does not cancel the start: the job starts and is tracked (and
+        killed when the sandbox closes) as if it had not been awaited.
+
         :raises SpawnError: the command could not be started.
         """
         if self._job_id is None and self._start_task is not None:
@@ -258,6 +261,9 @@ class ExecRemoteProcess:
     async def write_stdin(self, data: str | bytes) -> None:
         """Write to the job's stdin (needs ``stdin_open=True``). A retried write is never doubled.
 
+        Cancelling it may leave a prefix of ``data`` delivered (what the agent had taken); the
+        job and its stdin stay as they were.
+
         :raises JobNotRunningError: stdin is closed or the job ended.
         """
         await self._write(data, eof=False)
@@ -296,7 +302,10 @@ class ExecRemoteProcess:
                 break
 
     async def signal(self, sig: int | str) -> None:
-        """Send a signal (``"SIGINT"``, ``signal.SIGUSR1``...) to the job's process group."""
+        """Send a signal (``"SIGINT"``, ``signal.SIGUSR1``...) to the job's process group.
+
+        Cancelling it abandons the answer; the signal may still be delivered by the agent.
+        """
         await self.started()
         assert self._job_id is not None
         name: int | str = sig.name if isinstance(sig, _signal.Signals) else sig
@@ -329,7 +338,10 @@ class ExecRemoteProcess:
         )
 
     async def release(self) -> None:
-        """Tell the agent to forget the job (killing it if it still runs)."""
+        """Tell the agent to forget the job (killing it if it still runs).
+
+        Cancelling it abandons the answer; the agent may still release (and kill) the job.
+        """
         await self.started()
         assert self._job_id is not None
         self._killed = self._killed or not self._ended
