@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .errors import RemoteIsADirectoryError as RemoteIsADirectoryError
     from .errors import RemoteNotADirectoryError as RemoteNotADirectoryError
     from .errors import RemotePermissionError as RemotePermissionError
+    from .errors import SandboxClosedError as SandboxClosedError
     from .errors import SandboxError as SandboxError
     from .errors import ServerBusyError as ServerBusyError
     from .errors import ShellBusyError as ShellBusyError
@@ -116,6 +117,7 @@ _LAZY: dict[str, str] = {
     "PortNotFoundError": ".errors",
     "ProtocolError": ".errors",
     "RemoteExecError": ".errors",
+    "SandboxClosedError": ".errors",
     "SandboxError": ".errors",
     "ServerBusyError": ".errors",
     "ShellBusyError": ".errors",
@@ -236,6 +238,7 @@ __all__ = [
     "RemoteNotADirectoryError",
     "RemotePermissionError",
     "Sandbox",
+    "SandboxClosedError",
     "SandboxError",
     "SandboxPool",
     "SandboxTransport",

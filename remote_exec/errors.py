@@ -4,10 +4,13 @@
 
     RemoteExecError
     ├── TransportError              the channel to the agent failed
-    │   └── AgentUnavailableError   the agent cannot be reached or started
-    │       ├── AgentLostError      the agent died (or restarted) under a job
-    │       └── UntrustedAgentError the state dir, socket or agent belongs to another user
+    │   ├── AgentUnavailableError   the agent cannot be reached or started
+    │   │   ├── AgentLostError      the agent died (or restarted) under a job
+    │   │   └── UntrustedAgentError the state dir, socket or agent belongs to another user
+    │   └── ChannelBroken           the channel's transport failed; retried after a reconnect (host side)
     ├── ProtocolError               a malformed or unexpected JSON-RPC message
+    │   ├── FrameError              a frame header that is malformed or over its limit (also ``ValueError``)
+    │   ├── LineTooLong             a request line or body over the agent's limit (also ``ValueError``)
     │   ├── ParseError              (-32700) the request was not JSON
     │   ├── InvalidRequestError     (-32600) not a JSON-RPC 2.0 request
     │   ├── MethodNotFoundError     (-32601)
@@ -40,10 +43,18 @@
     │   ├── NoSpaceError                the sandbox's disk (or quota) is full: ENOSPC/EDQUOT
     │   └── TransferLimitError          an upload/download over its file-count or size cap (host side)
     ├── ServerBusyError             the agent refuses more jobs (limit reached)
+    ├── RemoteCommandError          a notebook cell's remote command failed (exit code, timeout)
     └── SandboxError                bad sandbox URL, unsupported scheme, setup failure
+        ├── SandboxClosedError      the sandbox (or the one a handle belongs to) is closed (also ``RuntimeError``)
+        └── CliError                a host CLI (docker, podman, kubectl) exited non-zero
 
-Every class that can cross the wire has a JSON-RPC ``code``; :data:`ERROR_CLASSES` maps codes back
-to classes so the host raises the same class the agent raised.
+    KeyboardInterrupt
+    └── JobInterrupted              a cell was interrupted and its job stopped; a ``KeyboardInterrupt``
+                                    on purpose (so ``except Exception`` does not swallow it), no wire code
+
+Every class has its own JSON-RPC ``code`` (host-side ones too, so a code names one class);
+:data:`ERROR_CLASSES` maps the codes of the classes that can cross the wire back to classes, so
+the host raises the same class the agent raised.
 """
 
 from __future__ import annotations
@@ -54,17 +65,22 @@ __all__ = [
     "ERROR_CLASSES",
     "AgentLostError",
     "AgentUnavailableError",
+    "ChannelBroken",
+    "CliError",
     "ExecTimeoutError",
     "FileEncodingError",
     "FileError",
     "FileTooLargeError",
+    "FrameError",
     "InternalError",
     "InvalidParamsError",
     "InvalidRequestError",
     "JobError",
+    "JobInterrupted",
     "JobKilledError",
     "JobNotFoundError",
     "JobNotRunningError",
+    "LineTooLong",
     "MethodNotFoundError",
     "NoSpaceError",
     "ParseError",
@@ -74,12 +90,14 @@ __all__ = [
     "PortError",
     "PortNotFoundError",
     "ProtocolError",
+    "RemoteCommandError",
     "RemoteExecError",
     "RemoteFileExistsError",
     "RemoteFileNotFoundError",
     "RemoteIsADirectoryError",
     "RemoteNotADirectoryError",
     "RemotePermissionError",
+    "SandboxClosedError",
     "SandboxError",
     "ServerBusyError",
     "ShellBusyError",
@@ -138,10 +156,32 @@ class UntrustedAgentError(AgentUnavailableError):
     code = -32013
 
 
+class ChannelBroken(TransportError):
+    """The channel's transport failed; the request may be retried after ``reconnect()``.
+
+    Raised and handled inside the host client (a channel's reconnect loop), never sent.
+    """
+
+    code = -32014
+
+
 class ProtocolError(RemoteExecError):
     """A message broke the protocol (the peer is buggy or hostile)."""
 
-    code = -32000
+    code = -32002
+
+
+class FrameError(ProtocolError, ValueError):
+    """A frame header that is not ``\\x00<decimal length>\\n``, or a length over the limit."""
+
+    code = -32008
+
+
+class LineTooLong(ProtocolError, ValueError):
+    """A JSON line (or request body) over the agent's request limit; it was read and dropped up
+    to its newline. The agent answers it and reads on."""
+
+    code = -32009
 
 
 class ParseError(ProtocolError):
@@ -397,11 +437,35 @@ class TransferLimitError(FileError):
     ``max_bytes`` and ``largest`` (``[path, size]`` pairs).
     """
 
+    code = -32071
+
 
 class ServerBusyError(RemoteExecError):
     """The agent is at a limit (running jobs, its memory budget); retry after some work ends."""
 
     code = -32005
+
+
+class RemoteCommandError(RemoteExecError):
+    """A notebook cell's remote command failed (non-zero exit, timeout); shown as one short line.
+
+    :ivar result: the (possibly partial) :class:`~remote_exec.ExecResult` of the command, or ``None``.
+    """
+
+    code = -32080
+
+    def __init__(self, message: str, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+    @property
+    def returncode(self) -> int | None:
+        return self.result.returncode if self.result is not None else None
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows these lines instead of a traceback: the cell's own output above already
+        # says what went wrong, and our call stack would only hide it.
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self.message}"]
 
 
 class SandboxError(RemoteExecError):
@@ -410,9 +474,43 @@ class SandboxError(RemoteExecError):
     code = -32030
 
 
+class SandboxClosedError(SandboxError, RuntimeError):
+    """The sandbox was closed (or its pool closed it); so is every job, shell and forward handle
+    that belongs to it. Open a new sandbox."""
+
+    code = -32031
+
+
+class CliError(SandboxError):
+    """A host CLI (``docker``, ``podman``, ``kubectl``) exited non-zero.
+
+    :ivar returncode: its exit status.
+    :ivar stderr: what it printed on stderr (stripped).
+    """
+
+    code = -32032
+
+    def __init__(self, message: str, *, returncode: int, stderr: str) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+class JobInterrupted(KeyboardInterrupt):
+    """A foreground cell was interrupted and its remote job stopped; shown as one line.
+
+    A ``KeyboardInterrupt``, not a :class:`RemoteExecError`, so that ``except Exception`` in
+    user code does not swallow the interrupt.
+    """
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[0;31mKeyboardInterrupt\x1b[0m: {self}"]
+
+
 ERROR_CLASSES: dict[int, type[RemoteExecError]] = {
     cls.code: cls
     for cls in (
+        ProtocolError,
         ParseError,
         InvalidRequestError,
         MethodNotFoundError,
@@ -445,6 +543,7 @@ ERROR_CLASSES: dict[int, type[RemoteExecError]] = {
         FileEncodingError,
         WriteSessionNotFoundError,
         NoSpaceError,
+        TransferLimitError,
     )
 }
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import time
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -67,14 +68,14 @@ class _Entry:
 
     __slots__ = ("error", "key", "last_used", "ready", "retired", "sandbox", "scope", "users")
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, now: float) -> None:
         self.key = key
         self.sandbox: AsyncSandbox | None = None
         self.error: Exception | None = None
         self.ready = anyio.Event()  # the opening ended: sandbox or error is set
         self.scope = anyio.CancelScope()  # the opening's
         self.users = 0  # leases held + gets waiting for the opening
-        self.last_used = anyio.current_time()
+        self.last_used = now
         self.retired = False  # out of the pool; closed once users drops to 0
 
 
@@ -102,10 +103,20 @@ class SandboxPool:
     :param max_size: how many keys the pool holds before it evicts idle sandboxes.
     :param idle_ttl: seconds a sandbox may stay unused (no ``get``, no lease) before it is
         closed; ``None`` keeps it until evicted.
+    :param clock: monotonic seconds that ``idle_ttl`` is counted in (default
+        :func:`time.monotonic`); a test passes a fake one, advances it and calls
+        :meth:`expire_idle` instead of waiting out the TTL.
     :raises ValueError: ``max_size`` < 1 or ``idle_ttl`` <= 0.
     """
 
-    def __init__(self, sandboxes: str | SandboxFactory, *, max_size: int = 16, idle_ttl: float | None = None) -> None:
+    def __init__(
+        self,
+        sandboxes: str | SandboxFactory,
+        *,
+        max_size: int = 16,
+        idle_ttl: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if max_size < 1:
             raise ValueError(f"max_size must be at least 1, not {max_size}")
         if idle_ttl is not None and not idle_ttl > 0:
@@ -113,6 +124,7 @@ class SandboxPool:
         self._source = sandboxes
         self.max_size = max_size
         self.idle_ttl = idle_ttl
+        self._clock = clock
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
         self._lingering: set[_Entry] = set()  # retired but still leased
         self._counts: Counter[str] = Counter()
@@ -132,7 +144,7 @@ class SandboxPool:
         await self._tg.__aenter__()
         self._state = "open"
         if self.idle_ttl is not None:
-            self._spawn(self._reap, self.idle_ttl, name="SandboxPool reaper")
+            self._spawn(self._reap, name="SandboxPool reaper")
         return self
 
     async def __aexit__(
@@ -214,6 +226,9 @@ class SandboxPool:
 
         A leased sandbox is never evicted or expired; only :meth:`aclose` closes it while leased
         (:meth:`discard` waits for the last lease to end). Raises as :meth:`get` does.
+
+        Cancelling the wait for the sandbox does what cancelling :meth:`get` does (the opening
+        completes for the next caller); cancelling the block releases the lease on the way out.
         """
         entry = await self._checkout(key)
         try:
@@ -276,7 +291,7 @@ class SandboxPool:
                 self._retire(entry)
                 entry = None
             if entry is None:
-                entry = self._entries[key] = _Entry(key)
+                entry = self._entries[key] = _Entry(key, self._clock())
                 self._spawn(self._open, entry, name=f"SandboxPool opening {key!r}")
             else:
                 self._counts["reused"] += 1
@@ -296,7 +311,7 @@ class SandboxPool:
 
     def _release(self, entry: _Entry, *, trim: bool = True) -> None:
         entry.users -= 1
-        entry.last_used = anyio.current_time()
+        entry.last_used = self._clock()
         if self._entries.get(entry.key) is entry:
             self._entries.move_to_end(entry.key)
         if entry.users or entry.sandbox is None or self._state != "open":
@@ -372,7 +387,7 @@ class SandboxPool:
                 else SandboxError(f"the sandbox for {entry.key!r} was discarded while being opened")
             )
         if entry.error is None:
-            entry.sandbox, entry.last_used = sb, anyio.current_time()
+            entry.sandbox, entry.last_used = sb, self._clock()
             self._counts["opened"] += 1
         elif self._entries.get(entry.key) is entry:
             del self._entries[entry.key]  # a failure is not cached: the next get tries again
@@ -400,19 +415,32 @@ class SandboxPool:
         if self.idle_ttl is not None and self._wake is not None and entry.last_used + self.idle_ttl < self._reap_at:
             self._wake.set()
 
-    async def _reap(self, ttl: float) -> None:
-        """Close sandboxes idle for ``ttl`` seconds; sleep until the next deadline in between."""
+    def expire_idle(self) -> int:
+        """Close every sandbox unused for ``idle_ttl`` seconds by the pool's clock; return how many.
+
+        The pool does this itself at each idle deadline; call it after advancing an injected
+        ``clock``. Leased sandboxes are spared. The sandboxes close in the background (their
+        ``closed`` turns true soon after). Without ``idle_ttl`` it does nothing.
+        """
+        if self.idle_ttl is None or self._state != "open":
+            return 0
+        now, expired = self._clock(), 0
+        self._reap_at = math.inf
+        for entry in list(self._entries.values()):
+            if entry.users or entry.sandbox is None:
+                continue
+            if entry.last_used + self.idle_ttl <= now:
+                expired += 1
+                self._counts["expired"] += 1
+                self._retire(entry)
+            else:
+                self._reap_at = min(self._reap_at, entry.last_used + self.idle_ttl)
+        return expired
+
+    async def _reap(self) -> None:
+        """Expire idle sandboxes at each deadline; sleep until the next one in between."""
         while self._state == "open":
-            now = anyio.current_time()
-            self._reap_at = math.inf
-            for entry in list(self._entries.values()):
-                if entry.users or entry.sandbox is None:
-                    continue
-                if entry.last_used + ttl <= now:
-                    self._counts["expired"] += 1
-                    self._retire(entry)
-                else:
-                    self._reap_at = min(self._reap_at, entry.last_used + ttl)
+            self.expire_idle()
             self._wake = anyio.Event()
-            with anyio.move_on_after(self._reap_at - now):
+            with anyio.move_on_after(self._reap_at - self._clock()):
                 await self._wake.wait()

@@ -185,23 +185,51 @@ async def test_leased_sandboxes_are_never_evicted(url: str) -> None:
         assert pool.keys() == ["a"] and not a.closed and pool.stats.evicted == 2
 
 
+class FakeClock:
+    """Monotonic seconds that move only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 async def test_idle_sandboxes_expire_after_ttl_but_not_while_leased(url: str) -> None:
-    ttl = 0.2
-    async with SandboxPool(url, idle_ttl=ttl) as pool:
-        start = anyio.current_time()
+    clock, ttl = FakeClock(), 3600.0  # an hour: only the fake clock can pass it
+    async with SandboxPool(url, idle_ttl=ttl, clock=clock) as pool:
         a = await pool.get("a")
+        clock.advance(ttl - 1)
+        assert pool.expire_idle() == 0 and not a.closed and "a" in pool
+        clock.advance(1)
+        assert pool.expire_idle() == 1 and "a" not in pool and pool.stats.expired == 1
         await until(lambda: a.closed)
-        assert anyio.current_time() - start >= ttl and "a" not in pool and pool.stats.expired == 1
 
         async with pool.lease("b") as b:
-            c = await pool.get("c")  # idle beside the leased b: the reaper wakes for it
-            await anyio.sleep(3 * ttl)  # b is held well past the TTL
-            await until(lambda: c.closed)  # (the reaper has been round since b's deadline)
+            c = await pool.get("c")  # idle beside the leased b
+            clock.advance(3 * ttl)  # b is held well past the TTL
+            assert pool.expire_idle() == 1
+            await until(lambda: c.closed)
             assert not b.closed and "b" in pool
-            released = anyio.current_time()
+        clock.advance(ttl - 1)  # the TTL counts from the end of the lease
+        assert pool.expire_idle() == 0 and not b.closed
+        clock.advance(1)
+        assert pool.expire_idle() == 1
         await until(lambda: b.closed)
-        assert anyio.current_time() - released >= ttl and pool.stats.expired == 3
+        assert pool.stats.expired == 3
         assert await pool.get("a") is not a  # an expired key opens afresh
+
+
+async def test_the_reaper_expires_by_the_pools_clock(url: str) -> None:
+    clock = FakeClock()  # a short TTL, so the reaper's real-time nap between checks is short
+    async with SandboxPool(url, idle_ttl=0.05, clock=clock) as pool:
+        a = await pool.get("a")
+        clock.advance(0.05)
+        await until(lambda: a.closed)  # the background task did it, no call from here
+        assert pool.stats.expired == 1
 
 
 async def test_closed_sandbox_is_replaced_on_next_get(url: str) -> None:

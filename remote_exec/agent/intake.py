@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from ..errors import ServerBusyError
+from ..errors import LineTooLong, ServerBusyError
 from ..protocol import frames
 from .budget import MemoryBudget
 
@@ -28,10 +28,6 @@ LINE_PIECE = 64 * 1024
 """The stream reader's own limit: it holds at most about twice this uncharged per connection
 (asyncio pauses the socket beyond that); longer lines are read and charged piece by piece."""
 _PAYLOAD_PIECE = 1 << 20
-
-
-class LineTooLong(ValueError):
-    """A JSON line over the request limit; it was read and dropped up to its newline."""
 
 
 class Intake:

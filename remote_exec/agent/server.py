@@ -11,7 +11,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +70,18 @@ class _Activity:
     def __init__(self) -> None:
         self.in_flight = 0
         self.last = time.monotonic()
+
+
+JOBS = web.AppKey("jobs", JobController)
+SHELLS = web.AppKey("shells", ShellController)
+PORTS = web.AppKey("ports", PortController)
+FILES = web.AppKey("files", FileController)
+ACTIVITY = web.AppKey("activity", _Activity)
+BUDGET = web.AppKey("budget", MemoryBudget)
+INTAKE = web.AppKey("intake", Intake)
+HANDLE_FRAME: web.AppKey[Callable[[frames.Frame], Awaitable[bytes | None]]] = web.AppKey("handle_frame")
+INSTANCE_ID = web.AppKey("instance_id", str)
+"""Typed keys of what :func:`build_app` stores in the app (aiohttp warns about string keys)."""
 
 
 def build_app(config: ServerConfig) -> web.Application:
@@ -142,15 +154,15 @@ def build_app(config: ServerConfig) -> web.Application:
     app = web.Application(client_max_size=MAX_REQUEST)
     app.router.add_post("/rpc", rpc)
     app.on_cleanup.append(on_cleanup)
-    app["jobs"] = jobs
-    app["shells"] = shells
-    app["ports"] = ports
-    app["files"] = files
-    app["activity"] = activity
-    app["budget"] = budget
-    app["intake"] = intake
-    app["handle_frame"] = handle_frame
-    app["instance_id"] = instance_id
+    app[JOBS] = jobs
+    app[SHELLS] = shells
+    app[PORTS] = ports
+    app[FILES] = files
+    app[ACTIVITY] = activity
+    app[BUDGET] = budget
+    app[INTAKE] = intake
+    app[HANDLE_FRAME] = handle_frame
+    app[INSTANCE_ID] = instance_id
     return app
 
 
@@ -177,7 +189,7 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
     # A short shutdown: a request still in flight then (say, one waiting on a stuck worker
     # thread) is abandoned after this many seconds rather than holding the agent up.
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT)
-    app["files"].recover()  # temporary files of write sessions a killed agent left behind
+    app[FILES].recover()  # temporary files of write sessions a killed agent left behind
     await runner.setup()
     for stale in (sock, stream_sock):  # ensure_server holds the lock and found nobody accepting
         if stale.exists():
@@ -188,7 +200,7 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
         # both do. A deep backlog: a burst of connections (1000 clients starting jobs at once)
         # must queue, not fail with EAGAIN, which asyncio does not retry for Unix sockets.
         streams = await asyncio.start_unix_server(
-            lambda r, w: serve_frames(r, w, app["handle_frame"], MAX_REQUEST, app["intake"]),
+            lambda r, w: serve_frames(r, w, app[HANDLE_FRAME], MAX_REQUEST, app[INTAKE]),
             os.fspath(stream_sock),
             limit=LINE_PIECE,  # longer lines are read (and charged to the budget) piece by piece
             backlog=4096,
@@ -206,7 +218,7 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
     if ready_fd is not None:
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)
-    log.info("agent %s serving on %s", app["instance_id"], sock)
+    log.info("agent %s serving on %s", app[INSTANCE_ID], sock)
     idle = asyncio.create_task(_idle_watch(app, config.idle_timeout, stop))
     try:
         await stop.wait()
@@ -222,9 +234,9 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
 async def _idle_watch(app: web.Application, idle_timeout: float, stop: asyncio.Event) -> None:
     if idle_timeout <= 0:
         return
-    jobs: JobController = app["jobs"]
-    shells: ShellController = app["shells"]
-    activity: _Activity = app["activity"]
+    jobs: JobController = app[JOBS]
+    shells: ShellController = app[SHELLS]
+    activity: _Activity = app[ACTIVITY]
     while True:
         # A timer, not synchronisation: nothing signals "time passed with nothing happening".
         await asyncio.sleep(min(idle_timeout / 4, 5.0))

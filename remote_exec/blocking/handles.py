@@ -16,11 +16,19 @@ from anyio.from_thread import BlockingPortal
 
 from ..client.ports import PortForward
 from ..client.process import ExecRemoteProcess
+from ..client.sandbox import AsyncSandbox
 from ..client.shell import ShellSession
 from ..client.types import ExecRemoteEvent, ExecResult
+from ..errors import SandboxClosedError
 from ..protocol import PortConnInfo, ShellInfo
 
-__all__ = ["BlockingExecRemoteProcess", "BlockingPortForward", "BlockingShellSession", "interruptible"]
+__all__ = [
+    "BlockingExecRemoteProcess",
+    "BlockingPortForward",
+    "BlockingShellSession",
+    "check_open",
+    "interruptible",
+]
 
 T = TypeVar("T")
 
@@ -51,15 +59,41 @@ async def _wait_done(tasks: list[asyncio.Task[Any]]) -> None:
         await asyncio.wait(tasks)
 
 
-class BlockingExecRemoteProcess:
+def check_open(sandbox: AsyncSandbox | None) -> None:
+    """Raise :class:`SandboxClosedError` if ``sandbox`` (a handle's owner) is closed.
+
+    Checked before every call through the portal: once the last blocking sandbox closes, the
+    portal's thread stops and anyio would only say "This portal is not running".
+    """
+    if sandbox is not None and sandbox.closed:
+        raise SandboxClosedError(f"{sandbox.url}: the sandbox this handle belongs to is closed; open a new one")
+
+
+class _Handle:
+    """What the blocking handles share: the portal, and the sandbox whose life bounds theirs."""
+
+    def __init__(self, portal: BlockingPortal, sandbox: AsyncSandbox | None) -> None:
+        self._portal = portal
+        self._sandbox = sandbox
+
+    def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        check_open(self._sandbox)
+        return self._portal.call(fn, *args)
+
+    def _interruptible(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        check_open(self._sandbox)
+        return interruptible(self._portal, fn, *args)
+
+
+class BlockingExecRemoteProcess(_Handle):
     """Blocking twin of :class:`~remote_exec.ExecRemoteProcess`; iterate it for events.
 
     Ctrl-C (``KeyboardInterrupt``) while iterating or waiting kills the job, as cancelling the
     async iteration does.
     """
 
-    def __init__(self, portal: BlockingPortal, proc: ExecRemoteProcess) -> None:
-        self._portal = portal
+    def __init__(self, portal: BlockingPortal, proc: ExecRemoteProcess, *, sandbox: AsyncSandbox | None = None) -> None:
+        super().__init__(portal, sandbox)
         self.async_process = proc
 
     @property
@@ -88,32 +122,33 @@ class BlockingExecRemoteProcess:
         return self
 
     def __iter__(self) -> Iterator[ExecRemoteEvent]:
+        self.async_process.__aiter__()  # raises RuntimeError if the events were consumed already
         return self
 
     def __next__(self) -> ExecRemoteEvent:
         try:
-            return interruptible(self._portal, self.async_process.__anext__)
+            return self._interruptible(self.async_process.__anext__)
         except StopAsyncIteration:
             raise StopIteration from None
 
     def wait(self) -> ExecResult:
         """Run to the end and return the result (see the async ``wait``)."""
-        return interruptible(self._portal, self.async_process.wait)
+        return self._interruptible(self.async_process.wait)
 
     def write_stdin(self, data: str | bytes) -> None:
-        self._portal.call(self.async_process.write_stdin, data)
+        self._call(self.async_process.write_stdin, data)
 
     def close_stdin(self) -> None:
-        self._portal.call(self.async_process.close_stdin)
+        self._call(self.async_process.close_stdin)
 
     def signal(self, sig: int | str) -> None:
-        self._portal.call(self.async_process.signal, sig)
+        self._call(self.async_process.signal, sig)
 
     def kill(self, grace: float | None = None) -> None:
-        self._portal.call(self.async_process.kill, grace)
+        self._call(self.async_process.kill, grace)
 
     def release(self) -> None:
-        self._portal.call(self.async_process.release)
+        self._call(self.async_process.release)
 
     def detach(self) -> str | None:
         return self.async_process.detach()
@@ -122,15 +157,15 @@ class BlockingExecRemoteProcess:
         return repr(self.async_process).replace("<ExecRemoteProcess", "<BlockingExecRemoteProcess", 1)
 
 
-class BlockingShellSession:
+class BlockingShellSession(_Handle):
     """Blocking twin of :class:`~remote_exec.ShellSession`: ``with sb.shell() as sh``.
 
     Ctrl-C (``KeyboardInterrupt``) during :meth:`run` kills the run (SIGINT, then SIGKILL after
     ``kill_grace``), as cancelling the async ``run()`` does; the shell survives.
     """
 
-    def __init__(self, portal: BlockingPortal, session: ShellSession) -> None:
-        self._portal = portal
+    def __init__(self, portal: BlockingPortal, session: ShellSession, *, sandbox: AsyncSandbox | None = None) -> None:
+        super().__init__(portal, sandbox)
         self.async_session = session
 
     @property
@@ -167,8 +202,8 @@ class BlockingShellSession:
         :raises ShellBusyError: another run is in progress in this session.
         :raises ShellClosedError: the shell has ended.
         """
-        proc = self._portal.call(self._start, command, timeout, input, kill_grace)
-        return BlockingExecRemoteProcess(self._portal, proc)
+        proc = self._call(self._start, command, timeout, input, kill_grace)
+        return BlockingExecRemoteProcess(self._portal, proc, sandbox=self._sandbox)
 
     async def _start(
         self, command: str, timeout: float | None, input: str | bytes | None, kill_grace: float
@@ -184,7 +219,7 @@ class BlockingShellSession:
         :raises ShellClosedError: the shell has ended.
         :raises ExecTimeoutError: ``timeout`` expired.
         """
-        return interruptible(self._portal, self._run, command, timeout, input, kill_grace)
+        return self._interruptible(self._run, command, timeout, input, kill_grace)
 
     async def _run(
         self, command: str, timeout: float | None, input: str | bytes | None, kill_grace: float
@@ -193,15 +228,15 @@ class BlockingShellSession:
 
     def interrupt(self) -> None:
         """Ctrl-C: SIGINT to the running command; the shell lives on."""
-        self._portal.call(self.async_session.interrupt)
+        self._call(self.async_session.interrupt)
 
     def refresh(self) -> ShellInfo:
         """Fetch the session's state from the agent."""
-        return self._portal.call(self.async_session.refresh)
+        return self._call(self.async_session.refresh)
 
     def close(self) -> None:
         """Kill the shell and everything still running in it, for every client."""
-        self._portal.call(self.async_session.close)
+        self._call(self.async_session.close)
 
     def reattach_shell(self, session_id: str) -> BlockingShellSession:
         """A handle on another session in the same sandbox (see :meth:`ShellSession.reattach_shell`).
@@ -223,7 +258,7 @@ class BlockingShellSession:
         return repr(self.async_session).replace("<ShellSession", "<BlockingShellSession", 1)
 
 
-class BlockingPortForward:
+class BlockingPortForward(_Handle):
     """Blocking twin of :class:`~remote_exec.PortForward`, already listening when you get it.
 
     Its listener and tunnels run on the blocking API's event-loop thread, so they keep working
@@ -232,8 +267,8 @@ class BlockingPortForward:
     ``IFrame(fwd.browser_url, 800, 600)``) and :meth:`close` it, or close the sandbox.
     """
 
-    def __init__(self, portal: BlockingPortal, forward: PortForward) -> None:
-        self._portal = portal
+    def __init__(self, portal: BlockingPortal, forward: PortForward, *, sandbox: AsyncSandbox | None = None) -> None:
+        super().__init__(portal, sandbox)
         self.async_forward = forward
 
     @property
@@ -260,6 +295,15 @@ class BlockingPortForward:
         return self.async_forward.remote_port
 
     @property
+    def remote_host(self) -> str:
+        return self.async_forward.remote_host
+
+    @property
+    def accepted(self) -> int:
+        """Connections accepted so far."""
+        return self.async_forward.accepted
+
+    @property
     def address(self) -> tuple[str, int]:
         return self.async_forward.address
 
@@ -277,12 +321,12 @@ class BlockingPortForward:
 
     def connections(self) -> list[PortConnInfo]:
         """The agent's view of this forward's open connections."""
-        return self._portal.call(self.async_forward.connections)
+        return self._call(self.async_forward.connections)
 
     def close(self) -> None:
         """Stop listening and close every tunnelled connection; idempotent (also after the sandbox closed)."""
         if not self.async_forward.closed:
-            self._portal.call(self.async_forward.aclose)
+            self._call(self.async_forward.aclose)
 
     def __enter__(self) -> BlockingPortForward:
         return self

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterator
 from types import TracebackType
@@ -41,8 +42,15 @@ class BlockingSandboxPool:
     opens cannot be interrupted except by the opening ending (it fails or succeeds).
     """
 
-    def __init__(self, sandboxes: str | SandboxFactory, *, max_size: int = 16, idle_ttl: float | None = None) -> None:
-        self.async_pool = SandboxPool(sandboxes, max_size=max_size, idle_ttl=idle_ttl)
+    def __init__(
+        self,
+        sandboxes: str | SandboxFactory,
+        *,
+        max_size: int = 16,
+        idle_ttl: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.async_pool = SandboxPool(sandboxes, max_size=max_size, idle_ttl=idle_ttl, clock=clock)
         self._portal: BlockingPortal | None = None
         self._context: contextlib.AbstractContextManager[SandboxPool] | None = None
         self._faces: weakref.WeakKeyDictionary[AsyncSandbox, Sandbox] = weakref.WeakKeyDictionary()
@@ -99,6 +107,10 @@ class BlockingSandboxPool:
         """Take ``key``'s sandbox out of the pool and close it (see :meth:`SandboxPool.discard`)."""
         return self._call(self.async_pool.discard, key)
 
+    def expire_idle(self) -> int:
+        """Close the sandboxes unused for ``idle_ttl`` now (see :meth:`SandboxPool.expire_idle`)."""
+        return self._call_sync(self.async_pool.expire_idle)
+
     def keys(self) -> list[str]:
         """The keys in the pool, least recently used first."""
         return self._call_sync(self.async_pool.keys)
@@ -108,6 +120,14 @@ class BlockingSandboxPool:
 
     def __contains__(self, key: object) -> bool:
         return self._call_sync(self.async_pool.__contains__, key)
+
+    @property
+    def max_size(self) -> int:
+        return self.async_pool.max_size
+
+    @property
+    def idle_ttl(self) -> float | None:
+        return self.async_pool.idle_ttl
 
     @property
     def stats(self) -> PoolStats:

@@ -22,6 +22,7 @@ from ..client.sandbox import AsyncSandbox
 from ..client.shell import ShellSession
 from ..client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, TransferResult
 from ..client.types import ExecRemoteOptions, ExecResult, OptionOverrides
+from ..errors import SandboxClosedError
 from ..protocol import FileInfo, JobInfo, ServerInfo, ShellInfo
 from ..sandboxes import open_sandbox
 from .handles import BlockingExecRemoteProcess, BlockingPortForward, BlockingShellSession, interruptible
@@ -76,8 +77,7 @@ class Sandbox:
             release_portal()
 
     def _call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        if self._closed:
-            raise RuntimeError("this sandbox is closed; open a new one with rx.connect()")
+        self._check_open()
         return self._portal.call(fn, *args)
 
     @property
@@ -94,6 +94,11 @@ class Sandbox:
     @property
     def info(self) -> ServerInfo:
         return self.async_sandbox.info
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called (or its pool closed it): the sandbox is unusable."""
+        return self._closed or self.async_sandbox.closed
 
     def __enter__(self) -> Sandbox:
         return self
@@ -148,7 +153,7 @@ class Sandbox:
         if not stream:
             return self.run(command, options, **overrides)
         proc: ExecRemoteProcess = self._call(self._start, command, options, overrides)
-        return BlockingExecRemoteProcess(self._portal, proc)
+        return BlockingExecRemoteProcess(self._portal, proc, sandbox=self.async_sandbox)
 
     async def _start(
         self, command: list[str] | str, options: ExecRemoteOptions | None, overrides: OptionOverrides
@@ -163,8 +168,7 @@ class Sandbox:
         :raises ExecTimeoutError: the timeout expired.
         :raises SpawnError: the command could not be started.
         """
-        if self._closed:
-            raise RuntimeError("this sandbox is closed; open a new one with rx.connect()")
+        self._check_open()
         return interruptible(self._portal, self._run, command, options, overrides)
 
     async def _run(
@@ -182,7 +186,7 @@ class Sandbox:
         :raises JobNotFoundError: no such job.
         """
         proc = self._call(self.async_sandbox.attach, job_id, options)
-        return BlockingExecRemoteProcess(self._portal, proc)
+        return BlockingExecRemoteProcess(self._portal, proc, sandbox=self.async_sandbox)
 
     def shell(self, *, cwd: str | None = None, env: dict[str, str] | None = None) -> BlockingShellSession:
         """Open a stateful shell session (see :meth:`AsyncSandbox.shell`).
@@ -190,7 +194,7 @@ class Sandbox:
         :raises SpawnError: the shell could not be started.
         """
         session = self._call(self._shell, cwd, env)
-        return BlockingShellSession(self._portal, session)
+        return BlockingShellSession(self._portal, session, sandbox=self.async_sandbox)
 
     async def _shell(self, cwd: str | None, env: dict[str, str] | None) -> ShellSession:
         return await self.async_sandbox.shell(cwd=cwd, env=env)
@@ -201,7 +205,9 @@ class Sandbox:
         :raises ShellNotFoundError: no such session.
         :raises ShellClosedError: the session's shell has ended.
         """
-        return BlockingShellSession(self._portal, self._call(self.async_sandbox.reattach_shell, session_id))
+        return BlockingShellSession(
+            self._portal, self._call(self.async_sandbox.reattach_shell, session_id), sandbox=self.async_sandbox
+        )
 
     def shells(self) -> list[ShellInfo]:
         """Open and recently closed shell sessions in this sandbox."""
@@ -362,8 +368,9 @@ class Sandbox:
         return interruptible(self._portal, fn, remote_dir, local_dir)
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this sandbox is closed; open a new one with rx.connect()")
+        # A pooled face is closed when its pool closes the sandbox under it.
+        if self._closed or self.async_sandbox.closed:
+            raise SandboxClosedError(f"{self.url}: this sandbox is closed; open a new one with rx.connect()")
 
     def forward_port(
         self, remote_port: int, local_port: int = 0, *, remote_host: str = "127.0.0.1"
@@ -377,7 +384,7 @@ class Sandbox:
         :raises SandboxError: the sandbox's agent cannot forward ports.
         """
         forward = self.async_sandbox.forward_port(remote_port, local_port, remote_host=remote_host)
-        return BlockingPortForward(self._portal, self._call(forward.start))
+        return BlockingPortForward(self._portal, self._call(forward.start), sandbox=self.async_sandbox)
 
 
 def connect(

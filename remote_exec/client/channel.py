@@ -25,7 +25,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import AgentUnavailableError, ProtocolError, TransportError
+from ..errors import AgentUnavailableError, ChannelBroken, ProtocolError
 from ..protocol import MAX_CHUNK, frames
 from ..protocol.ownership import check_peer, check_socket, check_state_dir
 
@@ -83,10 +83,6 @@ CLOSE_GRACE = 1.0
 
 SpawnFn = Callable[[], Awaitable[PipeProcess]]
 _ID_PREFIX = re.compile(rb'^\{"jsonrpc":"2\.0","id":(\d+),')
-
-
-class ChannelBroken(TransportError):
-    """The channel's transport failed; the request may be retried after ``reconnect()``."""
 
 
 class Channel(ABC):

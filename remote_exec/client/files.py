@@ -51,6 +51,7 @@ from ..protocol import (
     FileWriteParams,
     Method,
 )
+from .fanout import fan_out
 from .localfile import drop_local, finish_local, local_temp, pread_all, pwrite_all
 from .native import NativeCopy, Progress, read_native, write_staged
 from .rpc import RpcClient
@@ -75,21 +76,17 @@ _HASH_BATCH = 256 * 1024 * 1024
 
 
 async def _pipelined(offsets: Iterable[int], work: Callable[[int], Awaitable[None]], window: int) -> None:
-    """Run ``work(offset)`` for every offset, ``window`` at a time; the first failure cancels the rest."""
+    """Run ``work(offset)`` for every offset, ``window`` at a time; the first failure cancels the
+    rest and is raised once they have ended."""
     it = iter(offsets)
 
     async def worker() -> None:
         for offset in it:  # one shared iterator: each offset is taken by exactly one worker
             await work(offset)
 
-    tasks = [asyncio.ensure_future(worker()) for _ in range(max(1, window))]
-    try:
-        await asyncio.gather(*tasks)
-    except BaseException:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+    async with fan_out() as tg:  # none of the workers outlives the call
+        for _ in range(max(1, window)):
+            tg.start_soon(worker)
 
 
 class FileClient:

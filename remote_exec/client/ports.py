@@ -164,6 +164,9 @@ class PortForward:
     async def start(self) -> PortForward:
         """Bind the listener and start accepting; return ``self``. Called by ``async with``.
 
+        Cancelling it while it binds leaves the forward unopened: nothing is tunnelled (a
+        connection reaching a forward that is not open is reset); make a new one.
+
         :raises SandboxError: the sandbox's agent is too old to forward ports.
         :raises OSError: the local port cannot be bound (e.g. in use).
         :raises RuntimeError: the forward was already started, or the sandbox is not open.
@@ -212,7 +215,10 @@ class PortForward:
             self._core.forget(self)
 
     async def connections(self) -> list[PortConnInfo]:
-        """The agent's view of this forward's open connections (bytes each way, buffered...)."""
+        """The agent's view of this forward's open connections (bytes each way, buffered...).
+
+        Cancelling it abandons the answer; the connections are untouched.
+        """
         ids = set(self._conn_ids)
         result = await self._core.rpc.call(Method.PORT_LIST, Empty(), PortListResult)
         return [c for c in result.conns if c.conn_id in ids]

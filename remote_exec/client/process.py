@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import secrets
 import signal as _signal
 from collections import deque
@@ -12,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from ..errors import ExecTimeoutError, JobKilledError, ProtocolError
+from ..errors import ExecTimeoutError, JobKilledError, JobNotRunningError, ProtocolError
 from ..protocol import (
     DEFAULT_MAX_BYTES,
     Empty,
@@ -77,9 +78,19 @@ class ExecRemoteProcess:
         self._stdin_offset = 0
         self._kill_task: asyncio.Task[None] | None = None
         self.kill_on_cancel = True
+        self._iterated = False
+
+    def _on_started(self, task: asyncio.Task[StartResult]) -> None:
+        # job_id and pid are there as soon as the agent answered, awaited or not; a failure is
+        # retrieved here (no "never retrieved" warning) and raised on first use instead.
+        if not task.cancelled() and task.exception() is None and self._job_id is None:
+            self._job_id, self._pid = task.result().job_id, task.result().pid
 
     async def started(self) -> ExecRemoteProcess:
         """Wait until the agent has started the job; return ``self``.
+
+        Cancelling ``started()`` does not cancel the start: the job starts and is tracked (and
+        killed when the sandbox closes) as if it had not been awaited.
 
         :raises SpawnError: the command could not be started.
         """
@@ -111,6 +122,12 @@ class ExecRemoteProcess:
         return self
 
     def __aiter__(self) -> ExecRemoteProcess:
+        if self._iterated and self._ended and not self._queue:  # ran to its end (a kill or detach stops it quietly)
+            raise RuntimeError(
+                "this process's events were consumed already (a process is iterated once); "
+                "its result stays available: await proc.wait() or read proc.returncode"
+            )
+        self._iterated = True
         return self
 
     async def __anext__(self) -> ExecRemoteEvent:
@@ -230,8 +247,11 @@ class ExecRemoteProcess:
         :raises ExecTimeoutError: the job's timeout expired (``.result`` holds the partial output).
         :raises JobKilledError: this handle killed the job.
         """
-        async for _ in self:
-            pass
+        while True:  # not `async for`: wait() after a finished iteration returns the result
+            try:
+                await self.__anext__()
+            except StopAsyncIteration:
+                break
         if self._killed:
             raise JobKilledError(f"job {self._job_id} was killed by this handle", job_id=self._job_id)
         return self._result()
@@ -241,13 +261,20 @@ class ExecRemoteProcess:
     async def write_stdin(self, data: str | bytes) -> None:
         """Write to the job's stdin (needs ``stdin_open=True``). A retried write is never doubled.
 
+        Cancelling it may leave a prefix of ``data`` delivered (what the agent had taken); the
+        job and its stdin stay as they were.
+
         :raises JobNotRunningError: stdin is closed or the job ended.
         """
         await self._write(data, eof=False)
 
     async def close_stdin(self) -> None:
-        """Close the job's stdin (EOF)."""
-        await self._write(b"", eof=True)
+        """Close the job's stdin (EOF); a no-op once the job has ended or its stdin is closed.
+
+        Cancelling it leaves stdin open or closed, whichever the agent got; call it again.
+        """
+        with contextlib.suppress(JobNotRunningError):  # ended, or stdin closed: EOF either way
+            await self._write(b"", eof=True)
 
     async def _write(self, data: str | bytes, eof: bool) -> None:
         await self.started()
@@ -275,7 +302,10 @@ class ExecRemoteProcess:
                 break
 
     async def signal(self, sig: int | str) -> None:
-        """Send a signal (``"SIGINT"``, ``signal.SIGUSR1``...) to the job's process group."""
+        """Send a signal (``"SIGINT"``, ``signal.SIGUSR1``...) to the job's process group.
+
+        Cancelling it abandons the answer; the signal may still be delivered by the agent.
+        """
         await self.started()
         assert self._job_id is not None
         name: int | str = sig.name if isinstance(sig, _signal.Signals) else sig
@@ -308,7 +338,10 @@ class ExecRemoteProcess:
         )
 
     async def release(self) -> None:
-        """Tell the agent to forget the job (killing it if it still runs)."""
+        """Tell the agent to forget the job (killing it if it still runs).
+
+        Cancelling it abandons the answer; the agent may still release (and kill) the job.
+        """
         await self.started()
         assert self._job_id is not None
         self._killed = self._killed or not self._ended
@@ -362,7 +395,7 @@ def starting(
     """A handle on the job that ``start`` (an RPC answering with its id) is starting now."""
     proc = ExecRemoteProcess(rpc, options, response_margin=margin)
     task = asyncio.get_running_loop().create_task(start)
-    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # raised on first use instead
+    task.add_done_callback(proc._on_started)
     proc._start_task = task
     return proc
 

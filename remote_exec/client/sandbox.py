@@ -131,6 +131,10 @@ class AsyncSandbox(SandboxFiles):
         default) the job starts at once and the process handle is returned without awaiting;
         with ``stream=False`` this returns a coroutine: ``await`` it for the :class:`ExecResult`.
         Options come from ``options`` and/or keywords (``timeout=5``, ``cwd="/tmp"``...).
+
+        Cancelling the awaited ``stream=False`` coroutine kills the job, as :meth:`run` does; a
+        streamed handle follows :class:`ExecRemoteProcess`'s rules (cancelling its iteration or
+        ``wait()`` kills the job).
         """
         opts = (options or ExecRemoteOptions()).merged(overrides)
         if not stream:
@@ -165,7 +169,8 @@ class AsyncSandbox(SandboxFiles):
     async def jobs(self) -> list[JobInfo]:
         """Running and retained jobs in this sandbox, started by any client, oldest first.
 
-        They come in pages; each must follow the last.
+        They come in pages; each must follow the last. Cancelling it abandons the listing;
+        nothing changes in the sandbox.
 
         :raises ProtocolError: a page that does not follow, or more than :data:`MAX_JOBS_LISTED`.
         """
@@ -184,6 +189,7 @@ class AsyncSandbox(SandboxFiles):
         """A handle on a job started elsewhere (another client, a previous kernel).
 
         Iterating it replays what the agent still retains from the start, then follows live.
+        Cancelling ``attach()`` leaves the job as it was (it only reads the job list).
 
         :raises JobNotFoundError: no such job (or it was released / expired).
         """
@@ -218,11 +224,17 @@ class AsyncSandbox(SandboxFiles):
         return await reattach_shell(self._core, session_id)
 
     async def shells(self) -> list[ShellInfo]:
-        """Open and recently closed shell sessions in this sandbox, oldest first (a read only)."""
+        """Open and recently closed shell sessions in this sandbox, oldest first (a read only).
+
+        Cancelling it abandons the listing; nothing changes in the sandbox.
+        """
         return await list_shells(self._core.rpc)
 
     async def server_info(self) -> ServerInfo:
-        """The agent's version, protocol, pid, instance id and capabilities."""
+        """The agent's version, protocol, pid, instance id and capabilities.
+
+        Cancelling it abandons the answer; nothing changes in the sandbox.
+        """
         return await self._core.rpc.call(Method.SERVER_INFO, Empty(), ServerInfo)
 
     # -- port forwarding (see client/ports.py) ---------------------------------------------
@@ -236,5 +248,10 @@ class AsyncSandbox(SandboxFiles):
         inside the sandbox, so this reaches servers in sandboxes without network. Only loopback
         targets are allowed unless the agent runs with ``--port-any-host``. Leaving the block
         (or closing the sandbox) closes every tunnelled connection.
+
+        Cancelling the task inside the block leaves it the same way: the listener stops and every
+        tunnelled connection is closed at both ends, here and by the agent (shielded, a few
+        seconds at most if the agent does not answer), before the cancellation propagates. The
+        server in the sandbox is not touched.
         """
         return PortForward(self._core, remote_port, local_port, remote_host=remote_host)

@@ -46,6 +46,9 @@ class SandboxFiles:
         ``0o666`` less the umask for a new one); ``mtime`` the modification time (seconds);
         ``parents`` creates missing directories. Large data is sent in pipelined chunks.
 
+        Cancelling it aborts the write session (shielded) and leaves the old file in place; a
+        small write already sent as one request may still complete in the agent, whole.
+
         :raises RemoteIsADirectoryError: ``path`` is a directory.
         :raises RemotePermissionError: the agent may not write there.
         :raises PathEscapeError: ``path`` leads out of :attr:`workspace_root`.
@@ -70,6 +73,8 @@ class SandboxFiles:
         limit); a bytes read has no limit unless given one. For big files, stream to disk with
         :meth:`read_file_to`.
 
+        Cancelling it stops the read; nothing changes in the sandbox.
+
         :raises RemoteFileNotFoundError: no such file.
         :raises RemoteIsADirectoryError: ``path`` is a directory.
         :raises RemotePermissionError: the agent may not read it.
@@ -87,6 +92,9 @@ class SandboxFiles:
 
         The local file is replaced atomically and gets the remote file's mode (set-id bits
         dropped) and mtime. ``progress`` shows a tqdm bar. Returns the remote file's info.
+
+        Cancelling it stops the read and removes the partial temporary file (shielded): the
+        local file keeps its old content, or stays absent. Nothing changes in the sandbox.
 
         :raises RemoteFileNotFoundError: no such file.
         :raises RemoteIsADirectoryError: ``path`` is a directory (use :meth:`download`).
@@ -130,6 +138,10 @@ class SandboxFiles:
         The remote file gets the local one's permission bits (unless ``mode``) and, with
         ``keep_mtime``, its mtime. ``progress`` shows a tqdm bar.
 
+        Cancelling it aborts its write session (shielded; the agent drops the temporary file,
+        also the native copy's staged one) and leaves the old remote file in place; a file that
+        fits one request may still be written whole by the agent. The local file is only read.
+
         :raises RemoteIsADirectoryError: ``path`` is a directory.
         :raises PathEscapeError: ``path`` leads out of :attr:`workspace_root`.
         """
@@ -146,6 +158,7 @@ class SandboxFiles:
 
         With ``recursive`` every entry below it, each directory's entries before its
         subdirectories' contents; ``name`` is then the path relative to ``path``.
+        Cancelling it abandons the listing; nothing changes in the sandbox.
 
         :raises RemoteFileNotFoundError: no such directory.
         :raises RemoteNotADirectoryError: ``path`` is a file.
@@ -156,12 +169,17 @@ class SandboxFiles:
     async def stat(self, path: str, *, follow: bool = True) -> FileInfo:
         """Type, size, mode and mtime of ``path`` (``follow=False``: of a final symlink itself).
 
+        Cancelling it abandons the answer; nothing changes in the sandbox.
+
         :raises RemoteFileNotFoundError: no such file or directory.
         """
         return await self._files().stat(path, follow=follow)
 
     async def exists(self, path: str) -> bool:
-        """Whether ``path`` exists (a dangling symlink does not)."""
+        """Whether ``path`` exists (a dangling symlink does not).
+
+        Cancelling it abandons the answer; nothing changes in the sandbox.
+        """
         try:
             await self._files().stat(path)
         except FileNotFoundError:
@@ -171,6 +189,9 @@ class SandboxFiles:
     async def remove(self, path: str, *, recursive: bool = False, missing_ok: bool = False) -> bool:
         """Remove a file, a symlink (not its target), an empty directory or, with ``recursive``,
         a tree. Returns False when nothing was there (``missing_ok``).
+
+        Cancelling it abandons the answer, not the removal: once the agent has the request it
+        completes it, so ``path`` may be gone afterwards.
 
         :raises RemoteFileNotFoundError: nothing there and not ``missing_ok``.
         :raises FileError: a non-empty directory without ``recursive``.
@@ -182,6 +203,8 @@ class SandboxFiles:
         self, path: str, *, parents: bool = True, exist_ok: bool = True, mode: int | None = None
     ) -> FileInfo:
         """Create the directory ``path`` (with ``parents``, its missing ancestors too).
+
+        Cancelling it abandons the answer; the directory may still be created by the agent.
 
         :raises RemoteFileExistsError: it exists and not ``exist_ok``, or a file is in the way.
         """
@@ -218,6 +241,11 @@ class SandboxFiles:
         removed first (listed in :attr:`TransferResult.deleted`). What the rules ignore is never
         deleted, so a ``node_modules`` or ``.venv`` built in the sandbox stays.
 
+        Cancelling it (or a file failing) ends every per-file transfer before it returns: they
+        run in one task group. Files already renamed into place stay, each whole; the writes in
+        flight abort their sessions and leave the old files; with ``delete=True`` what was
+        already removed stays removed. Run it again to finish: unchanged files are skipped.
+
         :raises TransferLimitError: more than ``max_files`` files or ``max_bytes`` bytes
             (``None``: no cap) would be selected; the message names the biggest offenders.
         :raises PathEscapeError: ``remote_dir`` leads out of :attr:`workspace_root`.
@@ -249,6 +277,11 @@ class SandboxFiles:
 
         Nothing is written outside ``local_dir``: every name the sandbox lists is checked first
         (relative, no ``..``), and a symlink inside ``local_dir`` is never followed.
+
+        Cancelling it ends every per-file transfer before it returns (one task group). Local
+        files already renamed into place stay, each whole; those in flight remove their
+        temporary files and leave the old ones; with ``delete=True`` what was already removed
+        stays removed. Nothing changes in the sandbox. Run it again to finish.
 
         :raises RemoteFileNotFoundError: ``remote_dir`` does not exist.
         :raises TransferLimitError: over ``max_files`` or ``max_bytes``.

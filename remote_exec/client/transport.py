@@ -20,11 +20,18 @@ class SandboxTransport(ABC):
 
     @abstractmethod
     async def open_channel(self) -> Channel:
-        """Make sure an agent runs in the sandbox and return a channel to it."""
+        """Make sure an agent runs in the sandbox and return a channel to it.
+
+        When it is cancelled or fails, the sandbox calls :meth:`aclose` (shielded) to tear down
+        what it had set up, so an implementation keeps enough state for that.
+        """
 
     def native_copy(self) -> NativeCopy | None:
         """The transport's own copy command for big files (``None``: the agent channel only)."""
         return None
 
     async def aclose(self) -> None:
-        """Tear down whatever the transport set up (containers, connections...)."""
+        """Tear down whatever the transport set up (containers, connections...).
+
+        The sandbox calls it shielded from cancellation; an implementation bounds its own waits.
+        """

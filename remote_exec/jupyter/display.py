@@ -16,8 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO, cast
 
-from ..client.types import ExecResult
-from ..errors import RemoteExecError
+from ..errors import JobInterrupted, RemoteCommandError
 from ..protocol import JobInfo
 
 __all__ = [
@@ -80,33 +79,6 @@ def show(obj: object) -> None:
     from IPython.display import display
 
     cast(Any, display)(obj)
-
-
-class RemoteCommandError(RemoteExecError):
-    """A cell's remote command failed (non-zero exit, timeout); shown as one short line.
-
-    :ivar result: the (possibly partial) result of the command.
-    """
-
-    def __init__(self, message: str, result: ExecResult | None = None) -> None:
-        super().__init__(message)
-        self.result = result
-
-    @property
-    def returncode(self) -> int | None:
-        return self.result.returncode if self.result is not None else None
-
-    def _render_traceback_(self) -> list[str]:
-        # IPython shows these lines instead of a traceback: the cell's own output above already
-        # says what went wrong, and our call stack would only hide it.
-        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self.message}"]
-
-
-class JobInterrupted(KeyboardInterrupt):
-    """A foreground cell was interrupted and its remote job stopped; shown as one line."""
-
-    def _render_traceback_(self) -> list[str]:
-        return [f"\x1b[0;31mKeyboardInterrupt\x1b[0m: {self}"]
 
 
 TEXT_HEAD_LINES = 500

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
+from ..errors import FrameError
+
 __all__ = ["Frame", "FrameError", "LineReader", "encode", "payload_length", "read_frame", "split"]
 
 MARK = b"\x00"
@@ -27,10 +29,6 @@ class Frame(NamedTuple):
 
     message: bytes
     payload: bytes | memoryview | None = None
-
-
-class FrameError(ValueError):
-    """A frame header that is not ``\\x00<decimal length>\\n``, or a length over the limit."""
 
 
 class LineReader(Protocol):

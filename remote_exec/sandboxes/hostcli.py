@@ -16,22 +16,9 @@ from collections.abc import Iterator, Sequence
 from typing import Literal, cast
 from urllib.parse import parse_qs
 
-from ..errors import SandboxError
+from ..errors import CliError, SandboxError
 
 __all__ = ["CliError", "InjectMode", "common_options", "map_cli_errors", "parse_query", "run_cli"]
-
-
-class CliError(SandboxError):
-    """A host CLI exited non-zero.
-
-    :ivar returncode: its exit status.
-    :ivar stderr: what it printed on stderr (stripped).
-    """
-
-    def __init__(self, message: str, *, returncode: int, stderr: str) -> None:
-        super().__init__(message)
-        self.returncode = returncode
-        self.stderr = stderr
 
 
 @contextlib.contextmanager

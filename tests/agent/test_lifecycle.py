@@ -56,3 +56,12 @@ def test_sigterm_kills_running_jobs(fresh_agent_dir: Path) -> None:
         os.kill(pid, signal.SIGTERM)
         assert wait_exit(pid, 20)
     assert group_members(job_pid) == []
+
+
+def test_app_keys_are_typed(tmp_path: Path) -> None:
+    from aiohttp import web
+
+    from remote_exec.agent.server import ServerConfig, build_app
+
+    app = build_app(ServerConfig(state_dir=tmp_path))
+    assert len(app) >= 9 and all(isinstance(key, web.AppKey) for key in app), list(app)

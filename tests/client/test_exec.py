@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import time
+from pathlib import Path
 from typing import cast
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import remote_exec as rx
@@ -283,3 +285,41 @@ async def test_jobs_lists_running_and_finished(url: str) -> None:
         assert rows[running.job_id or ""].state == "running"
         await running.release()
         assert running.job_id not in {j.job_id for j in await sb.jobs()}
+
+
+async def test_pid_and_job_id_are_there_once_the_agent_answered(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        proc = sb.exec_remote(["sleep", "300"], label="pid-without-started")
+        with anyio.fail_after(10):  # the agent-side job exists: the start has been answered
+            while not any(j.label == "pid-without-started" and j.state == "running" for j in await sb.jobs()):
+                await anyio.lowlevel.checkpoint()
+        with anyio.fail_after(10):  # its answer may be a moment behind the listing's; never awaited here
+            while proc.pid is None:
+                await anyio.lowlevel.checkpoint()
+        assert proc.job_id is not None  # no `await proc.started()`
+        assert proc.pid == {j.job_id: j.pid for j in await sb.jobs()}[proc.job_id]
+        await proc.kill()
+
+
+async def test_second_iteration_raises_and_late_close_stdin_is_a_no_op(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        proc = sb.exec_remote(["cat"], stdin_open=True)
+        await proc.write_stdin("hi\n")
+        await proc.close_stdin()
+        assert [ev async for ev in proc][-1] == rx.Completed(0, "hi\n", "")
+        with pytest.raises(RuntimeError, match="consumed already"):
+            async for _ in proc:
+                pass
+        assert (await proc.wait()).stdout == "hi\n"  # the result stays
+        await proc.close_stdin()  # the job ended: nothing to close, no JobNotRunningError
+        with pytest.raises(rx.JobNotRunningError):
+            await proc.write_stdin("late")  # writing is still an error
+
+
+def test_blocking_second_iteration_raises(agent_dir: Path) -> None:
+    with rx.connect(f"local://?dir={agent_dir}") as sb:
+        proc = sb.exec_remote(["echo", "x"])
+        assert list(proc)[-1] == rx.Completed(0, "x\n", "")
+        with pytest.raises(RuntimeError, match="consumed already"):
+            list(proc)
+        proc.close_stdin()

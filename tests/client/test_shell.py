@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import signal
 
 import anyio
@@ -245,19 +244,6 @@ def test_blocking_twin(url: str) -> None:
             assert sh.url == sb.url and sh.reattach_shell(again.session_id).run("echo $Z").stdout == "9\n"
             assert sh.session_id in {s.session_id for s in sb.shells()}
         assert sh.refresh().state == "closed" and sh.closed
-
-
-@pytest.mark.parametrize(("async_cls", "blocking_cls"), [(rx.ShellSession, rx.BlockingShellSession)])
-def test_blocking_shell_has_every_public_method(async_cls: type, blocking_cls: type) -> None:
-    for name, member in inspect.getmembers(async_cls):
-        if name.startswith("_") or not callable(member):
-            continue
-        twin = getattr(blocking_cls, name)
-        a = [(p.name, p.kind, p.default) for p in inspect.signature(member).parameters.values()]
-        b = [(p.name, p.kind, p.default) for p in inspect.signature(twin).parameters.values()]
-        assert a == b, name
-        if inspect.iscoroutinefunction(member):
-            assert "ancel" in (inspect.getdoc(member) or "") or name in {"interrupt", "refresh"}, name
 
 
 def test_cli_shell_through_a_pipe(agent_dir: object) -> None:

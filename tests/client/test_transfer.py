@@ -240,3 +240,22 @@ async def test_checksum_compares_contents_not_mtimes(url: str, tmp_path: Path) -
         assert (await sb.download(str(dest), back, progress=False)).files_sent == 0
         down = await sb.download(str(dest), back, progress=False, checksum=True)
         assert (down.files_sent, down.files_unchanged) == (1, 4) and (back / "f4.txt").read_text() == "CONTENT 4\n"
+
+
+async def test_a_failing_small_file_stops_the_big_one_before_upload_raises(url: str, tmp_path: Path) -> None:
+    """Structured concurrency: nothing of an upload runs on after ``upload()`` has raised."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "big.bin").write_bytes(os.urandom(1 << 20) * 64)  # many chunks: still being written when...
+    (src / "small.txt").write_text("x")  # ...this one fails: the agent refuses to write over a directory
+    dest = tmp_path / "dest"
+    (dest / "small.txt").mkdir(parents=True)
+    (dest / "small.txt" / "keep").write_text("k")  # not empty: the write cannot replace it
+    async with rx.open_sandbox(url) as sb:
+        with pytest.raises(rx.RemoteIsADirectoryError):
+            await sb.upload(src, str(dest), progress=False)
+        # The agent's state right after the raise: the big file's write session is gone (its
+        # temporary file `.big.bin.<id>.rxtmp` with it) and the file was never committed.
+        assert sorted(p.name for p in dest.iterdir()) == ["small.txt"]
+        await sb.write_file(str(dest / "probe"), "p")  # a later request, served after any stray chunk
+        assert sorted(p.name for p in dest.iterdir()) == ["probe", "small.txt"]

@@ -63,14 +63,16 @@ class PortConnection:
         buffer_limit: int,
         write_buffer: int,
         on_closed: Callable[[PortConnection], None],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.conn_id = conn_id
+        self._clock = clock  # monotonic seconds for the idle limit (a test's fake clock)
         self.host = host
         self.port = port
         self.buffer = StreamBuffer(buffer_limit)
         self.created_at = time.time()
         self.last_used_at = self.created_at
-        self.last_used = time.monotonic()
+        self.last_used = clock()
         self.busy = 0  # calls in progress on this connection: it is not idle while any is
         self.sent = 0
         self.received = 0
@@ -157,7 +159,7 @@ class PortConnection:
     # -- operations ---------------------------------------------------------------------------
 
     def touch(self) -> None:
-        self.last_used = time.monotonic()
+        self.last_used = self._clock()
         self.last_used_at = time.time()
 
     def _gone(self) -> PortClosedError:

@@ -16,6 +16,7 @@ import os
 import socket
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...errors import AgentLostError, InvalidParamsError, PortConnectError, PortNotFoundError, ServerBusyError
@@ -64,8 +65,11 @@ class PortLimits:
 class PortController:
     """Owns every connection of one agent; ids are ``<instance>-p<n>``, never reused."""
 
-    def __init__(self, instance_id: str, limits: PortLimits | None = None) -> None:
+    def __init__(
+        self, instance_id: str, limits: PortLimits | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.instance_id = instance_id
+        self._clock = clock  # monotonic seconds that ``idle_ttl`` is counted in (tests pass a fake one)
         self.limits = limits or PortLimits()
         self._conns: OrderedDict[str, PortConnection] = OrderedDict()
         self._by_key: OrderedDict[str, str] = OrderedDict()
@@ -153,7 +157,13 @@ class PortController:
         self._counter += 1
         lim = self.limits
         conn = PortConnection(
-            f"{self.instance_id}-p{self._counter}", p.host, p.port, lim.buffer_limit, lim.write_buffer, self._closed
+            f"{self.instance_id}-p{self._counter}",
+            p.host,
+            p.port,
+            lim.buffer_limit,
+            lim.write_buffer,
+            self._closed,
+            clock=self._clock,
         )
         try:
             async with asyncio.timeout(p.timeout):
@@ -209,7 +219,7 @@ class PortController:
     def expire_idle(self) -> None:
         """Close every connection unused for ``idle_ttl`` seconds (no call on it in progress)."""
         ttl = self.limits.idle_ttl
-        now = time.monotonic()
+        now = self._clock()
         for conn in list(self._conns.values()):
             if not conn.finished and conn.busy == 0 and now - conn.last_used >= ttl:
                 conn.close(f"unused for {ttl:g} s")

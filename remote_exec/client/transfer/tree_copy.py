@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from ...errors import RemoteFileNotFoundError, TransferLimitError
+from ..fanout import fan_out
 from ..files import FileClient, _pipelined
 from ..localtree import LocalTree, check_listing
 from .ignore import IgnoreRules
@@ -129,7 +130,9 @@ async def upload_tree(
 async def _each_sized(todo: Sequence[Entry], chunk_size: int, send: Callable[[Entry], Awaitable[None]]) -> None:
     small = [f for f in todo if f.size <= chunk_size]
     big = [f for f in todo if f.size > chunk_size]
-    await asyncio.gather(_each(small, send, SMALL_FILES_AT_ONCE), _each(big, send, 1))
+    async with fan_out() as tg:  # a failing small file stops the big one before the call raises
+        tg.start_soon(_each, small, send, SMALL_FILES_AT_ONCE)
+        tg.start_soon(_each, big, send, 1)
 
 
 async def download_tree(
@@ -168,11 +171,16 @@ async def download_tree(
     rules = IgnoreRules(ignore, default_ignores=default_ignores)
     if gitignore:
         found = [e.name for e in listing.entries if e.type == "file" and posixpath.basename(e.name) == ".gitignore"]
-        texts = await asyncio.gather(
-            *(files.read_bytes(posixpath.join(remote_dir, g), max_size=1 << 20) for g in found)
-        )
-        for name, text in zip(found, texts, strict=True):
-            rules.add_gitignore(posixpath.dirname(name), text.decode(errors="replace"))
+        texts: dict[str, bytes] = {}
+
+        async def read_gitignore(name: str) -> None:
+            texts[name] = await files.read_bytes(posixpath.join(remote_dir, name), max_size=1 << 20)
+
+        async with fan_out() as tg:
+            for name in found:
+                tg.start_soon(read_gitignore, name)
+        for name in found:  # in the listing's order, as before
+            rules.add_gitignore(posixpath.dirname(name), texts[name].decode(errors="replace"))
     tree = remote_tree(listing.entries, rules)
     check_caps(f"download of {remote_dir}", tree.files, max_files, max_bytes)
     # Every local path below the target goes through this descriptor, never by name (see localtree).
