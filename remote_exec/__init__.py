@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .client.types import StdoutChunk as StdoutChunk
     from .errors import AgentLostError as AgentLostError
     from .errors import AgentUnavailableError as AgentUnavailableError
+    from .errors import AgentUnresponsiveError as AgentUnresponsiveError
     from .errors import ExecTimeoutError as ExecTimeoutError
     from .errors import FileEncodingError as FileEncodingError
     from .errors import FileError as FileError
@@ -60,6 +61,7 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .errors import RemoteNotADirectoryError as RemoteNotADirectoryError
     from .errors import RemotePermissionError as RemotePermissionError
     from .errors import SandboxError as SandboxError
+    from .errors import SandboxLostError as SandboxLostError
     from .errors import ServerBusyError as ServerBusyError
     from .errors import ShellBusyError as ShellBusyError
     from .errors import ShellClosedError as ShellClosedError
@@ -104,6 +106,8 @@ _LAZY: dict[str, str] = {
     "StdoutChunk": ".client.types",
     "AgentLostError": ".errors",
     "AgentUnavailableError": ".errors",
+    "AgentUnresponsiveError": ".errors",
+    "SandboxLostError": ".errors",
     "ExecTimeoutError": ".errors",
     "InvalidParamsError": ".errors",
     "JobError": ".errors",
@@ -197,6 +201,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AgentLostError",
     "AgentUnavailableError",
+    "AgentUnresponsiveError",
     "AsyncSandbox",
     "BlockingExecRemoteProcess",
     "BlockingPortForward",
@@ -237,6 +242,7 @@ __all__ = [
     "RemotePermissionError",
     "Sandbox",
     "SandboxError",
+    "SandboxLostError",
     "SandboxPool",
     "SandboxTransport",
     "ServerBusyError",

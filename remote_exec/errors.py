@@ -6,7 +6,9 @@
     ├── TransportError              the channel to the agent failed
     │   └── AgentUnavailableError   the agent cannot be reached or started
     │       ├── AgentLostError      the agent died (or restarted) under a job
-    │       └── UntrustedAgentError the state dir, socket or agent belongs to another user
+    │       ├── UntrustedAgentError the state dir, socket or agent belongs to another user
+    │       ├── AgentUnresponsiveError  (-32014) no heartbeat answer within the liveness bound
+    │       └── SandboxLostError        (-32015) the sandbox itself is gone (container, box, host)
     ├── ProtocolError               a malformed or unexpected JSON-RPC message
     │   ├── ParseError              (-32700) the request was not JSON
     │   ├── InvalidRequestError     (-32600) not a JSON-RPC 2.0 request
@@ -54,6 +56,7 @@ __all__ = [
     "ERROR_CLASSES",
     "AgentLostError",
     "AgentUnavailableError",
+    "AgentUnresponsiveError",
     "ExecTimeoutError",
     "FileEncodingError",
     "FileError",
@@ -81,6 +84,7 @@ __all__ = [
     "RemoteNotADirectoryError",
     "RemotePermissionError",
     "SandboxError",
+    "SandboxLostError",
     "ServerBusyError",
     "ShellBusyError",
     "ShellClosedError",
@@ -136,6 +140,25 @@ class UntrustedAgentError(AgentUnavailableError):
     """
 
     code = -32013
+
+
+class AgentUnresponsiveError(AgentUnavailableError):
+    """The channel is up but the agent answered nothing, not even a heartbeat, within the
+    liveness bound: the agent is frozen (SIGSTOP), its container paused, or the link silent.
+
+    Every request in flight fails with it. Nothing in the sandbox was touched: once the agent
+    answers again (SIGCONT, ``docker unpause``), the next call reconnects and a job's stream
+    resumes from its cursors with nothing lost.
+    """
+
+    code = -32014
+
+
+class SandboxLostError(AgentUnavailableError):
+    """The sandbox itself is gone: its container was killed or removed, its box exited, its
+    host cannot be reached. Jobs in it died with it, unless it comes back with its state."""
+
+    code = -32015
 
 
 class ProtocolError(RemoteExecError):
@@ -426,6 +449,8 @@ ERROR_CLASSES: dict[int, type[RemoteExecError]] = {
         AgentUnavailableError,
         AgentLostError,
         UntrustedAgentError,
+        AgentUnresponsiveError,
+        SandboxLostError,
         ExecTimeoutError,
         JobKilledError,
         ShellNotFoundError,

@@ -10,6 +10,14 @@
 
 A channel reports a broken transport as :class:`ChannelBroken` (retry after :meth:`reconnect`)
 and a missing response as :class:`TimeoutError` (retry as is); :class:`RpcClient` does both.
+
+The persistent channels send a heartbeat (:data:`~remote_exec.protocol.HEARTBEAT`) whenever
+nothing arrived for :attr:`Liveness.interval`, idle or not: every frame received counts as a
+sign of life, so a busy channel sends none. When nothing at all arrived for
+:attr:`Liveness.timeout`, the agent is declared unresponsive: every request in flight fails
+with :class:`AgentUnresponsiveError` and the transport is torn down, so the next request
+starts afresh. The agent stamps each connection with the time it last heard from it (the
+other direction: :class:`remote_exec.agent.stream.Peer`).
 """
 
 from __future__ import annotations
@@ -22,17 +30,19 @@ import re
 import socket
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import AgentUnavailableError, ProtocolError, TransportError
-from ..protocol import MAX_CHUNK, frames
+from ..errors import AgentUnavailableError, AgentUnresponsiveError, ProtocolError, TransportError
+from ..protocol import HEARTBEAT, MAX_CHUNK, frames
 from ..protocol.ownership import check_peer, check_socket, check_state_dir
 
 __all__ = [
     "CallChannel",
     "Channel",
     "ChannelBroken",
+    "Liveness",
     "PipeProcess",
     "PipeReader",
     "PipeWriter",
@@ -85,6 +95,33 @@ SpawnFn = Callable[[], Awaitable[PipeProcess]]
 _ID_PREFIX = re.compile(rb'^\{"jsonrpc":"2\.0","id":(\d+),')
 
 
+@dataclass(frozen=True)
+class Liveness:
+    """How a channel notices a silent agent: a heartbeat after ``interval`` seconds without a
+    frame, and the agent declared unresponsive after ``timeout`` seconds without one.
+
+    A freeze is noticed within ``interval + timeout`` seconds (:attr:`bound`) of the last frame.
+    """
+
+    interval: float = 2.0
+    timeout: float = 6.0
+
+    @classmethod
+    def within(cls, bound: float) -> Liveness:
+        """The liveness that notices a silent agent within ``bound`` seconds."""
+        if bound <= 0:
+            raise ValueError(f"liveness must be a positive number of seconds, not {bound!r}")
+        return cls(interval=bound / 4, timeout=bound * 3 / 4)
+
+    @property
+    def bound(self) -> float:
+        """Seconds from the last frame received until a silent agent is declared unresponsive."""
+        return self.interval + self.timeout
+
+
+DEFAULT_LIVENESS = Liveness()
+
+
 class ChannelBroken(TransportError):
     """The channel's transport failed; the request may be retried after ``reconnect()``."""
 
@@ -112,10 +149,15 @@ class Channel(ABC):
 class StdioChannel(Channel):
     """One persistent ``stdio`` relay process; responses are matched to requests by id."""
 
-    def __init__(self, spawn: SpawnFn) -> None:
+    def __init__(self, spawn: SpawnFn, liveness: Liveness | None = DEFAULT_LIVENESS) -> None:
         self._spawn = spawn
+        self.liveness = liveness
+        """The heartbeat's timing (``None``: none; the per-call deadlines alone then bound a wait).
+        Set before the first request; a change applies from the next (re)connect."""
         self._proc: PipeProcess | None = None
         self._reader_task: asyncio.Task[None] | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._last_frame = 0.0
         self._pending: dict[int, asyncio.Future[frames.Frame]] = {}
         self._write_lock = asyncio.Lock()
         self._open_lock = asyncio.Lock()
@@ -136,7 +178,11 @@ class StdioChannel(Channel):
                 self._proc = await self._spawn()
                 self._broken = None
                 self._broken_by_sandbox = False
-                self._reader_task = asyncio.get_running_loop().create_task(self._read_loop(self._proc))
+                loop = asyncio.get_running_loop()
+                self._last_frame = loop.time()
+                self._reader_task = loop.create_task(self._read_loop(self._proc))
+                if self.liveness is not None:
+                    self._heartbeat_task = loop.create_task(self._heartbeat(self._proc, self.liveness))
             return self._proc
 
     async def request(self, body: bytes, request_id: int, timeout: float) -> frames.Frame:
@@ -195,6 +241,7 @@ class StdioChannel(Channel):
                     break
                 if frame is None:
                     break
+                self._last_frame = asyncio.get_running_loop().time()
                 self._deliver(frame)
         finally:
             self._broken = why
@@ -204,6 +251,45 @@ class StdioChannel(Channel):
                 if not fut.done():
                     fut.set_exception(ProtocolError(why) if self._broken_by_sandbox else ChannelBroken(why))
 
+    async def _heartbeat(self, proc: PipeProcess, liveness: Liveness) -> None:
+        """Ping while ``proc`` is the channel's; declare the agent unresponsive when silent.
+
+        Cancelled by the teardown of ``proc``; it ends by itself once ``proc`` is replaced.
+        """
+        loop = asyncio.get_running_loop()
+        assert proc.stdin is not None
+        while self._proc is proc and self._broken is None:
+            # A timer, not synchronisation: "nothing arrived for a while" has no event of its own.
+            await asyncio.sleep(liveness.interval)
+            if self._proc is not proc or self._broken is not None:
+                return
+            quiet = loop.time() - self._last_frame
+            if quiet >= liveness.timeout:
+                await self._lose(proc, quiet, liveness)
+                return
+            if quiet >= liveness.interval * 0.9 and not self._write_lock.locked():
+                # A writer in progress is traffic out; only traffic in says the agent lives. The
+                # ping must not wait behind it (a frozen agent can stall that write for ever).
+                with contextlib.suppress(ConnectionError, RuntimeError, TimeoutError):
+                    async with self._write_lock, asyncio.timeout(liveness.interval):
+                        proc.stdin.write(HEARTBEAT + b"\n")
+                        await proc.stdin.drain()
+
+    async def _lose(self, proc: PipeProcess, quiet: float, liveness: Liveness) -> None:
+        why = (
+            f"the agent answered nothing, not even a heartbeat, for {quiet:.1f} s "
+            f"(liveness bound {liveness.bound:g} s): it is frozen, paused or cut off"
+        )
+        self._broken = why
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(AgentUnresponsiveError(why))
+        # Torn down, so the next request starts a new relay (or connection, or SSH session):
+        # the old one may be stuck in a frozen container or on a dead link.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(liveness.timeout):
+                await self._close_proc()
+
     async def reconnect(self) -> None:
         await self._close_proc()
 
@@ -212,6 +298,9 @@ class StdioChannel(Channel):
             proc, self._proc = self._proc, None
             if proc is None:
                 return
+            heartbeat, self._heartbeat_task = self._heartbeat_task, None
+            if heartbeat is not None and heartbeat is not asyncio.current_task():
+                heartbeat.cancel()
             if proc.stdin is not None:
                 proc.stdin.close()
             # At EOF the relay exits by itself and the host-side process (`nsenter`, `docker

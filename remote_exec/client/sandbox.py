@@ -18,6 +18,7 @@ from ..errors import (
     TransportError,
 )
 from ..protocol import PROTOCOL_VERSION, Empty, JobInfo, ListParams, ListResult, Method, ServerInfo, ShellInfo
+from .channel import DEFAULT_LIVENESS, Liveness, StdioChannel
 from .ports import PortForward
 from .process import RESPONSE_MARGIN, ExecRemoteProcess
 from .rpc import RpcClient
@@ -50,8 +51,12 @@ class AsyncSandbox(SandboxFiles):
         response_margin: float = RESPONSE_MARGIN,
         workspace_root: str | None = None,
         open_timeout: float = OPEN_TIMEOUT,
+        liveness: Liveness | None = DEFAULT_LIVENESS,
     ) -> None:
         self.transport = transport
+        self.liveness = liveness
+        """How fast a silent agent is noticed (``None``: by the call deadlines alone); see
+        :class:`~remote_exec.client.channel.Liveness`."""
         self.response_margin = response_margin
         self.open_timeout = open_timeout
         self.workspace_root = workspace_root
@@ -101,7 +106,9 @@ class AsyncSandbox(SandboxFiles):
             with anyio.CancelScope(shield=True):
                 await self.transport.aclose()  # whatever it set up before failing (a connection, a box)
             raise
-        self._rpc = RpcClient(channel, name=self.url)
+        if isinstance(channel, StdioChannel):  # the socket channel is one too
+            channel.liveness = self.liveness
+        self._rpc = RpcClient(channel, name=self.url, diagnose=self.transport.diagnose)
         self._state = "open"
         try:
             self._info = await self._client().call(
