@@ -17,7 +17,20 @@ from ..errors import (
     SandboxError,
     TransportError,
 )
-from ..protocol import PROTOCOL_VERSION, Empty, JobInfo, ListParams, ListResult, Method, ServerInfo, ShellInfo
+from ..protocol import (
+    PROTOCOL_VERSION,
+    Empty,
+    JobInfo,
+    JobStats,
+    JobStatsParams,
+    ListParams,
+    ListResult,
+    Method,
+    SandboxStats,
+    SandboxStatsParams,
+    ServerInfo,
+    ShellInfo,
+)
 from .channel import DEFAULT_LIVENESS, Liveness, StdioChannel
 from .ports import PortForward
 from .process import RESPONSE_MARGIN, ExecRemoteProcess
@@ -298,6 +311,28 @@ class AsyncSandbox(SandboxFiles):
     async def server_info(self) -> ServerInfo:
         """The agent's version, protocol, pid, instance id and capabilities."""
         return await self._client().call(Method.SERVER_INFO, Empty(), ServerInfo)
+
+    # -- resource use (the agent reads /proc only when asked: see agent/metrics.py) ----------
+
+    async def stats(self, *, window: float = 0.5) -> SandboxStats:
+        """CPU and memory of the sandbox, disk use of its workspace and of the agent's state dir.
+
+        The CPU rate is since the previous ``stats()`` (of any client) if that was within 30 s,
+        else measured over ``window`` seconds (at most 5) first. Only reads: cancelling it
+        changes nothing.
+        """
+        params = SandboxStatsParams(workspace=self.workspace_root, window=window)
+        return await self._client().call(Method.SANDBOX_STATS, params, SandboxStats)
+
+    async def job_stats(self, job_id: str, *, window: float = 0.5) -> JobStats:
+        """CPU %, RSS, threads, I/O bytes and process count of a job's whole process tree.
+
+        The CPU rate is since the previous reading of this job if within 30 s, else measured
+        over ``window`` seconds first. Only reads: cancelling it changes nothing.
+
+        :raises JobNotFoundError: no such job (or it was released / expired).
+        """
+        return await self._client().call(Method.JOB_STATS, JobStatsParams(job_id=job_id, window=window), JobStats)
 
     # -- port forwarding (see client/ports.py) ---------------------------------------------
 

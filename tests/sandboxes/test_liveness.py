@@ -66,9 +66,8 @@ async def test_docker_pause_is_unresponsive_then_unpause_resumes(usr_container: 
                     if isinstance(ev, rx.StdoutChunk):
                         got += ev.data.encode()
             elapsed = time.monotonic() - t0
-            print(
-                f"\ndocker pause: {type(caught.value).__name__} after {elapsed:.2f} s (bound {BOUND:g} s): {caught.value}"
-            )
+            kind = type(caught.value).__name__
+            print(f"\ndocker pause: {kind} after {elapsed:.2f} s (bound {BOUND:g} s): {caught.value}")
             assert elapsed <= BOUND + 1.0 + 5.0  # + the diagnosis (docker inspect)
             assert name in str(caught.value)
         finally:
