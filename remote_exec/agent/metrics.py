@@ -23,6 +23,14 @@ from .rpc import Handler
 
 __all__ = ["MAX_DISK_ENTRIES", "STALE", "MetricsController", "metrics_methods"]
 
+GATHER = 0.01
+"""Seconds a walk of ``/proc`` waits for more ``job_stats`` calls to join it: a dashboard
+asking about 100 jobs at once costs one walk, not 100."""
+
+DISK_EVERY = 30.0
+"""Seconds a disk-use count serves (walking a big workspace every second would cost more than
+everything else here)."""
+
 STALE = 30.0
 """Seconds a kept reading serves as the start of the next rate (older: measure afresh)."""
 
@@ -55,9 +63,10 @@ def _io(pid: str) -> tuple[int, int]:
         return 0, 0
 
 
-def read_tree(sid: int) -> TreeReading:
-    """Sum CPU time, threads, RSS and I/O of the live processes of session ``sid``."""
-    cpu = rss = threads = n = rd = wr = 0
+def read_trees(wanted: frozenset[int]) -> dict[int, TreeReading]:
+    """One walk of ``/proc``: the summed counters of the live processes of each session in
+    ``wanted``, by session id."""
+    acc: dict[int, list[int]] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -72,15 +81,22 @@ def read_tree(sid: int) -> TreeReading:
             continue  # exited while we looked
         fields = raw[raw.rfind(b")") + 2 :].split()
         # fields[0] is the state; 3 the session; 11/12 utime/stime; 17 threads; 21 rss pages.
-        if len(fields) < 22 or fields[0] == b"Z" or int(fields[3]) != sid:
+        if len(fields) < 22 or fields[0] == b"Z" or int(fields[3]) not in wanted:
             continue
-        n += 1
-        cpu += int(fields[11]) + int(fields[12])
-        threads += int(fields[17])
-        rss += int(fields[21]) * _PAGE
+        a = acc.setdefault(int(fields[3]), [0, 0, 0, 0, 0, 0])
         r, w = _io(name)
-        rd, wr = rd + r, wr + w
-    return TreeReading(time.monotonic(), cpu * _TICK, n, threads, rss, rd, wr)
+        a[0] += int(fields[11]) + int(fields[12])
+        a[1] += 1
+        a[2] += int(fields[17])
+        a[3] += int(fields[21]) * _PAGE
+        a[4] += r
+        a[5] += w
+    now = time.monotonic()
+    return {sid: TreeReading(now, a[0] * _TICK, *a[1:]) for sid, a in acc.items()}
+
+
+def _empty(at: float) -> TreeReading:
+    return TreeReading(at, 0.0, 0, 0, 0, 0, 0)
 
 
 def _read_int(path: Path) -> int | None:
@@ -168,6 +184,19 @@ class MetricsController:
     def __post_init__(self) -> None:
         self._trees: dict[str, TreeReading] = {}
         self._system: SystemReading | None = None
+        self._next: asyncio.Future[dict[int, TreeReading]] | None = None
+        self._wanted: set[int] = set()
+        self._disk: dict[str, tuple[float, tuple[int, bool]]] = {}
+
+    async def _tree(self, sid: int) -> TreeReading:
+        """``sid``'s counters from the next walk (callers within :data:`GATHER` share it).
+
+        Cancelling leaves the walk to the others."""
+        self._wanted.add(sid)
+        if self._next is None:
+            self._next = asyncio.ensure_future(self._walk_soon())
+        trees = await asyncio.shield(self._next)
+        return trees.get(sid) or _empty(time.monotonic())
 
     async def job_stats(self, p: JobStatsParams) -> JobStats:
         """The job's tree now, with its CPU rate since the last reading (or over ``window``).
@@ -176,12 +205,25 @@ class MetricsController:
         """
         # Read-only use of the registry: the job's pid is its session id (start_new_session).
         info = self.jobs._get(p.job_id).info()
-        now = await scan(read_tree, info.pid)
+        if info.state != "running":  # ended: its tree is no longer its own (a pid may be reused)
+            self._trees.pop(p.job_id, None)
+            return JobStats(
+                job_id=p.job_id,
+                running=False,
+                processes=0,
+                threads=0,
+                cpu_percent=0.0,
+                rss=0,
+                read_bytes=0,
+                write_bytes=0,
+                interval=0.0,
+            )
+        now = await self._tree(info.pid)
         before = self._trees.get(p.job_id)
         if before is None or now.at - before.at > STALE:
             before = now
             await asyncio.sleep(p.window)  # the second reading of a rate: a measuring window
-            now = await scan(read_tree, info.pid)
+            now = await self._tree(info.pid)
         self._forget_stale()
         self._trees[p.job_id] = now
         span = now.at - before.at
@@ -198,6 +240,21 @@ class MetricsController:
             interval=span,
         )
 
+    async def _walk_soon(self) -> dict[int, TreeReading]:
+        await asyncio.sleep(GATHER)  # a batching window: the calls arriving meanwhile join this walk
+        # Later callers start the next walk: this one may predate their jobs.
+        wanted, self._wanted, self._next = frozenset(self._wanted), set(), None
+        return await scan(read_trees, wanted)
+
+    async def _disk_use(self, root: str) -> tuple[int, bool]:
+        now = time.monotonic()
+        kept = self._disk.get(root)
+        if kept is None or now - kept[0] > DISK_EVERY:
+            if len(self._disk) > 16:  # a client naming many workspaces: keep this bounded
+                self._disk.clear()
+            kept = self._disk[root] = (now, await scan(disk_use, root))
+        return kept[1]
+
     def _forget_stale(self) -> None:
         cut = time.monotonic() - STALE
         for job_id in [j for j, r in self._trees.items() if r.at < cut]:
@@ -213,8 +270,8 @@ class MetricsController:
             now = await scan(read_system)
         self._system = now
         workspace = p.workspace or os.getcwd()
-        ws_bytes, ws_cut = await scan(disk_use, workspace)
-        sd_bytes, sd_cut = await scan(disk_use, os.fspath(self.state_dir))
+        ws_bytes, ws_cut = await self._disk_use(workspace)
+        sd_bytes, sd_cut = await self._disk_use(os.fspath(self.state_dir))
         try:
             vfs = os.statvfs(workspace)
             free = vfs.f_bavail * vfs.f_frsize
