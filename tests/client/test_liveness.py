@@ -25,6 +25,10 @@ JOB = f'i=0; while [ $i -lt {LINES} ]; do i=$((i+1)); echo "line $i {TEXT}"; [ $
 EXPECTED = "".join(f"line {i} {TEXT}\n" for i in range(1, LINES + 1)).encode()
 
 
+def as_bytes(data: str | bytes) -> bytes:
+    return data if isinstance(data, bytes) else data.encode()
+
+
 async def frozen_then_thawed(sb: rx.AsyncSandbox, freeze: list[int], what: str) -> None:
     """Start the job, SIGSTOP ``freeze`` mid-stream, expect the precise error within the bound,
     SIGCONT, then read on to the end and compare every byte."""
@@ -32,7 +36,7 @@ async def frozen_then_thawed(sb: rx.AsyncSandbox, freeze: list[int], what: str) 
     got = bytearray()
     async for ev in proc:
         assert isinstance(ev, rx.StdoutChunk)
-        got += ev.data.encode()
+        got += as_bytes(ev.data)
         break
     for pid in freeze:
         os.kill(pid, signal.SIGSTOP)
@@ -42,7 +46,7 @@ async def frozen_then_thawed(sb: rx.AsyncSandbox, freeze: list[int], what: str) 
             with pytest.raises(rx.AgentUnresponsiveError, match=sb.url.split("?")[0]) as caught:
                 async for ev in proc:
                     if isinstance(ev, rx.StdoutChunk):
-                        got += ev.data.encode()
+                        got += as_bytes(ev.data)
         elapsed = time.monotonic() - t0
         bound = DEFAULT_LIVENESS.bound
         print(f"\n{what}: {type(caught.value).__name__} after {elapsed:.2f} s (bound {bound:g} s): {caught.value}")
@@ -52,7 +56,7 @@ async def frozen_then_thawed(sb: rx.AsyncSandbox, freeze: list[int], what: str) 
     with anyio.fail_after(60):
         async for ev in proc:  # the same handle, from its cursors
             if isinstance(ev, rx.StdoutChunk):
-                got += ev.data.encode()
+                got += as_bytes(ev.data)
             elif isinstance(ev, rx.Completed):
                 assert ev.exit_code == 0
     assert hashlib.sha256(got).hexdigest() == hashlib.sha256(EXPECTED).hexdigest()

@@ -20,7 +20,7 @@ async def _ready(proc: rx.ExecRemoteProcess) -> None:
     """Until the job printed its first line ("ready"): its load is then in place."""
     with anyio.fail_after(30):
         async for ev in proc:
-            assert isinstance(ev, rx.StdoutChunk) and ev.data.startswith("ready")
+            assert isinstance(ev, rx.StdoutChunk) and isinstance(ev.data, str) and ev.data.startswith("ready")
             return
 
 

@@ -18,7 +18,7 @@ import pytest
 import remote_exec as rx
 from remote_exec.client.channel import DEFAULT_LIVENESS
 
-from ..client.test_liveness import EXPECTED, JOB, frozen_then_thawed
+from ..client.test_liveness import EXPECTED, JOB, as_bytes, frozen_then_thawed
 from .backend_docker import docker_or_skip, image_or_skip
 from .dockerd import Dockerd
 from .sshd import SSHServer, SSHServerUnavailable, running_sshd
@@ -39,7 +39,7 @@ def usr_container() -> Iterator[tuple[Dockerd, str]]:
 async def _first_chunk(proc: rx.ExecRemoteProcess, got: bytearray) -> None:
     async for ev in proc:
         assert isinstance(ev, rx.StdoutChunk)
-        got += ev.data.encode()
+        got += as_bytes(ev.data)
         return
 
 
@@ -47,7 +47,7 @@ async def _rest(proc: rx.ExecRemoteProcess, got: bytearray) -> None:
     with anyio.fail_after(60):
         async for ev in proc:
             if isinstance(ev, rx.StdoutChunk):
-                got += ev.data.encode()
+                got += as_bytes(ev.data)
             elif isinstance(ev, rx.Completed):
                 assert ev.exit_code == 0
 
@@ -64,7 +64,7 @@ async def test_docker_pause_is_unresponsive_then_unpause_resumes(usr_container: 
             with anyio.fail_after(BOUND + 15), pytest.raises(rx.AgentUnresponsiveError, match="is paused") as caught:
                 async for ev in proc:
                     if isinstance(ev, rx.StdoutChunk):
-                        got += ev.data.encode()
+                        got += as_bytes(ev.data)
             elapsed = time.monotonic() - t0
             kind = type(caught.value).__name__
             print(f"\ndocker pause: {kind} after {elapsed:.2f} s (bound {BOUND:g} s): {caught.value}")
