@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .client.types import StdoutChunk as StdoutChunk
     from .errors import AgentLostError as AgentLostError
     from .errors import AgentUnavailableError as AgentUnavailableError
+    from .errors import AgentUnresponsiveError as AgentUnresponsiveError
     from .errors import ExecTimeoutError as ExecTimeoutError
     from .errors import FileEncodingError as FileEncodingError
     from .errors import FileError as FileError
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .errors import RemotePermissionError as RemotePermissionError
     from .errors import SandboxClosedError as SandboxClosedError
     from .errors import SandboxError as SandboxError
+    from .errors import SandboxLostError as SandboxLostError
     from .errors import ServerBusyError as ServerBusyError
     from .errors import ShellBusyError as ShellBusyError
     from .errors import ShellClosedError as ShellClosedError
@@ -105,6 +107,8 @@ _LAZY: dict[str, str] = {
     "StdoutChunk": ".client.types",
     "AgentLostError": ".errors",
     "AgentUnavailableError": ".errors",
+    "AgentUnresponsiveError": ".errors",
+    "SandboxLostError": ".errors",
     "ExecTimeoutError": ".errors",
     "InvalidParamsError": ".errors",
     "JobError": ".errors",
@@ -199,6 +203,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "AgentLostError",
     "AgentUnavailableError",
+    "AgentUnresponsiveError",
     "AsyncSandbox",
     "BlockingExecRemoteProcess",
     "BlockingPortForward",
@@ -240,6 +245,7 @@ __all__ = [
     "Sandbox",
     "SandboxClosedError",
     "SandboxError",
+    "SandboxLostError",
     "SandboxPool",
     "SandboxTransport",
     "ServerBusyError",

@@ -6,7 +6,9 @@
     ├── TransportError              the channel to the agent failed
     │   ├── AgentUnavailableError   the agent cannot be reached or started
     │   │   ├── AgentLostError      the agent died (or restarted) under a job
-    │   │   └── UntrustedAgentError the state dir, socket or agent belongs to another user
+    │   │   ├── UntrustedAgentError the state dir, socket or agent belongs to another user
+    │   │   ├── AgentUnresponsiveError  (-32016) no heartbeat answer within the liveness bound
+    │   │   └── SandboxLostError        (-32017) the sandbox itself is gone (container, box, host)
     │   └── ChannelBroken           the channel's transport failed; retried after a reconnect (host side)
     ├── ProtocolError               a malformed or unexpected JSON-RPC message
     │   ├── FrameError              a frame header that is malformed or over its limit (also ``ValueError``)
@@ -65,6 +67,7 @@ __all__ = [
     "ERROR_CLASSES",
     "AgentLostError",
     "AgentUnavailableError",
+    "AgentUnresponsiveError",
     "ChannelBroken",
     "CliError",
     "ExecTimeoutError",
@@ -99,6 +102,7 @@ __all__ = [
     "RemotePermissionError",
     "SandboxClosedError",
     "SandboxError",
+    "SandboxLostError",
     "ServerBusyError",
     "ShellBusyError",
     "ShellClosedError",
@@ -163,6 +167,25 @@ class ChannelBroken(TransportError):
     """
 
     code = -32014
+
+
+class AgentUnresponsiveError(AgentUnavailableError):
+    """The channel is up but the agent answered nothing, not even a heartbeat, within the
+    liveness bound: the agent is frozen (SIGSTOP), its container paused, or the link silent.
+
+    Every request in flight fails with it. Nothing in the sandbox was touched: once the agent
+    answers again (SIGCONT, ``docker unpause``), the next call reconnects and a job's stream
+    resumes from its cursors with nothing lost.
+    """
+
+    code = -32016
+
+
+class SandboxLostError(AgentUnavailableError):
+    """The sandbox itself is gone: its container was killed or removed, its box exited, its
+    host cannot be reached. Jobs in it died with it, unless it comes back with its state."""
+
+    code = -32017
 
 
 class ProtocolError(RemoteExecError):
@@ -524,6 +547,8 @@ ERROR_CLASSES: dict[int, type[RemoteExecError]] = {
         AgentUnavailableError,
         AgentLostError,
         UntrustedAgentError,
+        AgentUnresponsiveError,
+        SandboxLostError,
         ExecTimeoutError,
         JobKilledError,
         ShellNotFoundError,

@@ -19,20 +19,21 @@ from aiohttp import web
 
 from .._version import __version__
 from ..errors import RemoteExecError
-from ..protocol import PROTOCOL_VERSION, Empty, Method, ServerInfo, frames
+from ..protocol import HEARTBEAT, HEARTBEAT_ANSWER, PROTOCOL_VERSION, Empty, Method, ServerInfo, frames
 from .budget import MemoryBudget, default_budget
 from .files.controller import FileController, FileLimits
 from .files.methods import file_methods
 from .intake import LINE_PIECE, Intake, LineTooLong, read_body
 from .jobs.controller import JobController, JobLimits
 from .jobs.methods import job_methods
+from .metrics import MetricsController, metrics_methods
 from .ports.controller import PortController, PortLimits
 from .ports.methods import port_methods
 from .rpc import Dispatcher, error_answer
 from .shell.controller import ShellController, ShellLimits
 from .shell.methods import shell_methods
 from .statedir import secure_dir
-from .stream import STREAM_SOCKET, serve_frames
+from .stream import STREAM_SOCKET, Peers, serve_frames
 
 __all__ = ["ServerConfig", "build_app", "serve"]
 
@@ -41,7 +42,7 @@ MAX_REQUEST = 96 * 1024 * 1024  # a 64 MiB stdin write, base64'd, plus the envel
 SHUTDOWN_TIMEOUT = 2.0
 WRITE_JOURNAL = "writes"  # in the state dir: one entry per open write (see files/journal.py)
 CAPABILITIES = ["exec_remote", "long_poll", "base64", "stdin_offset", "idempotent_start", "shell", "payload", "ports"]
-CAPABILITIES += ["files"]
+CAPABILITIES += ["files", "ping", "stats"]
 
 
 @dataclass
@@ -81,6 +82,7 @@ BUDGET = web.AppKey("budget", MemoryBudget)
 INTAKE = web.AppKey("intake", Intake)
 HANDLE_FRAME: web.AppKey[Callable[[frames.Frame], Awaitable[bytes | None]]] = web.AppKey("handle_frame")
 INSTANCE_ID = web.AppKey("instance_id", str)
+PEERS = web.AppKey("peers", Peers)
 """Typed keys of what :func:`build_app` stores in the app (aiohttp warns about string keys)."""
 
 
@@ -110,7 +112,12 @@ def build_app(config: ServerConfig) -> web.Application:
             capabilities=CAPABILITIES,
         )
 
-    dispatcher.register({Method.SERVER_INFO: server_info})
+    dispatcher.register(metrics_methods(MetricsController(jobs, config.state_dir)))
+
+    async def ping(_: Empty) -> Empty:
+        return Empty()  # the frame arriving is the news: serve_frames stamped its Peer
+
+    dispatcher.register({Method.SERVER_INFO: server_info, Method.PING: ping})
     activity = _Activity()
 
     async def tracked(answer: Awaitable[bytes | None]) -> bytes | None:
@@ -122,6 +129,10 @@ def build_app(config: ServerConfig) -> web.Application:
             activity.last = time.monotonic()
 
     async def handle_frame(frame: frames.Frame) -> bytes | None:
+        if frame.message == HEARTBEAT and frame.payload is None:
+            # Answered at once, unparsed, and not activity: an idle client's heartbeats must not
+            # keep an agent with nothing to do from its idle exit.
+            return HEARTBEAT_ANSWER
         return await tracked(dispatcher.handle_frame(frame))
 
     async def rpc(request: web.Request) -> web.Response:
@@ -162,6 +173,7 @@ def build_app(config: ServerConfig) -> web.Application:
     app[BUDGET] = budget
     app[INTAKE] = intake
     app[HANDLE_FRAME] = handle_frame
+    app[PEERS] = Peers()
     app[INSTANCE_ID] = instance_id
     return app
 
@@ -200,7 +212,7 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
         # both do. A deep backlog: a burst of connections (1000 clients starting jobs at once)
         # must queue, not fail with EAGAIN, which asyncio does not retry for Unix sockets.
         streams = await asyncio.start_unix_server(
-            lambda r, w: serve_frames(r, w, app[HANDLE_FRAME], MAX_REQUEST, app[INTAKE]),
+            lambda r, w: serve_frames(r, w, app[HANDLE_FRAME], MAX_REQUEST, app[INTAKE], app[PEERS]),
             os.fspath(stream_sock),
             limit=LINE_PIECE,  # longer lines are read (and charged to the budget) piece by piece
             backlog=4096,

@@ -12,17 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import socket
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 from ..errors import RemoteExecError, ServerBusyError
 from ..protocol import STREAM_SOCKET, frames
 from .intake import Intake, LineTooLong, read_frame
 
-__all__ = ["STREAM_SOCKET", "serve_frames"]
+__all__ = ["STREAM_SOCKET", "Peer", "Peers", "serve_frames"]
 
 log = logging.getLogger("remote_exec.agent")
 _WRITE_CHUNK = 1 << 20
@@ -39,6 +42,42 @@ def widen_socket(writer: asyncio.StreamWriter) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+
+
+@dataclass
+class Peer:
+    """One client connection to the frame stream, and when it was last heard from.
+
+    A host sends a heartbeat (``ping``) every few seconds even when idle (see
+    :class:`remote_exec.client.channel.Liveness`), so a ``last_seen`` older than the host's
+    liveness bound means the client is frozen or gone even if its connection looks open (the
+    relay of a cut SSH link, a suspended laptop).
+    """
+
+    id: int
+    opened: float = field(default_factory=time.monotonic)
+    last_seen: float = field(default_factory=time.monotonic)
+    frames: int = 0
+
+
+class Peers:
+    """The open frame-stream connections of an agent (read by policies, never by clients)."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self.open: dict[int, Peer] = {}
+
+    def add(self) -> Peer:
+        peer = Peer(next(self._ids))
+        self.open[peer.id] = peer
+        return peer
+
+    def remove(self, peer: Peer) -> None:
+        self.open.pop(peer.id, None)
+
+    def last_seen(self) -> float | None:
+        """When any connected client was last heard from (``None``: no client connected)."""
+        return max((p.last_seen for p in self.open.values()), default=None)
 
 
 def _error_frame(exc: RemoteExecError) -> bytes:
@@ -96,6 +135,7 @@ async def serve_frames(
     handle: Callable[[frames.Frame], Awaitable[bytes | None]],
     max_request: int,
     intake: Intake | None = None,
+    peers: Peers | None = None,
 ) -> None:
     """Answer the frames of one connection until its EOF, then close it.
 
@@ -104,10 +144,13 @@ async def serve_frames(
     the answers still due are written before the connection closes. A malformed frame header
     ends the connection (the stream is out of step), after an error answer saying why; so does
     a frame that does not fit the memory budget (``intake`` charges its bytes as they arrive
-    and releases them once it is answered).
+    and releases them once it is answered). Every frame read, a heartbeat included, stamps the
+    connection's :class:`Peer` in ``peers``.
     """
     tasks: set[asyncio.Task[None]] = set()
     intake = intake or Intake(None)
+    peers = peers or Peers()
+    peer = peers.add()
     widen_socket(writer)
     send = _Outbox(writer).send
 
@@ -139,6 +182,8 @@ async def serve_frames(
                 break
             if read is None:
                 break
+            peer.last_seen = time.monotonic()
+            peer.frames += 1
             frame, held = read
             if frame.payload is None and not frame.message.strip():
                 intake.release(held)
@@ -153,6 +198,7 @@ async def serve_frames(
     except ConnectionError:
         pass
     finally:
+        peers.remove(peer)
         for task in tasks:
             task.cancel()
         writer.close()

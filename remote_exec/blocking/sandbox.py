@@ -23,7 +23,7 @@ from ..client.shell import ShellSession
 from ..client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, TransferResult
 from ..client.types import ExecRemoteOptions, ExecResult, OptionOverrides
 from ..errors import SandboxClosedError
-from ..protocol import FileInfo, JobInfo, ServerInfo, ShellInfo
+from ..protocol import FileInfo, JobInfo, JobStats, SandboxStats, ServerInfo, ShellInfo
 from ..sandboxes import open_sandbox
 from .handles import BlockingExecRemoteProcess, BlockingPortForward, BlockingShellSession, interruptible
 
@@ -215,6 +215,14 @@ class Sandbox:
 
     def server_info(self) -> ServerInfo:
         return self._call(self.async_sandbox.server_info)
+
+    def stats(self, *, window: float = 0.5) -> SandboxStats:
+        """CPU and memory of the sandbox, disk use of its workspace and the agent's state dir."""
+        return self._call(functools.partial(self.async_sandbox.stats, window=window))
+
+    def job_stats(self, job_id: str, *, window: float = 0.5) -> JobStats:
+        """CPU %, RSS, threads, I/O and process count of a job's whole process tree."""
+        return self._call(functools.partial(self.async_sandbox.job_stats, job_id, window=window))
 
     # -- files: see the async twins for the details ------------------------------------------
 

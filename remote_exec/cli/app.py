@@ -29,6 +29,7 @@ from ..sandboxes import open_sandbox
 from ..termsafe import terminal_safe
 from .cp import add_cp_parser, copy
 from .shell import shell_repl
+from .top import add_top_parser, top
 
 __all__ = ["main"]
 
@@ -62,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     shell.add_argument("--session", help="join this session (default: open a new one and print its id)")
     shell.add_argument("--keep", action="store_true", help="leave the new session open on exit")
     add_cp_parser(sub)
+    add_top_parser(sub)
     return p
 
 
@@ -130,6 +132,8 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
         return 0
     if args.cmd == "cp":
         return await copy(sb, args)
+    if args.cmd == "top":
+        return await top(sb, args)
     if args.cmd == "attach":
         return await _follow(await sb.attach(args.job_id))
     proc = await sb.attach(args.job_id)

@@ -3,13 +3,21 @@
 - :class:`StdioChannel` holds ONE persistent ``remote-exec-agent stdio`` process in the sandbox
   and multiplexes every request over its pipes as frames (:mod:`remote_exec.protocol.frames`),
   matched by id.
-- :class:`SocketChannel` is the same over one connection to the agent's frame-stream socket,
-  with no relay process (``local://``).
+- :class:`~remote_exec.client.socketchannel.SocketChannel` is the same over one connection to
+  the agent's frame-stream socket, with no relay process (``local://``).
 - :class:`CallChannel` runs one ``remote-exec-agent call`` per request: the fallback for
   transports that cannot hold a stream open.
 
 A channel reports a broken transport as :class:`ChannelBroken` (retry after :meth:`reconnect`)
 and a missing response as :class:`TimeoutError` (retry as is); :class:`RpcClient` does both.
+
+The persistent channels send a heartbeat (:data:`~remote_exec.protocol.HEARTBEAT`) whenever
+nothing arrived for :attr:`Liveness.interval`, idle or not: every frame received counts as a
+sign of life, so a busy channel sends none. When nothing at all arrived for
+:attr:`Liveness.timeout`, the agent is declared unresponsive: every request in flight fails
+with :class:`AgentUnresponsiveError` and the transport is torn down, so the next request
+starts afresh. The agent stamps each connection with the time it last heard from it (the
+other direction: :class:`remote_exec.agent.stream.Peer`).
 """
 
 from __future__ import annotations
@@ -17,26 +25,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
-import socket
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Protocol
 
-from ..errors import AgentUnavailableError, ChannelBroken, ProtocolError
-from ..protocol import MAX_CHUNK, frames
-from ..protocol.ownership import check_peer, check_socket, check_state_dir
+from ..errors import AgentUnavailableError, AgentUnresponsiveError, ChannelBroken, ProtocolError
+from ..protocol import HEARTBEAT, MAX_CHUNK, frames
 
 __all__ = [
     "CallChannel",
     "Channel",
     "ChannelBroken",
+    "Liveness",
     "PipeProcess",
     "PipeReader",
     "PipeWriter",
-    "SocketChannel",
     "SpawnFn",
     "StdioChannel",
 ]
@@ -85,6 +90,33 @@ SpawnFn = Callable[[], Awaitable[PipeProcess]]
 _ID_PREFIX = re.compile(rb'^\{"jsonrpc":"2\.0","id":(\d+),')
 
 
+@dataclass(frozen=True)
+class Liveness:
+    """How a channel notices a silent agent: a heartbeat after ``interval`` seconds without a
+    frame, and the agent declared unresponsive after ``timeout`` seconds without one.
+
+    A freeze is noticed within ``interval + timeout`` seconds (:attr:`bound`) of the last frame.
+    """
+
+    interval: float = 2.0
+    timeout: float = 6.0
+
+    @classmethod
+    def within(cls, bound: float) -> Liveness:
+        """The liveness that notices a silent agent within ``bound`` seconds."""
+        if bound <= 0:
+            raise ValueError(f"liveness must be a positive number of seconds, not {bound!r}")
+        return cls(interval=bound / 4, timeout=bound * 3 / 4)
+
+    @property
+    def bound(self) -> float:
+        """Seconds from the last frame received until a silent agent is declared unresponsive."""
+        return self.interval + self.timeout
+
+
+DEFAULT_LIVENESS = Liveness()
+
+
 class Channel(ABC):
     """Carries request bodies to the agent. Implementations must be safe for concurrent use."""
 
@@ -108,10 +140,15 @@ class Channel(ABC):
 class StdioChannel(Channel):
     """One persistent ``stdio`` relay process; responses are matched to requests by id."""
 
-    def __init__(self, spawn: SpawnFn) -> None:
+    def __init__(self, spawn: SpawnFn, liveness: Liveness | None = DEFAULT_LIVENESS) -> None:
         self._spawn = spawn
+        self.liveness = liveness
+        """The heartbeat's timing (``None``: none; the per-call deadlines alone then bound a wait).
+        Set before the first request; a change applies from the next (re)connect."""
         self._proc: PipeProcess | None = None
         self._reader_task: asyncio.Task[None] | None = None
+        self._heartbeat_task: asyncio.Task[None] | None = None
+        self._last_frame = 0.0
         self._pending: dict[int, asyncio.Future[frames.Frame]] = {}
         self._write_lock = asyncio.Lock()
         self._open_lock = asyncio.Lock()
@@ -132,7 +169,11 @@ class StdioChannel(Channel):
                 self._proc = await self._spawn()
                 self._broken = None
                 self._broken_by_sandbox = False
-                self._reader_task = asyncio.get_running_loop().create_task(self._read_loop(self._proc))
+                loop = asyncio.get_running_loop()
+                self._last_frame = loop.time()
+                self._reader_task = loop.create_task(self._read_loop(self._proc))
+                if self.liveness is not None:
+                    self._heartbeat_task = loop.create_task(self._heartbeat(self._proc, self.liveness))
             return self._proc
 
     async def request(self, body: bytes, request_id: int, timeout: float) -> frames.Frame:
@@ -191,6 +232,7 @@ class StdioChannel(Channel):
                     break
                 if frame is None:
                     break
+                self._last_frame = asyncio.get_running_loop().time()
                 self._deliver(frame)
         finally:
             self._broken = why
@@ -200,6 +242,45 @@ class StdioChannel(Channel):
                 if not fut.done():
                     fut.set_exception(ProtocolError(why) if self._broken_by_sandbox else ChannelBroken(why))
 
+    async def _heartbeat(self, proc: PipeProcess, liveness: Liveness) -> None:
+        """Ping while ``proc`` is the channel's; declare the agent unresponsive when silent.
+
+        Cancelled by the teardown of ``proc``; it ends by itself once ``proc`` is replaced.
+        """
+        loop = asyncio.get_running_loop()
+        assert proc.stdin is not None
+        while self._proc is proc and self._broken is None:
+            # A timer, not synchronisation: "nothing arrived for a while" has no event of its own.
+            await asyncio.sleep(liveness.interval)
+            if self._proc is not proc or self._broken is not None:
+                return
+            quiet = loop.time() - self._last_frame
+            if quiet >= liveness.timeout:
+                await self._lose(proc, quiet, liveness)
+                return
+            if quiet >= liveness.interval * 0.9 and not self._write_lock.locked():
+                # A writer in progress is traffic out; only traffic in says the agent lives. The
+                # ping must not wait behind it (a frozen agent can stall that write for ever).
+                with contextlib.suppress(ConnectionError, RuntimeError, TimeoutError):
+                    async with self._write_lock, asyncio.timeout(liveness.interval):
+                        proc.stdin.write(HEARTBEAT + b"\n")
+                        await proc.stdin.drain()
+
+    async def _lose(self, proc: PipeProcess, quiet: float, liveness: Liveness) -> None:
+        why = (
+            f"the agent answered nothing, not even a heartbeat, for {quiet:.1f} s "
+            f"(liveness bound {liveness.bound:g} s): it is frozen, paused or cut off"
+        )
+        self._broken = why
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(AgentUnresponsiveError(why))
+        # Torn down, so the next request starts a new relay (or connection, or SSH session):
+        # the old one may be stuck in a frozen container or on a dead link.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(liveness.timeout):
+                await self._close_proc()
+
     async def reconnect(self) -> None:
         await self._close_proc()
 
@@ -208,6 +289,9 @@ class StdioChannel(Channel):
             proc, self._proc = self._proc, None
             if proc is None:
                 return
+            heartbeat, self._heartbeat_task = self._heartbeat_task, None
+            if heartbeat is not None and heartbeat is not asyncio.current_task():
+                heartbeat.cancel()
             if proc.stdin is not None:
                 proc.stdin.close()
             # At EOF the relay exits by itself and the host-side process (`nsenter`, `docker
@@ -263,124 +347,3 @@ async def _read_bounded(reader: PipeReader, limit: int) -> bytes:
         if len(out) > limit:
             raise ProtocolError(f"the agent call answered more than {limit} bytes")
     return bytes(out)
-
-
-class _StreamEnd:
-    """The writing half of a socket as a :class:`PipeWriter`: ``close()`` half-closes it.
-
-    So a channel closing the way it closes a relay's stdin lets the server answer what is in
-    flight before it closes its own half.
-    """
-
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
-
-    def write(self, data: bytes) -> None:
-        self.writer.write(data)
-
-    async def drain(self) -> None:
-        await self.writer.drain()
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError, RuntimeError):
-            if self.writer.can_write_eof() and not self.writer.is_closing():
-                self.writer.write_eof()
-
-
-class _SocketReader:
-    """The reading half of a socket as a :class:`PipeReader` that notes when the server is done."""
-
-    def __init__(self, reader: asyncio.StreamReader) -> None:
-        self._reader = reader
-        self.done = asyncio.Event()
-
-    async def readline(self) -> bytes:
-        line = await self._reader.readline()
-        if not line:
-            self.done.set()
-        return line
-
-    async def readexactly(self, n: int) -> bytes:
-        try:
-            return await self._reader.readexactly(n)
-        except asyncio.IncompleteReadError:
-            self.done.set()
-            raise
-
-    async def read(self, n: int = -1) -> bytes:
-        data = await self._reader.read(n)
-        if not data:
-            self.done.set()
-        return data
-
-
-class _SocketPipe:
-    """A connection to the agent's frame stream, shaped like a relay process (:class:`PipeProcess`)."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.stdin = _StreamEnd(writer)
-        self.stdout = _SocketReader(reader)
-        self._writer = writer
-
-    def kill(self) -> None:
-        self._writer.transport.abort()
-        self.stdout.done.set()
-
-    async def wait(self) -> int:
-        """Until the server has closed its half (a relay process's exit, for a socket)."""
-        await self.stdout.done.wait()
-        self._writer.close()
-        return 0
-
-
-class SocketChannel(StdioChannel):
-    """The agent's frame stream socket, straight from the host (``local://``): no relay process.
-
-    The same multiplexed frames as :class:`StdioChannel`, over one Unix-socket connection;
-    ``on_unavailable`` (re)starts the agent when the socket does not answer.
-    """
-
-    def __init__(self, path: Path, on_unavailable: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(self._connect)
-        self._path = path
-        self._on_unavailable = on_unavailable
-
-    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """Connect only to our own agent: the directory and the socket must be ours before the
-        connect, the listening process ours after it (another local user may have made the
-        state dir first); nothing is written before that.
-
-        :raises OSError: there is no socket to connect to.
-        :raises UntrustedAgentError: the directory, socket or listener is another user's.
-        """
-        check_state_dir(self._path.parent)
-        if not check_socket(self._path):
-            raise FileNotFoundError(f"no agent socket at {self._path}")
-        reader, writer = await asyncio.open_unix_connection(os.fspath(self._path), limit=MAX_RESPONSE)
-        try:
-            check_peer(writer.get_extra_info("socket"), self._path)
-        except BaseException:
-            writer.transport.abort()
-            raise
-        return reader, writer
-
-    async def _connect(self) -> PipeProcess:
-        try:
-            reader, writer = await self._open()
-        except OSError:
-            await self._on_unavailable()
-            try:
-                reader, writer = await self._open()
-            except OSError as exc:
-                if not self._path.exists() and (self._path.parent / "agent.sock").exists():
-                    # Its HTTP socket answers, but it has no frame stream: an agent from an
-                    # older remote_exec still serves this directory. Retrying cannot help.
-                    raise AgentUnavailableError(
-                        f"the agent serving {self._path.parent} is an older version without a frame stream; "
-                        "stop it (`remote-exec-agent` exits after its idle timeout, or kill its pid) and retry"
-                    ) from exc
-                raise ChannelBroken(f"agent stream {self._path}: {exc}") from exc
-        sock = writer.get_extra_info("socket")
-        with contextlib.suppress(OSError, AttributeError):  # big uploads cross in few sends
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-        return _SocketPipe(reader, writer)

@@ -16,6 +16,7 @@ import anyio
 
 from ..errors import AgentUnavailableError, SandboxError, TransportError
 from ..protocol import PROTOCOL_VERSION, Empty, Method, ServerInfo
+from .channel import DEFAULT_LIVENESS, Liveness, StdioChannel
 from .files import FileClient
 from .process import RESPONSE_MARGIN, ExecRemoteProcess, kill_quietly
 from .rpc import RpcClient
@@ -40,6 +41,8 @@ class SandboxCore:
     :ivar transport: how the agent is reached.
     :ivar response_margin: seconds an answer may lag a long-poll's wait before it is re-asked.
     :ivar open_timeout: seconds the agent has to answer ``server_info`` on :meth:`open`.
+    :ivar liveness: how fast a silent agent is noticed (``None``: by the call deadlines alone);
+        see :class:`~remote_exec.client.channel.Liveness`.
     """
 
     def __init__(
@@ -48,10 +51,12 @@ class SandboxCore:
         *,
         response_margin: float = RESPONSE_MARGIN,
         open_timeout: float = OPEN_TIMEOUT,
+        liveness: Liveness | None = DEFAULT_LIVENESS,
     ) -> None:
         self.transport = transport
         self.response_margin = response_margin
         self.open_timeout = open_timeout
+        self.liveness = liveness
         self._rpc: RpcClient | None = None
         self._info: ServerInfo | None = None
         self._procs: list[ExecRemoteProcess] = []
@@ -108,7 +113,9 @@ class SandboxCore:
             with anyio.CancelScope(shield=True):
                 await self.transport.aclose()  # whatever it set up before failing (a connection, a box)
             raise
-        self._rpc = RpcClient(channel, name=self.url)
+        if isinstance(channel, StdioChannel):  # the socket channel is one too
+            channel.liveness = self.liveness
+        self._rpc = RpcClient(channel, name=self.url, diagnose=self.transport.diagnose)
         self._state = "open"
         try:
             self._info = await self.rpc.call(

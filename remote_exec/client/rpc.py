@@ -14,6 +14,12 @@ Nothing from the sandbox is trusted, so every call is bounded twice:
   :data:`MAX_PAGE_MESSAGE`), and its payload at most what the call asked for, checked before
   the JSON is parsed; items in the models are bounded too. A response over its bound is a
   :class:`ProtocolError`, not retried.
+
+A silent agent is noticed sooner by the channel's heartbeat
+(:class:`~remote_exec.client.channel.Liveness`, within 8 s by default): the call then fails
+with :class:`AgentUnresponsiveError` at once, not retried. Before a call fails for the
+transport, the sandbox is asked what became of it (``diagnose``): a killed container, an exited
+box or an unreachable host turns the failure into :class:`SandboxLostError`.
 """
 
 from __future__ import annotations
@@ -21,15 +27,25 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ..errors import AgentUnavailableError, ProtocolError, RemoteExecError, TransportError, error_from_wire
+from ..errors import (
+    AgentUnavailableError,
+    AgentUnresponsiveError,
+    ProtocolError,
+    RemoteExecError,
+    SandboxLostError,
+    TransportError,
+    UntrustedAgentError,
+    error_from_wire,
+)
 from ..protocol import MAX_CHUNK, METHODS, PAGE_BYTES, Method, WireModel, frames
 from .channel import Channel, ChannelBroken
 
-__all__ = ["MAX_MESSAGE", "MAX_PAGE_MESSAGE", "RPC_TIMEOUT", "RpcClient"]
+__all__ = ["DIAGNOSE_TIMEOUT", "MAX_MESSAGE", "MAX_PAGE_MESSAGE", "RPC_TIMEOUT", "Diagnose", "RpcClient"]
 
 RPC_TIMEOUT = 15.0
 """Seconds a call waits for its response by default (then asks once more, as long again)."""
@@ -41,6 +57,14 @@ MAX_PAGE_MESSAGE = 4 * PAGE_BYTES
 """Largest response JSON of a listing page (the agent aims at :data:`PAGE_BYTES`)."""
 
 _MESSAGE_LIMITS: dict[str, int] = {Method.EXEC_REMOTE_LIST: MAX_PAGE_MESSAGE, Method.FILE_LIST: MAX_PAGE_MESSAGE}
+
+DIAGNOSE_TIMEOUT = 5.0
+"""Seconds the sandbox gets to say what became of it (``docker inspect``, a new SSH connection)."""
+
+Diagnose = Callable[[], Awaitable[RemoteExecError | None]]
+"""Asks the sandbox's transport what became of it after a transport failure: the error to raise
+instead (:class:`SandboxLostError`, or a more precise :class:`AgentUnresponsiveError`), or
+``None`` when it has nothing to add."""
 
 T = TypeVar("T", bound=WireModel)
 
@@ -67,12 +91,20 @@ class RpcClient:
     :param default_timeout: seconds to wait for a response when a call names none.
     :param attempts: most tries per call (all within twice its deadline).
     :param name: the sandbox, as errors name it.
+    :param diagnose: asked before a call fails for the transport (see :data:`Diagnose`).
     """
 
     def __init__(
-        self, channel: Channel, *, default_timeout: float = RPC_TIMEOUT, attempts: int = 4, name: str = "the sandbox"
+        self,
+        channel: Channel,
+        *,
+        default_timeout: float = RPC_TIMEOUT,
+        attempts: int = 4,
+        name: str = "the sandbox",
+        diagnose: Diagnose | None = None,
     ) -> None:
         self.channel = channel
+        self.diagnose = diagnose
         self.default_timeout = default_timeout
         self.attempts = attempts
         self.name = name
@@ -115,6 +147,9 @@ class RpcClient:
 
         :raises RemoteExecError: the agent's error, mapped to its class (e.g. ``JobNotFoundError``).
         :raises TransportError: no valid response within the deadline.
+        :raises AgentUnresponsiveError: the agent answered no heartbeat within the channel's
+            liveness bound (frozen, paused, cut off).
+        :raises SandboxLostError: the sandbox itself is gone (container killed, box exited...).
         :raises AgentUnavailableError: the channel broke and could not be re-established, or the
             client is closed.
         :raises ProtocolError: the response is malformed or over its size bound.
@@ -136,6 +171,45 @@ class RpcClient:
         """Like :meth:`call`, and also return the response's payload (``None`` if it has none),
         which may be at most ``max_payload`` bytes (default: one file chunk, for a method that
         answers with a payload at all)."""
+        try:
+            return await self._call(method, params, result, timeout, payload, deadline, max_payload)
+        except SandboxLostError:
+            raise
+        except AgentUnresponsiveError as exc:
+            raise await self._diagnosed(AgentUnresponsiveError(f"{self.name}: {method}: {exc}")) from exc
+        except TransportError as exc:
+            if self._closed or type(exc) is UntrustedAgentError:
+                raise
+            better = await self._diagnosed(exc)
+            if better is exc:
+                raise
+            raise better from exc
+
+    async def _diagnosed(self, exc: TransportError) -> RemoteExecError:
+        """``exc``, or what the sandbox says became of it (its own failure to say changes nothing)."""
+        if self.diagnose is None:
+            return exc
+        try:
+            async with asyncio.timeout(DIAGNOSE_TIMEOUT):
+                better = await self.diagnose()
+        except (TimeoutError, RemoteExecError, OSError):
+            return exc
+        if better is None:
+            return exc
+        better.message = f"{better.message} ({exc.message})"
+        better.args = (better.message,)
+        return better
+
+    async def _call(
+        self,
+        method: str,
+        params: WireModel,
+        result: type[T],
+        timeout: float | None,
+        payload: bytes | memoryview | None,
+        deadline: float | None,
+        max_payload: int | None,
+    ) -> tuple[T, memoryview | None]:
         self._check_open(method)
         timeout = timeout or self.default_timeout
         loop = asyncio.get_running_loop()

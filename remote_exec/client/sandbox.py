@@ -7,7 +7,20 @@ from types import TracebackType
 from typing import Any, Literal, Unpack, overload
 
 from ..errors import ExecTimeoutError, JobNotFoundError, ProtocolError
-from ..protocol import Empty, JobInfo, ListParams, ListResult, Method, ServerInfo, ShellInfo
+from ..protocol import (
+    Empty,
+    JobInfo,
+    JobStats,
+    JobStatsParams,
+    ListParams,
+    ListResult,
+    Method,
+    SandboxStats,
+    SandboxStatsParams,
+    ServerInfo,
+    ShellInfo,
+)
+from .channel import DEFAULT_LIVENESS, Liveness
 from .core import OPEN_TIMEOUT, SandboxCore
 from .ports import PortForward
 from .process import RESPONSE_MARGIN, ExecRemoteProcess, attached, launch
@@ -36,11 +49,17 @@ class AsyncSandbox(SandboxFiles):
         response_margin: float = RESPONSE_MARGIN,
         workspace_root: str | None = None,
         open_timeout: float = OPEN_TIMEOUT,
+        liveness: Liveness | None = DEFAULT_LIVENESS,
     ) -> None:
         self.transport = transport
-        super().__init__(
-            SandboxCore(transport, response_margin=response_margin, open_timeout=open_timeout), workspace_root
-        )
+        core = SandboxCore(transport, response_margin=response_margin, open_timeout=open_timeout, liveness=liveness)
+        super().__init__(core, workspace_root)
+
+    @property
+    def liveness(self) -> Liveness | None:
+        """How fast a silent agent is noticed (``None``: by the call deadlines alone); see
+        :class:`~remote_exec.client.channel.Liveness`."""
+        return self._core.liveness
 
     @property
     def response_margin(self) -> float:
@@ -236,6 +255,28 @@ class AsyncSandbox(SandboxFiles):
         Cancelling it abandons the answer; nothing changes in the sandbox.
         """
         return await self._core.rpc.call(Method.SERVER_INFO, Empty(), ServerInfo)
+
+    # -- resource use (the agent reads /proc only when asked: see agent/metrics.py) ----------
+
+    async def stats(self, *, window: float = 0.5) -> SandboxStats:
+        """CPU and memory of the sandbox, disk use of its workspace and of the agent's state dir.
+
+        The CPU rate is since the previous ``stats()`` (of any client) if that was within 30 s,
+        else measured over ``window`` seconds (at most 5) first. Only reads: cancelling it
+        changes nothing.
+        """
+        params = SandboxStatsParams(workspace=self.workspace_root, window=window)
+        return await self._core.rpc.call(Method.SANDBOX_STATS, params, SandboxStats)
+
+    async def job_stats(self, job_id: str, *, window: float = 0.5) -> JobStats:
+        """CPU %, RSS, threads, I/O bytes and process count of a job's whole process tree.
+
+        The CPU rate is since the previous reading of this job if within 30 s, else measured
+        over ``window`` seconds first. Only reads: cancelling it changes nothing.
+
+        :raises JobNotFoundError: no such job (or it was released / expired).
+        """
+        return await self._core.rpc.call(Method.JOB_STATS, JobStatsParams(job_id=job_id, window=window), JobStats)
 
     # -- port forwarding (see client/ports.py) ---------------------------------------------
 

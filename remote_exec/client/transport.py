@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+from ..errors import RemoteExecError
 from .channel import Channel
 from .native import NativeCopy
 
@@ -28,6 +29,13 @@ class SandboxTransport(ABC):
 
     def native_copy(self) -> NativeCopy | None:
         """The transport's own copy command for big files (``None``: the agent channel only)."""
+        return None
+
+    async def diagnose(self) -> RemoteExecError | None:
+        """After a transport failure: what became of the sandbox, as the error to raise instead
+        (``SandboxLostError`` when it is gone), or ``None`` when there is nothing to add.
+
+        Bounded by the caller (:data:`~remote_exec.client.rpc.DIAGNOSE_TIMEOUT`)."""
         return None
 
     async def aclose(self) -> None:

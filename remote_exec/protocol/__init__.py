@@ -71,6 +71,15 @@ from .jobs import (
     WriteStdinParams,
     WriteStdinResult,
 )
+from .metrics import (
+    HEARTBEAT,
+    HEARTBEAT_ANSWER,
+    MAX_STATS_WINDOW,
+    JobStats,
+    JobStatsParams,
+    SandboxStats,
+    SandboxStatsParams,
+)
 from .ports import (
     PortConnectParams,
     PortConnInfo,
@@ -96,11 +105,14 @@ __all__ = [
     "DEFAULT_CHUNK",
     "DEFAULT_MAX_BYTES",
     "ERROR_CLASSES",
+    "HEARTBEAT",
+    "HEARTBEAT_ANSWER",
     "MAX_CHUNK",
     "MAX_HASH_PATHS",
     "STAGED_NAME",
     "MAX_LIST_ENTRIES",
     "MAX_PAGE_ITEMS",
+    "MAX_STATS_WINDOW",
     "MAX_WAIT",
     "METHODS",
     "PAGE_BYTES",
@@ -131,6 +143,8 @@ __all__ = [
     "JobIdParams",
     "JobInfo",
     "JobState",
+    "JobStats",
+    "JobStatsParams",
     "KillParams",
     "KillResult",
     "ListParams",
@@ -149,6 +163,8 @@ __all__ = [
     "PortSendResult",
     "PortState",
     "RemoteExecError",
+    "SandboxStats",
+    "SandboxStatsParams",
     "ServerInfo",
     "ShellIdParams",
     "ShellInfo",
@@ -200,6 +216,9 @@ class Method(StrEnum):
     PORT_RECV = "port_recv"
     PORT_CLOSE = "port_close"
     PORT_LIST = "port_list"
+    PING = "ping"
+    JOB_STATS = "job_stats"
+    SANDBOX_STATS = "sandbox_stats"
 
 
 class MethodSpec(WireModel):
@@ -245,6 +264,9 @@ METHODS: dict[str, MethodSpec] = {
     Method.PORT_RECV: MethodSpec(params=PortRecvParams, result=PortRecvResult, gives_payload=True),
     Method.PORT_CLOSE: MethodSpec(params=PortIdParams, result=PortConnInfo),
     Method.PORT_LIST: MethodSpec(params=Empty, result=PortListResult),
+    Method.PING: MethodSpec(params=Empty, result=Empty),
+    Method.JOB_STATS: MethodSpec(params=JobStatsParams, result=JobStats),
+    Method.SANDBOX_STATS: MethodSpec(params=SandboxStatsParams, result=SandboxStats),
 }
 """Every method the agent serves, with its params and result models."""
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from ..client.channel import Liveness
 from ..client.sandbox import AsyncSandbox
 from ..client.transport import SandboxTransport
 from ..errors import SandboxError
@@ -94,6 +95,7 @@ def open_sandbox(
     response_margin: float | None = None,
     workspace_root: str | None = None,
     open_timeout: float | None = None,
+    liveness: float | Liveness | None = None,
 ) -> SandboxOpener:
     """Open the sandbox at ``url``: ``async with rx.open_sandbox(url) as sb`` or ``sb = await ...``.
 
@@ -101,14 +103,21 @@ def open_sandbox(
     many seconds a long poll's response may be late before it is asked again (default 5).
     ``open_timeout``: seconds the agent has to answer once the transport is up (default 10).
     ``workspace_root`` (an absolute path in the sandbox) confines the file methods to it:
-    see :attr:`AsyncSandbox.workspace_root`.
+    see :attr:`AsyncSandbox.workspace_root`. ``liveness``: seconds within which a silent
+    agent (frozen, paused, cut off) fails every waiting call with ``AgentUnresponsiveError``
+    (default 8; a :class:`~remote_exec.client.channel.Liveness` sets the heartbeat's interval
+    and timeout apart; ``0`` turns the heartbeat off, leaving the call deadlines).
 
     :raises SandboxError: bad URL or unknown scheme.
     :raises AgentUnavailableError: the agent cannot be started or reached.
     """
-    kwargs: dict[str, float] = {}
+    settings: dict[str, Any] = {}
     if response_margin is not None:
-        kwargs["response_margin"] = response_margin
+        settings["response_margin"] = response_margin
     if open_timeout is not None:
-        kwargs["open_timeout"] = open_timeout
-    return SandboxOpener(AsyncSandbox(transport_for(url), workspace_root=workspace_root, **kwargs))
+        settings["open_timeout"] = open_timeout
+    if liveness is not None:
+        settings["liveness"] = (
+            liveness if isinstance(liveness, Liveness) else Liveness.within(liveness) if liveness else None
+        )
+    return SandboxOpener(AsyncSandbox(transport_for(url), workspace_root=workspace_root, **settings))

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..client.channel import Channel, PipeProcess
-from ..errors import SandboxError
+from ..errors import AgentUnresponsiveError, RemoteExecError, SandboxError, SandboxLostError
 from .base import ExecTransport, spawn_local
 from .hostcli import CliError, InjectMode, common_options, map_cli_errors, parse_query, run_cli
 from .native_copy import ArchiveCopy
@@ -122,6 +122,25 @@ class ContainerTransport(ExecTransport):
             raise SandboxError(f"{self.url}: {exc.stderr or exc}") from exc
         if state != "true":
             raise SandboxError(f"{self.url}: container {self.container} is not running")
+
+    async def diagnose(self) -> RemoteExecError | None:
+        """The container's state: paused (unresponsive, ``unpause`` resumes it), gone or
+        stopped (lost), running (nothing to add); the engine unreachable says nothing."""
+        try:
+            state = await run_cli(
+                self.cli_argv("inspect", "--type", "container", "-f", "{{.State.Status}}", self.container)
+            )
+        except CliError as exc:
+            if "no such" in (exc.stderr or str(exc)).lower():
+                return SandboxLostError(f"{self.url}: container {self.container} no longer exists")
+            return None
+        if state == "paused":
+            return AgentUnresponsiveError(
+                f"{self.url}: container {self.container} is paused ({self.scheme} unpause resumes it)"
+            )
+        if state != "running":
+            return SandboxLostError(f"{self.url}: container {self.container} is {state[:40]}, not running")
+        return None
 
     async def open_channel(self) -> Channel:
         """Check the container runs, locate or inject the agent, open the persistent channel.

@@ -36,7 +36,7 @@ from urllib.parse import parse_qsl, urlsplit
 import anyio
 
 from ..client.channel import Channel, PipeProcess
-from ..errors import AgentUnavailableError, SandboxError
+from ..errors import AgentUnavailableError, RemoteExecError, SandboxError, SandboxLostError
 from .base import ExecTransport, spawn_local
 from .jailbox import Bind, JailBox, JailConfig, check_box, exec_argv, prepare_work
 
@@ -153,6 +153,17 @@ class JailTransport(ExecTransport):
             await self.aclose()  # the sandbox never opened, so nobody else will
             raise
         return await super().open_channel()
+
+    async def diagnose(self) -> RemoteExecError | None:
+        """Lost when the box has exited (bubblewrap's init died: everything in it died too)."""
+        if self.box is not None and not self.box.alive():
+            return SandboxLostError(f"{self.url}: the jail's box has exited; its jobs died with it")
+        if self.box is None and self.pid is not None:
+            try:
+                check_box(self.pid)
+            except SandboxError:
+                return SandboxLostError(f"{self.url}: the jail's box (pid {self.pid}) is gone")
+        return None
 
     async def aclose(self) -> None:
         """Kill the box this transport started, with everything in it, and remove a temporary

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote, urlsplit
 
-from ..client.channel import MAX_RESPONSE, CallChannel, Channel, SocketChannel, StdioChannel
+from ..client.channel import MAX_RESPONSE, CallChannel, Channel, StdioChannel
+from ..client.socketchannel import SocketChannel
 from ..client.transport import SandboxTransport
 from ..errors import AgentUnavailableError, SandboxError, error_from_wire
 from ..protocol import STREAM_SOCKET, default_agent_dir

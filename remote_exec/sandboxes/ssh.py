@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 from ..client.channel import Channel, PipeProcess
 from ..client.rpc import RpcClient
-from ..errors import AgentUnavailableError, RemoteExecError, SandboxError
+from ..errors import AgentUnavailableError, RemoteExecError, SandboxError, SandboxLostError
 from ..protocol import Empty, Method, ServerInfo
 from .base import ExecTransport
 from .hostcli import parse_query
@@ -308,6 +308,20 @@ class SSHTransport(ExecTransport):
             argv = shlex.join(self.agent_argv or [])
             raise AgentUnavailableError(f"the agent command {argv!r} does not work on {self.target}: {why}") from exc
         self._agent_given = False  # checked once; re-spawns of the channel trust it
+
+    async def diagnose(self) -> RemoteExecError | None:
+        """Drop the connection that failed us (it may be silent for ever: a cut link, a frozen
+        sshd) and try a new one: the host unreachable means the sandbox is lost; reachable, the
+        next call uses the new connection."""
+        async with self._conn_lock:
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.abort()
+        try:
+            await self.connection()
+        except AgentUnavailableError as exc:
+            return SandboxLostError(f"{self.url}: {exc.message}")
+        return None
 
     async def aclose(self) -> None:
         """Close the SSH connection (jobs held by the agent on the host live on). Idempotent.

@@ -1,0 +1,300 @@
+"""Resource use read from ``/proc`` (and cgroup files where present), only when asked.
+
+There is no background sampler: ``job_stats`` and ``sandbox_stats`` read the counters when
+called, and keep that one reading per job (and one for the sandbox) so the next call answers
+with the rate since then. A call with no reading younger than :data:`STALE` takes two readings
+``window`` seconds apart. So an agent nobody watches spends nothing here, and a dashboard
+asking once a second costs one ``/proc`` walk per job per second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+from ..protocol import JobStats, JobStatsParams, Method, SandboxStats, SandboxStatsParams
+from .jobs.controller import JobController
+from .jobs.proctable import scan
+from .rpc import Handler
+
+__all__ = ["MAX_DISK_ENTRIES", "STALE", "MetricsController", "metrics_methods"]
+
+GATHER = 0.01
+"""Seconds a walk of ``/proc`` waits for more ``job_stats`` calls to join it: a dashboard
+asking about 100 jobs at once costs one walk, not 100."""
+
+DISK_EVERY = 30.0
+"""Seconds a disk-use count serves (walking a big workspace every second would cost more than
+everything else here)."""
+
+STALE = 30.0
+"""Seconds a kept reading serves as the start of the next rate (older: measure afresh)."""
+
+MAX_DISK_ENTRIES = 200_000
+"""Most directory entries counted per tree for disk use (a huge workspace is not walked whole)."""
+
+_TICK = 1.0 / os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_CGROUP = Path("/sys/fs/cgroup")
+
+
+class TreeReading(NamedTuple):
+    """The summed counters of one session's processes at one moment."""
+
+    at: float
+    cpu_seconds: float
+    processes: int
+    threads: int
+    rss: int
+    read_bytes: int
+    write_bytes: int
+
+
+def _io(pid: str) -> tuple[int, int]:
+    try:
+        with open(f"/proc/{pid}/io", "rb") as f:
+            vals = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
+        return int(vals.get(b"read_bytes", 0)), int(vals.get(b"write_bytes", 0))
+    except (OSError, ValueError):  # not ours to read (another uid), or gone
+        return 0, 0
+
+
+def read_trees(wanted: frozenset[int]) -> dict[int, TreeReading]:
+    """One walk of ``/proc``: the summed counters of the live processes of each session in
+    ``wanted``, by session id."""
+    acc: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        entries = []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                raw = f.read()
+        except OSError:
+            continue  # exited while we looked
+        fields = raw[raw.rfind(b")") + 2 :].split()
+        # fields[0] is the state; 3 the session; 11/12 utime/stime; 17 threads; 21 rss pages.
+        if len(fields) < 22 or fields[0] == b"Z" or int(fields[3]) not in wanted:
+            continue
+        a = acc.setdefault(int(fields[3]), [0, 0, 0, 0, 0, 0])
+        r, w = _io(name)
+        a[0] += int(fields[11]) + int(fields[12])
+        a[1] += 1
+        a[2] += int(fields[17])
+        a[3] += int(fields[21]) * _PAGE
+        a[4] += r
+        a[5] += w
+    now = time.monotonic()
+    return {sid: TreeReading(now, a[0] * _TICK, *a[1:]) for sid, a in acc.items()}
+
+
+def _empty(at: float) -> TreeReading:
+    return TreeReading(at, 0.0, 0, 0, 0, 0, 0)
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _cgroup_dir() -> Path | None:
+    """This process's cgroup v2 directory, if it is mounted where we can read it."""
+    try:
+        line = Path("/proc/self/cgroup").read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    if not line.startswith("0::"):
+        return None  # cgroup v1: skip it, /proc serves
+    path = _CGROUP / line[3:].lstrip("/")
+    return path if (path / "cpu.stat").is_file() else None
+
+
+class SystemReading(NamedTuple):
+    at: float
+    source: str
+    cpu_seconds: float
+    memory_used: int
+    memory_limit: int | None
+
+
+def read_system() -> SystemReading:
+    """CPU time and memory of the sandbox: its cgroup's where readable, else the kernel's."""
+    cg = _cgroup_dir()
+    if cg is not None:
+        usage = 0
+        for line in (cg / "cpu.stat").read_text().splitlines():
+            if line.startswith("usage_usec "):
+                usage = int(line.split()[1])
+        mem = _read_int(cg / "memory.current")
+        if mem is not None:
+            return SystemReading(time.monotonic(), "cgroup", usage / 1e6, mem, _read_int(cg / "memory.max"))
+    with open("/proc/stat") as f:
+        cpu = [int(v) for v in f.readline().split()[1:]]
+    busy = sum(cpu) - cpu[3] - (cpu[4] if len(cpu) > 4 else 0)  # all but idle and iowait
+    info: dict[str, int] = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            info[key] = int(rest.split()[0]) * 1024
+    used = info.get("MemTotal", 0) - info.get("MemAvailable", 0)
+    return SystemReading(time.monotonic(), "proc", busy * _TICK, used, info.get("MemTotal"))
+
+
+def disk_use(root: str, limit: int = MAX_DISK_ENTRIES) -> tuple[int, bool]:
+    """Bytes allocated to the files under ``root`` (symlinks not followed); truncated or not."""
+    total = seen = 0
+    stack = [root]
+    while stack:
+        try:
+            it = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with it:
+            for entry in it:
+                seen += 1
+                if seen > limit:
+                    return total, True
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += st.st_blocks * 512
+                if entry.is_dir(follow_symlinks=False):
+                    stack.append(entry.path)
+    return total, False
+
+
+@dataclass
+class MetricsController:
+    """Answers the stats methods from the job registry and ``/proc``; keeps one reading each."""
+
+    jobs: JobController
+    state_dir: Path
+
+    def __post_init__(self) -> None:
+        self._trees: dict[str, TreeReading] = {}
+        self._system: SystemReading | None = None
+        self._next: asyncio.Future[dict[int, TreeReading]] | None = None
+        self._wanted: set[int] = set()
+        self._disk: dict[str, tuple[float, tuple[int, bool]]] = {}
+
+    async def _tree(self, sid: int) -> TreeReading:
+        """``sid``'s counters from the next walk (callers within :data:`GATHER` share it).
+
+        Cancelling leaves the walk to the others."""
+        self._wanted.add(sid)
+        if self._next is None:
+            self._next = asyncio.ensure_future(self._walk_soon())
+        trees = await asyncio.shield(self._next)
+        return trees.get(sid) or _empty(time.monotonic())
+
+    async def job_stats(self, p: JobStatsParams) -> JobStats:
+        """The job's tree now, with its CPU rate since the last reading (or over ``window``).
+
+        :raises JobNotFoundError: unknown job. :raises AgentLostError: a job of another instance.
+        """
+        # Read-only use of the registry: the job's pid is its session id (start_new_session).
+        info = self.jobs._get(p.job_id).info()
+        if info.state != "running":  # ended: its tree is no longer its own (a pid may be reused)
+            self._trees.pop(p.job_id, None)
+            return JobStats(
+                job_id=p.job_id,
+                running=False,
+                processes=0,
+                threads=0,
+                cpu_percent=0.0,
+                rss=0,
+                read_bytes=0,
+                write_bytes=0,
+                interval=0.0,
+            )
+        now = await self._tree(info.pid)
+        before = self._trees.get(p.job_id)
+        if before is None or now.at - before.at > STALE:
+            before = now
+            await asyncio.sleep(p.window)  # the second reading of a rate: a measuring window
+            now = await self._tree(info.pid)
+        self._forget_stale()
+        self._trees[p.job_id] = now
+        span = now.at - before.at
+        cpu = max(0.0, now.cpu_seconds - before.cpu_seconds) / span * 100 if span > 0 else 0.0
+        return JobStats(
+            job_id=p.job_id,
+            running=info.state == "running",
+            processes=now.processes,
+            threads=now.threads,
+            cpu_percent=min(cpu, 100.0 * 4096),
+            rss=now.rss,
+            read_bytes=now.read_bytes,
+            write_bytes=now.write_bytes,
+            interval=span,
+        )
+
+    async def _walk_soon(self) -> dict[int, TreeReading]:
+        await asyncio.sleep(GATHER)  # a batching window: the calls arriving meanwhile join this walk
+        # Later callers start the next walk: this one may predate their jobs.
+        wanted, self._wanted, self._next = frozenset(self._wanted), set(), None
+        return await scan(read_trees, wanted)
+
+    async def _disk_use(self, root: str) -> tuple[int, bool]:
+        now = time.monotonic()
+        kept = self._disk.get(root)
+        if kept is None or now - kept[0] > DISK_EVERY:
+            if len(self._disk) > 16:  # a client naming many workspaces: keep this bounded
+                self._disk.clear()
+            kept = self._disk[root] = (now, await scan(disk_use, root))
+        return kept[1]
+
+    def _forget_stale(self) -> None:
+        cut = time.monotonic() - STALE
+        for job_id in [j for j, r in self._trees.items() if r.at < cut]:
+            del self._trees[job_id]
+
+    async def sandbox_stats(self, p: SandboxStatsParams) -> SandboxStats:
+        """CPU and memory of the sandbox, disk use of the workspace and the state dir."""
+        now = await scan(read_system)
+        before = self._system
+        if before is None or now.at - before.at > STALE or before.source != now.source:
+            before = now
+            await asyncio.sleep(p.window)
+            now = await scan(read_system)
+        self._system = now
+        workspace = p.workspace or os.getcwd()
+        ws_bytes, ws_cut = await self._disk_use(workspace)
+        sd_bytes, sd_cut = await self._disk_use(os.fspath(self.state_dir))
+        try:
+            vfs = os.statvfs(workspace)
+            free = vfs.f_bavail * vfs.f_frsize
+        except OSError:
+            free = 0
+        span = now.at - before.at
+        cpu = max(0.0, now.cpu_seconds - before.cpu_seconds) / span * 100 if span > 0 else 0.0
+        return SandboxStats(
+            source=now.source,
+            cpu_count=os.cpu_count() or 1,
+            cpu_percent=min(cpu, 100.0 * 4096),
+            memory_used=now.memory_used,
+            memory_limit=now.memory_limit,
+            workspace=workspace[:4096],
+            workspace_bytes=ws_bytes,
+            state_dir_bytes=sd_bytes,
+            disk_free=free,
+            disk_truncated=ws_cut or sd_cut,
+            jobs_running=self.jobs.running_count,
+            interval=span,
+        )
+
+
+def metrics_methods(ctl: MetricsController) -> dict[str, Handler]:
+    """The stats methods served by ``ctl``."""
+    return {Method.JOB_STATS: ctl.job_stats, Method.SANDBOX_STATS: ctl.sandbox_stats}

@@ -1,0 +1,87 @@
+"""``remote-exec top``: the sandbox's CPU, memory and disk, and each running job's tree.
+
+Every string shown comes from the agent, so each goes through :func:`terminal_safe`. Stats are
+read only while ``top`` runs: the agent samples nothing when nobody asks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from typing import Any
+
+import anyio
+
+from ..client.sandbox import AsyncSandbox
+from ..errors import JobNotFoundError
+from ..protocol import JobInfo, JobStats, SandboxStats
+from ..termsafe import terminal_safe
+
+__all__ = ["add_top_parser", "human", "top"]
+
+COMMAND_WIDTH = 60
+
+
+def add_top_parser(sub: Any) -> None:
+    """The ``top`` subcommand's options on ``sub`` (argparse's subparsers)."""
+    p = sub.add_parser("top", help="CPU, memory and disk of the sandbox and its running jobs")
+    p.add_argument("--interval", "-d", type=float, default=2.0, help="seconds between refreshes")
+    p.add_argument("--count", "-n", type=int, default=0, help="refreshes before exiting (0: until Ctrl-C)")
+
+
+def human(n: float) -> str:
+    """Bytes as ``812K``, ``1.5G``..."""
+    for unit in ("", "K", "M", "G", "T"):
+        if abs(n) < 1024 or unit == "T":
+            return f"{n:.0f}{unit}" if unit in ("", "K") else f"{n:.1f}{unit}"
+        n /= 1024
+    return f"{n:.1f}T"
+
+
+async def _job_rows(sb: AsyncSandbox, jobs: list[JobInfo]) -> list[tuple[JobInfo, JobStats]]:
+    rows: dict[str, tuple[JobInfo, JobStats]] = {}
+
+    async def one(job: JobInfo) -> None:
+        with contextlib.suppress(JobNotFoundError):  # released between the listing and the reading
+            rows[job.job_id] = (job, await sb.job_stats(job.job_id))
+
+    async with anyio.create_task_group() as tg:
+        for job in jobs:
+            tg.start_soon(one, job)
+    return [rows[j.job_id] for j in jobs if j.job_id in rows]
+
+
+def render(s: SandboxStats, rows: list[tuple[JobInfo, JobStats]]) -> str:
+    """One screen: the sandbox's line, then a line per running job (busiest first)."""
+    limit = f"/{human(s.memory_limit)}" if s.memory_limit else ""
+    cut = "+" if s.disk_truncated else ""
+    lines = [
+        f"sandbox ({terminal_safe(s.source)}): cpu {s.cpu_percent:5.1f}% of {s.cpu_count} cores  "
+        f"mem {human(s.memory_used)}{limit}  workspace {human(s.workspace_bytes)}{cut}  "
+        f"agent state {human(s.state_dir_bytes)}  free {human(s.disk_free)}  jobs {s.jobs_running}",
+        f"{'JOB ID':<14} {'PID':>7} {'CPU%':>6} {'RSS':>7} {'THR':>4} {'PROCS':>5} {'READ':>7} {'WRITE':>7}  COMMAND",
+    ]
+    for job, st in sorted(rows, key=lambda r: -r[1].cpu_percent):
+        cmd = job.command if isinstance(job.command, str) else " ".join(job.command)
+        lines.append(
+            f"{terminal_safe(job.job_id):<14} {job.pid:>7} {st.cpu_percent:>6.1f} {human(st.rss):>7} "
+            f"{st.threads:>4} {st.processes:>5} {human(st.read_bytes):>7} {human(st.write_bytes):>7}  "
+            f"{terminal_safe(cmd)[:COMMAND_WIDTH]}"
+        )
+    return "\n".join(lines)
+
+
+async def top(sb: AsyncSandbox, args: argparse.Namespace) -> int:
+    """Print a screen every ``--interval`` seconds, ``--count`` times (0: until interrupted)."""
+    n = 0
+    while True:
+        running = [j for j in await sb.jobs() if j.state == "running"]
+        stats = await sb.stats()
+        rows = await _job_rows(sb, running)
+        if n:
+            print()
+        print(render(stats, rows), flush=True)
+        n += 1
+        if args.count and n >= args.count:
+            return 0
+        await anyio.sleep(args.interval)  # the refresh period: a timer, not synchronisation

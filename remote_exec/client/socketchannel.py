@@ -1,0 +1,141 @@
+"""``SocketChannel``: the agent's frame-stream socket as a :class:`StdioChannel` (``local://``).
+
+A connection is shaped like a relay process (:class:`PipeProcess`), so the multiplexing, the
+heartbeat and the reconnects are :class:`StdioChannel`'s own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from ..errors import AgentUnavailableError
+from ..protocol.ownership import check_peer, check_socket, check_state_dir
+from .channel import MAX_RESPONSE, ChannelBroken, PipeProcess, StdioChannel
+
+__all__ = ["SocketChannel"]
+
+
+class _StreamEnd:
+    """The writing half of a socket as a :class:`PipeWriter`: ``close()`` half-closes it.
+
+    So a channel closing the way it closes a relay's stdin lets the server answer what is in
+    flight before it closes its own half.
+    """
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+
+    def write(self, data: bytes) -> None:
+        self.writer.write(data)
+
+    async def drain(self) -> None:
+        await self.writer.drain()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError, RuntimeError):
+            if self.writer.can_write_eof() and not self.writer.is_closing():
+                self.writer.write_eof()
+
+
+class _SocketReader:
+    """The reading half of a socket as a :class:`PipeReader` that notes when the server is done."""
+
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self._reader = reader
+        self.done = asyncio.Event()
+
+    async def readline(self) -> bytes:
+        line = await self._reader.readline()
+        if not line:
+            self.done.set()
+        return line
+
+    async def readexactly(self, n: int) -> bytes:
+        try:
+            return await self._reader.readexactly(n)
+        except asyncio.IncompleteReadError:
+            self.done.set()
+            raise
+
+    async def read(self, n: int = -1) -> bytes:
+        data = await self._reader.read(n)
+        if not data:
+            self.done.set()
+        return data
+
+
+class _SocketPipe:
+    """A connection to the agent's frame stream, shaped like a relay process (:class:`PipeProcess`)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.stdin = _StreamEnd(writer)
+        self.stdout = _SocketReader(reader)
+        self._writer = writer
+
+    def kill(self) -> None:
+        self._writer.transport.abort()
+        self.stdout.done.set()
+
+    async def wait(self) -> int:
+        """Until the server has closed its half (a relay process's exit, for a socket)."""
+        await self.stdout.done.wait()
+        self._writer.close()
+        return 0
+
+
+class SocketChannel(StdioChannel):
+    """The agent's frame stream socket, straight from the host (``local://``): no relay process.
+
+    The same multiplexed frames as :class:`StdioChannel`, over one Unix-socket connection;
+    ``on_unavailable`` (re)starts the agent when the socket does not answer.
+    """
+
+    def __init__(self, path: Path, on_unavailable: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(self._connect)
+        self._path = path
+        self._on_unavailable = on_unavailable
+
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """Connect only to our own agent: the directory and the socket must be ours before the
+        connect, the listening process ours after it (another local user may have made the
+        state dir first); nothing is written before that.
+
+        :raises OSError: there is no socket to connect to.
+        :raises UntrustedAgentError: the directory, socket or listener is another user's.
+        """
+        check_state_dir(self._path.parent)
+        if not check_socket(self._path):
+            raise FileNotFoundError(f"no agent socket at {self._path}")
+        reader, writer = await asyncio.open_unix_connection(os.fspath(self._path), limit=MAX_RESPONSE)
+        try:
+            check_peer(writer.get_extra_info("socket"), self._path)
+        except BaseException:
+            writer.transport.abort()
+            raise
+        return reader, writer
+
+    async def _connect(self) -> PipeProcess:
+        try:
+            reader, writer = await self._open()
+        except OSError:
+            await self._on_unavailable()
+            try:
+                reader, writer = await self._open()
+            except OSError as exc:
+                if not self._path.exists() and (self._path.parent / "agent.sock").exists():
+                    # Its HTTP socket answers, but it has no frame stream: an agent from an
+                    # older remote_exec still serves this directory. Retrying cannot help.
+                    raise AgentUnavailableError(
+                        f"the agent serving {self._path.parent} is an older version without a frame stream; "
+                        "stop it (`remote-exec-agent` exits after its idle timeout, or kill its pid) and retry"
+                    ) from exc
+                raise ChannelBroken(f"agent stream {self._path}: {exc}") from exc
+        sock = writer.get_extra_info("socket")
+        with contextlib.suppress(OSError, AttributeError):  # big uploads cross in few sends
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        return _SocketPipe(reader, writer)
