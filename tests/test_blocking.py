@@ -108,6 +108,7 @@ NOT_TWINNED = {
     "transport": "construction settings of the async sandbox; reach them as sb.async_sandbox.<name>",
     "response_margin": "(as above)",
     "open_timeout": "(as above)",
+    "liveness": "(as above)",
     "options": "the async process's options; reach them as proc.async_process.options",
     "kill_on_cancel": "Ctrl-C on a blocking handle always kills the job",
 }

@@ -204,7 +204,7 @@ class MetricsController:
         :raises JobNotFoundError: unknown job. :raises AgentLostError: a job of another instance.
         """
         # Read-only use of the registry: the job's pid is its session id (start_new_session).
-        info = self.jobs._get(p.job_id).info()
+        info = self.jobs.info(p.job_id)
         if info.state != "running":  # ended: its tree is no longer its own (a pid may be reused)
             self._trees.pop(p.job_id, None)
             return JobStats(

@@ -35,7 +35,8 @@ class SandboxTransport(ABC):
         """After a transport failure: what became of the sandbox, as the error to raise instead
         (``SandboxLostError`` when it is gone), or ``None`` when there is nothing to add.
 
-        Bounded by the caller (:data:`~remote_exec.client.rpc.DIAGNOSE_TIMEOUT`)."""
+        Bounded by the caller (:data:`~remote_exec.client.rpc.DIAGNOSE_TIMEOUT`). It only looks
+        (an ``inspect``, a probe connection): cancelling it changes nothing in the sandbox."""
         return None
 
     async def aclose(self) -> None:

@@ -80,6 +80,13 @@ class JobController:
                 f"{busy} jobs are running, the limit of this agent", data={"limit": self.limits.max_running}
             )
 
+    def info(self, job_id: str) -> JobInfo:
+        """The job's current record (read-only; for the metrics sampler and other readers).
+
+        :raises JobNotFoundError: no such job here.
+        """
+        return self._get(job_id).info()
+
     def _get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)
         if job is not None:
