@@ -292,9 +292,10 @@ async def test_workspace_root_refuses_escapes(url: str, tmp_path: Path) -> None:
 
 async def test_abandoned_write_sessions_expire(fresh_agent_dir: Path, tmp_path: Path) -> None:
     """An agent with a short session TTL removes an abandoned session's temporary file."""
-    from remote_exec.agent.files.controller import FileController, FileLimits
+    from remote_exec.agent.files.controller import FileController
+    from remote_exec.agent.files.sessions import FileLimits
 
-    ctl = FileController(FileLimits(session_ttl=0.2))
+    ctl = FileController(FileLimits(session_ttl=0.2)).sessions
     sid = secrets.token_urlsafe(12)
     await ctl.write_open(FileWriteOpenParams(session_id=sid, path=str(tmp_path / "f")))
     assert len(temps(tmp_path)) == 1 and ctl.open_sessions == 1
