@@ -17,6 +17,8 @@ import os
 import secrets
 import shutil
 import stat
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import (
@@ -53,11 +55,18 @@ _LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 class FileController:
     """Serves every ``file_*`` method; the write sessions are its :attr:`sessions`."""
 
-    def __init__(self, limits: FileLimits | None = None, journal: Path | None = None) -> None:
+    def __init__(
+        self,
+        limits: FileLimits | None = None,
+        journal: Path | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.limits = limits or FileLimits()
         self.journal = WriteJournal(journal)
         self.umask = umask()
-        self.sessions = WriteSessions(self.limits, self.journal, self.umask)
+        # ``clock``: monotonic seconds that ``session_ttl`` is counted in (tests pass a fake one).
+        self.sessions = WriteSessions(self.limits, self.journal, self.umask, clock=clock)
 
     # -- reads ------------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ import os
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...errors import FileError, InvalidParamsError, ServerBusyError, WriteSessionNotFoundError
@@ -53,8 +54,11 @@ class FileLimits:
 class WriteSessions:
     """The open write sessions of one agent, behind ``file_write_open/chunk/commit/abort``."""
 
-    def __init__(self, limits: FileLimits, journal: WriteJournal, umask: int) -> None:
+    def __init__(
+        self, limits: FileLimits, journal: WriteJournal, umask: int, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.limits = limits
+        self._clock = clock  # monotonic seconds that ``session_ttl`` is counted in (tests pass a fake one)
         self.journal = journal
         self.umask = umask
         self._entries: dict[str, str | None] = {}  # session id -> its journal entry
@@ -73,7 +77,7 @@ class WriteSessions:
         if w is None:
             why = "it was committed" if session_id in self._committed else "never opened, aborted or expired idle"
             raise WriteSessionNotFoundError(f"no write session {session_id} ({why})", data={"session_id": session_id})
-        w.last_used = time.monotonic()
+        w.last_used = self._clock()
         return w
 
     async def write_open(self, p: FileWriteOpenParams) -> FileWriteOpenResult:
@@ -103,6 +107,7 @@ class WriteSessions:
             w = self._writes[p.session_id]
         else:
             w.idle.set()
+            w.last_used = self._clock()
             self._writes[p.session_id] = w
             self._entries[p.session_id] = entry
             self._paths[p.session_id] = p.path
@@ -188,14 +193,24 @@ class WriteSessions:
             self._reaper = asyncio.get_running_loop().create_task(self._reap())
 
     async def _reap(self) -> None:
-        ttl = self.limits.session_ttl
         while self._writes:
             # A timer, not synchronisation: nothing signals "a client went away".
-            await asyncio.sleep(min(max(ttl / 4, 0.05), 30.0))
-            now = time.monotonic()
-            for sid, w in list(self._writes.items()):
-                if not w.busy and now - w.last_used > ttl:
-                    await self.write_abort(FileSessionParams(session_id=sid))
+            await asyncio.sleep(min(max(self.limits.session_ttl / 4, 0.05), 30.0))
+            await self.expire_idle()
+
+    async def expire_idle(self) -> int:
+        """Abort every session without a request for ``session_ttl`` seconds by the clock; return how many.
+
+        A background task does this every quarter TTL; a test advances its fake clock and calls
+        this instead of waiting out the TTL. Cancelling it may leave a due session open (the
+        next call aborts it) or its temporary file being removed in a worker thread.
+        """
+        ttl, now, aborted = self.limits.session_ttl, self._clock(), 0
+        for sid, w in list(self._writes.items()):
+            if not w.busy and now - w.last_used > ttl:
+                await self.write_abort(FileSessionParams(session_id=sid))
+                aborted += 1
+        return aborted
 
     async def aclose(self) -> None:
         """Abort every write session (the agent is stopping): no temporary file is left behind."""
