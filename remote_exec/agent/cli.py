@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace, state_dir: Path) -> int:
     from .budget import default_budget
-    from .files.controller import FileLimits
+    from .files.sessions import FileLimits
     from .jobs.controller import JobLimits
     from .ports.controller import PortLimits
     from .server import ServerConfig, serve

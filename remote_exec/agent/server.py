@@ -21,8 +21,9 @@ from .._version import __version__
 from ..errors import RemoteExecError
 from ..protocol import HEARTBEAT, HEARTBEAT_ANSWER, PROTOCOL_VERSION, Empty, Method, ServerInfo, frames
 from .budget import MemoryBudget, default_budget
-from .files.controller import FileController, FileLimits
+from .files.controller import FileController
 from .files.methods import file_methods
+from .files.sessions import FileLimits
 from .intake import LINE_PIECE, Intake, LineTooLong, read_body
 from .jobs.controller import JobController, JobLimits
 from .jobs.methods import job_methods

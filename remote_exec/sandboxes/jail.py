@@ -38,7 +38,8 @@ import anyio
 from ..client.channel import Channel, PipeProcess
 from ..errors import AgentUnavailableError, RemoteExecError, SandboxError, SandboxLostError
 from .base import ExecTransport, spawn_local
-from .jailbox import Bind, JailBox, JailConfig, check_box, exec_argv, prepare_work
+from .jailbox import Bind, JailBox, JailConfig, exec_argv, prepare_work
+from .jailcheck import check_box
 
 __all__ = ["JailTransport"]
 

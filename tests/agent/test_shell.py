@@ -198,17 +198,29 @@ async def test_one_run_at_a_time_and_retries_are_idempotent(ctl: ShellController
 
 
 async def test_idle_sessions_expire_and_busy_ones_do_not() -> None:
-    ctl = ShellController(JobController("feedf00d"), ShellLimits(ttl=0.3))
+    now = [1000.0]  # a fake monotonic clock: the TTL passes when the test says so
+    ctl = ShellController(JobController("feedf00d"), ShellLimits(ttl=30), clock=lambda: now[0])
     try:
         idle = (await ctl.open(ShellOpenParams())).session_id
         busy = (await ctl.open(ShellOpenParams())).session_id
-        start = await ctl.run(ShellRunParams(session_id=busy, command="sleep 1"))
+        start = await ctl.run(ShellRunParams(session_id=busy, command="echo up; sleep 300"))
+        await ctl.jobs.poll(PollParams(job_id=start.job_id, wait=5))  # the run is under way
+        now[0] += 29.9
+        assert ctl.expire_idle() == 0
+        now[0] += 0.2
+        assert ctl.expire_idle() == 1
         await ctl._sessions[idle].wait_closed()
         (info,) = (await ctl.list(ShellListParams(session_id=idle))).shells
-        assert info.state == "closed" and info.closed_reason == "idle for 0.3 s"
+        assert info.state == "closed" and info.closed_reason == "idle for 30 s"
         assert ctl._sessions[busy].open  # still running its command past the TTL
-        assert (await follow(ctl, start.job_id))[:2] == ("completed", 0)
-        await ctl._sessions[busy].wait_closed()  # and the TTL counts from the end of the run
+        await ctl.interrupt(ShellIdParams(session_id=busy))
+        assert (await follow(ctl, start.job_id, stdout_offset=3))[:2] == ("completed", 130)
+        assert ctl.expire_idle() == 0  # the TTL counts from the end of the run
+        now[0] += 29.9
+        assert ctl.expire_idle() == 0 and ctl._sessions[busy].open
+        now[0] += 0.2
+        assert ctl.expire_idle() == 1
+        await ctl._sessions[busy].wait_closed()
         with pytest.raises(rx.ShellClosedError):
             await ctl.interrupt(ShellIdParams(session_id=busy))
     finally:

@@ -3,7 +3,6 @@ atomicity, permissions, mtimes, and the workspace root's refusal of escapes."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 import threading
@@ -291,20 +290,26 @@ async def test_workspace_root_refuses_escapes(url: str, tmp_path: Path) -> None:
 
 
 async def test_abandoned_write_sessions_expire(fresh_agent_dir: Path, tmp_path: Path) -> None:
-    """An agent with a short session TTL removes an abandoned session's temporary file."""
-    from remote_exec.agent.files.controller import FileController, FileLimits
+    """An abandoned session's temporary file is removed once its TTL has passed, not before."""
+    from remote_exec.agent.files.controller import FileController
+    from remote_exec.agent.files.sessions import FileLimits
 
-    ctl = FileController(FileLimits(session_ttl=0.2))
-    sid = secrets.token_urlsafe(12)
+    now = [1000.0]  # a fake monotonic clock: the TTL passes when the test says so
+    ctl = FileController(FileLimits(session_ttl=60), clock=lambda: now[0]).sessions
+    sid, used = secrets.token_urlsafe(12), secrets.token_urlsafe(12)
     await ctl.write_open(FileWriteOpenParams(session_id=sid, path=str(tmp_path / "f")))
+    await ctl.write_open(FileWriteOpenParams(session_id=used, path=str(tmp_path / "u")))
+    assert len(temps(tmp_path)) == 2 and ctl.open_sessions == 2
+    now[0] += 59.9
+    assert await ctl.expire_idle() == 0
+    await ctl.write_chunk(FileWriteChunkParams(session_id=used, offset=0), memoryview(b"x"))  # a request: used again
+    now[0] += 0.2
+    assert await ctl.expire_idle() == 1
     assert len(temps(tmp_path)) == 1 and ctl.open_sessions == 1
-    for _ in range(100):
-        if not ctl.open_sessions:
-            break
-        await asyncio.sleep(0.05)
-    assert temps(tmp_path) == [] and ctl.open_sessions == 0
     with pytest.raises(rx.WriteSessionNotFoundError, match="expired"):
         await ctl.write_chunk(FileWriteChunkParams(session_id=sid, offset=0), memoryview(b"x"))
+    now[0] += 60
+    assert await ctl.expire_idle() == 1 and temps(tmp_path) == [] and ctl.open_sessions == 0
     await ctl.write_open(FileWriteOpenParams(session_id=secrets.token_urlsafe(12), path=str(tmp_path / "g")))
     await ctl.aclose()  # the agent stopping aborts what is open
     assert temps(tmp_path) == []

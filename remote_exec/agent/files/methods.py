@@ -18,9 +18,9 @@ def file_methods(ctl: FileController) -> dict[str, Handler]:
         Method.FILE_REMOVE: ctl.remove,
         Method.FILE_MKDIR: ctl.mkdir,
         Method.FILE_WRITE: ctl.write,
-        Method.FILE_WRITE_OPEN: ctl.write_open,
-        Method.FILE_WRITE_CHUNK: ctl.write_chunk,
-        Method.FILE_WRITE_COMMIT: ctl.write_commit,
-        Method.FILE_WRITE_ABORT: ctl.write_abort,
+        Method.FILE_WRITE_OPEN: ctl.sessions.write_open,
+        Method.FILE_WRITE_CHUNK: ctl.sessions.write_chunk,
+        Method.FILE_WRITE_COMMIT: ctl.sessions.write_commit,
+        Method.FILE_WRITE_ABORT: ctl.sessions.write_abort,
         Method.FILE_HASH: ctl.hash,
     }

@@ -8,6 +8,7 @@ Sessions die with the agent.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,8 +65,11 @@ class ShellLimits:
 class ShellController:
     """Owns every shell session of one agent; ids are ``<instance>-sh<n>``, never reused."""
 
-    def __init__(self, jobs: JobController, limits: ShellLimits | None = None) -> None:
+    def __init__(
+        self, jobs: JobController, limits: ShellLimits | None = None, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.jobs = jobs
+        self._clock = clock  # monotonic seconds that ``ttl`` is counted in (tests pass a fake one)
         self.limits = limits or ShellLimits()
         self._sessions: OrderedDict[str, ShellSession] = OrderedDict()
         self._counter = 0
@@ -111,7 +115,9 @@ class ShellController:
             )
         self._counter += 1
         argv = list(self.limits.argv) if self.limits.argv else default_shell()
-        session = ShellSession(f"{self.jobs.instance_id}-sh{self._counter}", argv, self.limits.ttl, self._closed)
+        session = ShellSession(
+            f"{self.jobs.instance_id}-sh{self._counter}", argv, self.limits.ttl, self._closed, clock=self._clock
+        )
         self._opening += 1  # the slot is taken before the await: concurrent opens cannot overshoot
         try:
             await session.start(p.cwd, p.env)  # SpawnError propagates; the session was never registered
@@ -162,6 +168,15 @@ class ShellController:
     async def interrupt(self, p: ShellIdParams) -> Empty:
         self._get_open(p.session_id).interrupt()
         return Empty()
+
+    def expire_idle(self) -> int:
+        """Close every session idle (no run) for ``ttl`` seconds by the clock; return how many.
+
+        Each session's timer does this in production; a test advances its fake clock and calls
+        this instead of waiting out the TTL. The shells are killed in the background
+        (``wait_closed()`` on a session waits for it).
+        """
+        return sum(session.expire_idle() for session in list(self._sessions.values()))
 
     async def aclose(self) -> None:
         """Kill every shell (the agent is shutting down; sessions die with it)."""

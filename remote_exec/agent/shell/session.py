@@ -87,10 +87,20 @@ class ShellSession:
     :ivar runs: ids of its runs the job registry still holds, oldest first.
     """
 
-    def __init__(self, session_id: str, argv: list[str], ttl: float, on_closed: Callable[[ShellSession], None]) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        argv: list[str],
+        ttl: float,
+        on_closed: Callable[[ShellSession], None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.session_id = session_id
         self.argv = argv
         self.ttl = ttl
+        self._clock = clock  # monotonic seconds that ``ttl`` is counted in (a test's fake clock)
+        self.idle_since = clock()
         self.pid = 0
         self.created_at = time.time()
         self.last_used_at = self.created_at
@@ -191,15 +201,29 @@ class ShellSession:
 
     def _touch(self) -> None:
         self.last_used_at = time.time()
+        self.idle_since = self._clock()
         if self._ttl_timer is not None:
             self._ttl_timer.cancel()
             self._ttl_timer = None
         if self.ttl > 0 and self.run is None and self.open:
             self._ttl_timer = asyncio.get_running_loop().call_later(self.ttl, self._expire)
 
+    def expire_idle(self) -> bool:
+        """Close the session (in the background) if it sat idle for ``ttl`` by its clock.
+
+        The TTL timer calls this; a test with a fake clock calls it after advancing the clock.
+        """
+        if self.ttl <= 0 or self.run is not None or not self.open or self._clock() - self.idle_since < self.ttl:
+            return False
+        self._spawn(self.close(f"idle for {self.ttl:g} s"))
+        return True
+
     def _expire(self) -> None:
-        if self.run is None and self.open:
-            self._spawn(self.close(f"idle for {self.ttl:g} s"))
+        self._ttl_timer = None
+        if not self.expire_idle() and self.ttl > 0 and self.run is None and self.open:
+            # Not due by the clock yet (a timer may fire a hair early): check again when it is.
+            left = max(self.idle_since + self.ttl - self._clock(), 0.001)
+            self._ttl_timer = asyncio.get_running_loop().call_later(left, self._expire)
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
