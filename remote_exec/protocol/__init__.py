@@ -179,6 +179,7 @@ class Method(StrEnum):
     EXEC_REMOTE_LIST = "exec_remote_list"
     EXEC_REMOTE_RELEASE = "exec_remote_release"
     SERVER_INFO = "server_info"
+    SERVER_HANDOVER = "server_handover"
     SHELL_OPEN = "shell_open"
     SHELL_RUN = "shell_run"
     SHELL_LIST = "shell_list"
@@ -224,6 +225,7 @@ METHODS: dict[str, MethodSpec] = {
     Method.EXEC_REMOTE_LIST: MethodSpec(params=ListParams, result=ListResult),
     Method.EXEC_REMOTE_RELEASE: MethodSpec(params=JobIdParams, result=Empty),
     Method.SERVER_INFO: MethodSpec(params=Empty, result=ServerInfo),
+    Method.SERVER_HANDOVER: MethodSpec(params=Empty, result=ServerInfo),
     Method.SHELL_OPEN: MethodSpec(params=ShellOpenParams, result=ShellInfo),
     Method.SHELL_RUN: MethodSpec(params=ShellRunParams, result=StartResult),
     Method.SHELL_LIST: MethodSpec(params=ShellListParams, result=ShellListResult),

@@ -35,6 +35,8 @@ class StartParams(WireModel):
     the job's process group gets SIGTERM, then SIGKILL after ``kill_grace``. With
     ``encoding="base64"`` output (and ``input``) travel base64-encoded, byte-exact.
     ``idempotency_key`` makes a retried start return the job the first attempt created.
+    ``output_cap``: bytes of each output stream kept on disk (default: the agent's, 1 GiB);
+    past it the oldest bytes are dropped, and counted, as ``*_dropped``.
     """
 
     command: (
@@ -51,6 +53,7 @@ class StartParams(WireModel):
     encoding: Encoding = "utf-8"
     label: Annotated[str, Field(max_length=256)] | None = None
     idempotency_key: Annotated[str, Field(max_length=128)] | None = None
+    output_cap: Annotated[int, Field(ge=64 * 1024)] | None = None
 
     @field_validator("command")
     @classmethod
@@ -173,7 +176,10 @@ _Arg = Annotated[str, Field(max_length=1 << 20)]
 
 
 class JobInfo(WireModel):
-    """One row of ``exec_remote_list`` (its strings bounded as :class:`StartParams` bounds them)."""
+    """One row of ``exec_remote_list`` (its strings bounded as :class:`StartParams` bounds them).
+
+    ``leftovers``: pids of the job's processes still alive after its leader exited (``sleep 300 &``
+    in a finished script); ``exec_remote_kill`` on the ended job ends them."""
 
     job_id: JobId
     pid: int
@@ -188,6 +194,7 @@ class JobInfo(WireModel):
     stdin_open: bool
     stdin_bytes: int
     encoding: Encoding
+    leftovers: Annotated[list[int], Field(max_length=1024)] = []
 
 
 class ListParams(WireModel):
@@ -209,8 +216,9 @@ class ListResult(WireModel):
 class ServerInfo(WireModel):
     """Result of ``server_info``.
 
-    ``instance_id`` changes every time an agent starts; job ids carry it, which is how a client
-    tells "job released" from "the agent restarted and every job died with it".
+    ``instance_id`` changes every time an agent starts. Job ids do not carry it (jobs outlive
+    the agent): they carry the state dir's id. ``keeper_pid`` is the process that holds the jobs
+    while agents come and go (``None``: an agent run without one, whose jobs die with it).
     """
 
     version: Annotated[str, Field(max_length=64)]
@@ -219,3 +227,4 @@ class ServerInfo(WireModel):
     started_at: float
     instance_id: Annotated[str, Field(max_length=128)]
     capabilities: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=256)]
+    keeper_pid: int | None = None

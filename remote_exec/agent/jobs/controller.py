@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
 import signal
 import time
 from collections import OrderedDict
@@ -30,9 +35,15 @@ from ...protocol import (
 )
 from ..budget import MemoryBudget
 from ..rpc import WithPayload
+from .diskjob import DiskJob, JobHome
 from .job import Job
+from .proctable import scan
+from .proctree import marked_processes, signal_all
 
 __all__ = ["JobController", "JobLimits"]
+
+log = logging.getLogger("remote_exec.agent")
+SWEEP = 1.0  # seconds between disk-cap checks of running jobs' files
 
 J = TypeVar("J", bound=Job)
 
@@ -54,10 +65,24 @@ class JobLimits:
 
 
 class JobController:
-    """Owns every job of one agent instance; job ids are ``<instance>-<n>``, never reused."""
+    """Owns the jobs of one state dir; job ids are ``<prefix>-<n>``, never reused.
 
-    def __init__(self, instance_id: str, limits: JobLimits | None = None, budget: MemoryBudget | None = None) -> None:
-        self.instance_id = instance_id
+    With a :class:`JobHome` (the server's case), jobs write to files and outlive this agent:
+    ``prefix`` is the state dir's id, so ids stay valid for the next agent, which
+    :meth:`restore`\ s them. Without one (unit tests), jobs live in memory and die with it.
+    """
+
+    def __init__(
+        self,
+        instance_id: str,
+        limits: JobLimits | None = None,
+        budget: MemoryBudget | None = None,
+        home: JobHome | None = None,
+        prefix: str | None = None,
+    ) -> None:
+        self.instance_id = prefix or instance_id
+        self.home = home
+        self._sweeper: asyncio.TimerHandle | None = None
         self.limits = limits or JobLimits()
         self.budget = budget
         if budget is not None:
@@ -86,9 +111,10 @@ class JobController:
             return job
         instance, sep, _ = job_id.rpartition("-")
         if sep and instance != self.instance_id:
+            what = "state dir" if self.home is not None else "agent instance"
             raise AgentLostError(
-                f"job {job_id} belonged to agent instance {instance}, which is gone; this agent "
-                f"({self.instance_id}) started after it and knows nothing of that job's state or output",
+                f"job {job_id} belonged to agent instance {instance}, which is gone; this agent's "
+                f"{what} ({self.instance_id}) has no record of that job's state or output",
                 data={"job_id": job_id},
             )
         raise JobNotFoundError(f"no job {job_id} (never started, released, or expired)", job_id=job_id)
@@ -109,6 +135,8 @@ class JobController:
                 buf.discard()  # gives its bytes back to the memory budget
             if job.params.idempotency_key is not None:
                 self._by_key.pop(job.params.idempotency_key, None)
+            if isinstance(job, DiskJob):
+                shutil.rmtree(job.dir, ignore_errors=True)
 
     def _reclaim(self, n: int) -> int:
         """Free ``n`` bytes of the memory budget by dropping finished jobs' output, oldest job
@@ -137,7 +165,11 @@ class JobController:
         self._expire()
         self._check_room()
         self._counter += 1
-        job = Job(f"{self.instance_id}-{self._counter}", p, self.limits.buffer_limit, self._job_done)
+        job_id = f"{self.instance_id}-{self._counter}"
+        if self.home is not None:
+            job: Job = DiskJob(job_id, p, self.limits.buffer_limit, self._job_done, self.home)
+        else:
+            job = Job(job_id, p, self.limits.buffer_limit, self._job_done)
         if self.budget is not None:
             job.charge_to(self.budget)
         pending: asyncio.Future[StartResult] = asyncio.get_running_loop().create_future()
@@ -202,6 +234,8 @@ class JobController:
         self._expire()
         start = -1 if p.after is None else _seq(p.after)
         jobs = sorted((j for j in self._jobs.values() if _seq(j.job_id) > start), key=lambda j: _seq(j.job_id))
+        if any(not j.running and isinstance(j, DiskJob) for j in jobs[: p.limit]):
+            await self._find_leftovers()
         page: list[JobInfo] = []
         size = 0
         for job in jobs:
@@ -220,9 +254,83 @@ class JobController:
         return Empty()
 
     async def aclose(self) -> None:
-        """Kill every running job (the agent is shutting down; jobs die with it)."""
+        """Kill every job's whole tree, leftovers of ended jobs included (an explicit shutdown:
+        everything ends), then give the killed jobs a moment to have their ends recorded."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for job in list(self._jobs.values()):
             await job.aclose()
+        if self.home is not None:
+            for _ in range(50):  # a few rounds: a process may fork while we kill
+                found = await scan(marked_processes, self.instance_id + "-")
+                if not found:
+                    break
+                signal_all(set().union(*found.values()), signal.SIGKILL)
+            running = [j._done.wait() for j in self._jobs.values() if j.running]
+            if running:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.gather(*running), 1.0)
+
+    def detach(self) -> None:
+        """The agent hands its jobs over: leave every process running, stop watching them."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for job in self._jobs.values():
+            if isinstance(job, DiskJob):
+                job.detach()
+
+    # -- outliving the agent ---------------------------------------------------------------
+
+    async def restore(self) -> int:
+        """Re-adopt the jobs of the state dir (a previous agent's); return how many.
+
+        Running ones (same pid and start time) are watched again; those that ended meanwhile
+        get the exit the keeper recorded. A job dir without a readable ``job.json`` (the agent
+        died while starting it) is removed.
+        """
+        home = self.home
+        if home is None:
+            return 0
+        answer, _ = await home.keeper.request({"op": "exits"})
+        exits = answer.get("exits") or {}
+        restored: list[DiskJob] = []
+        for entry in os.scandir(home.root):
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                with open(os.path.join(entry.path, "job.json"), "rb") as f:
+                    meta = json.load(f)
+                if meta.get("job_id") != entry.name or not entry.name.startswith(self.instance_id + "-"):
+                    raise ValueError("not a job of this state dir")
+                restored.append(await DiskJob.restore(meta, self.limits.buffer_limit, self._job_done, home, exits))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("cannot re-adopt %s: %s; removing it", entry.name, exc)
+                shutil.rmtree(entry.path, ignore_errors=True)
+        restored.sort(key=lambda j: _seq(j.job_id))
+        ended = sorted((j for j in restored if not j.running), key=lambda j: j.ended_at or 0.0)
+        for job in restored:
+            self._jobs[job.job_id] = job
+            self._counter = max(self._counter, _seq(job.job_id))
+            if job.params.idempotency_key is not None:
+                self._by_key[job.params.idempotency_key] = job.job_id
+        for job in ended:
+            self._finished[job.job_id] = time.monotonic() - max(0.0, time.time() - (job.ended_at or time.time()))
+        self._expire()
+        return len(restored)
+
+    def start_sweeper(self) -> None:
+        """Check running jobs' files against their disk cap every :data:`SWEEP` seconds."""
+        for job in self._jobs.values():
+            if job.running and isinstance(job, DiskJob):
+                for stream in job.streams.values():
+                    stream.enforce_cap()  # type: ignore[attr-defined]
+        self._sweeper = asyncio.get_running_loop().call_later(SWEEP, self.start_sweeper)
+
+    async def _find_leftovers(self) -> None:
+        found = await scan(marked_processes, self.instance_id + "-")
+        for job in self._jobs.values():
+            if isinstance(job, DiskJob) and not job.running:
+                job.leftovers = sorted(found.get(job.job_id, ()))
 
 
 def _seq(job_id: str) -> int:

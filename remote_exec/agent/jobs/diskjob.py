@@ -1,0 +1,416 @@
+"""A job whose output goes to files in its own job dir, and which a later agent can re-adopt.
+
+Layout of ``<state>/jobs/<job_id>/`` (dir 0700, files 0600, owned by the agent's user)::
+
+    job.json     what was started and how (argv, label, cwd, encoding, timeout, pid and its
+                 ``/proc`` start time; env *names* only, never values), then its end
+    stdout       the job's fd 1, O_APPEND, read at byte offsets (see :mod:`.logfile`)
+    stderr       the job's fd 2
+    stdin_bytes  the stdin cursor (bytes taken so far), so writers resume exactly after a restart
+
+The agent that spawned a job learns its end from asyncio (it is the parent). A re-adopted job
+is the keeper's child (the agent died, the keeper is the subreaper): its end is a ``pidfd``
+turning readable, and its exit status comes from the keeper, which reaped it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...errors import JobNotRunningError, NoSpaceError, SpawnError
+from ...protocol import JobInfo, KillResult, StartParams
+from ..budget import MemoryBudget
+from ..keeper import proc_starttime
+from ..keeperlink import KeeperLink
+from .job import Job, _killpg
+from .logfile import Inotify, LogFile
+from .proctable import scan
+from .proctree import MARKER, job_processes, kill_tree, signal_all
+
+__all__ = ["DiskJob", "JobHome"]
+
+TREE_POLL = 0.05  # seconds between process-table scans while a kill's grace runs
+
+
+@dataclass
+class JobHome:
+    """What every disk job of one agent shares: where job dirs live, the inotify fd, the keeper.
+
+    :ivar cap: the default disk cap per stream (a start may set its own).
+    """
+
+    root: Path
+    keeper: KeeperLink
+    inotify: Inotify | None
+    cap: int
+
+
+class _Protocol(asyncio.SubprocessProtocol):
+    def __init__(self, job: DiskJob) -> None:
+        self._job = job
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._job._transport = transport  # type: ignore[assignment]
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._job.stdin.room()
+
+    def process_exited(self) -> None:
+        t = self._job._transport
+        self._job._leader_exited(t.get_returncode() if t is not None else None)
+
+    def resume_writing(self) -> None:
+        self._job.stdin.room()
+
+
+class _StdinProtocol(asyncio.BaseProtocol):
+    """For a re-adopted job's stdin pipe (the fd the keeper held)."""
+
+    def __init__(self, job: DiskJob) -> None:
+        self._job = job
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._job.stdin.room()
+
+    def resume_writing(self) -> None:
+        self._job.stdin.room()
+
+
+class DiskJob(Job):
+    """A process job with its output on disk; ``leftovers`` are its processes after its leader exited."""
+
+    def __init__(
+        self, job_id: str, params: StartParams, buffer_limit: int, on_done: Callable[[Job], None], home: JobHome
+    ) -> None:
+        super().__init__(job_id, params, buffer_limit, on_done)
+        self.home = home
+        self.dir = home.root / job_id
+        cap = params.output_cap or home.cap
+        self.streams = {
+            1: LogFile(os.fspath(self.dir / "stdout"), cap),
+            2: LogFile(os.fspath(self.dir / "stderr"), cap),
+        }  # type: ignore[dict-item]
+        self.starttime: int | None = None
+        self.leftovers: list[int] = []
+        self._wd = -1
+        self._waiters = 0
+        self._pidfd: int | None = None
+
+    def charge_to(self, budget: MemoryBudget) -> None:
+        self.stdin.budget = budget  # output is on disk: only the stdin queue holds memory
+
+    # -- metadata --------------------------------------------------------------------------
+
+    def _meta(self) -> dict[str, Any]:
+        p = self.params
+        meta: dict[str, Any] = {
+            "v": 1,
+            "job_id": self.job_id,
+            "command": p.command,
+            "label": p.label,
+            "cwd": p.cwd,
+            "user": p.user,
+            "env_names": sorted(p.env or {}),  # values may be secrets: never on disk
+            "encoding": p.encoding,
+            "timeout": p.timeout,
+            "kill_grace": p.kill_grace,
+            "stdin_open": p.stdin_open,
+            "output_cap": p.output_cap,
+            "idempotency_key": p.idempotency_key,
+            "started_at": self.started_at,
+            "pid": self.pid,
+            "starttime": self.starttime,
+        }
+        if self._done.is_set():
+            meta["end"] = {"state": self._state, "exit_code": self.exit_code, "ended_at": self.ended_at}
+        return meta
+
+    def save(self) -> None:
+        """Write ``job.json`` atomically (a crash leaves the old or the new one, never half)."""
+        tmp = self.dir / "job.json.tmp"
+        with contextlib.suppress(OSError):  # a full disk: the job runs on, its record is older
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(self._meta(), f)
+            os.replace(tmp, self.dir / "job.json")
+
+    def _save_stdin_cursor(self) -> None:
+        with contextlib.suppress(OSError):
+            fd = os.open(self.dir / "stdin_bytes", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                os.pwrite(fd, b"%20d\n" % self.stdin.written, 0)
+            finally:
+                os.close(fd)
+
+    # -- start -----------------------------------------------------------------------------
+
+    async def spawn(self) -> None:
+        """Start the process with its fds 1 and 2 on the job's files.
+
+        :raises SpawnError: it cannot be started. :raises NoSpaceError: the disk is full.
+        """
+        try:
+            os.mkdir(self.dir, 0o700)
+            out = os.open(self.dir / "stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            err = os.open(self.dir / "stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise _spawn_error(exc, self.job_id, "its job dir") from None
+        try:
+            await self._exec(out, err)
+        finally:
+            os.close(out)
+            os.close(err)
+        self.starttime = proc_starttime(self.pid)
+        if self.stdin.pipe is not None and self.home.keeper.present:
+            # The keeper keeps a copy of the write end: our death must not give the job EOF.
+            pipe = self.stdin.pipe.get_extra_info("pipe")
+            if pipe is not None:
+                dup = os.dup(pipe.fileno())
+                try:
+                    await self.home.keeper.request({"op": "hold", "key": self.job_id}, fd=dup)
+                finally:
+                    os.close(dup)
+        self.save()
+
+    async def _exec(self, out: int, err: int) -> None:
+        p = self.params
+        argv = ["/bin/sh", "-c", p.command] if isinstance(p.command, str) else list(p.command)
+        env, kwargs = self._environment()
+        env[MARKER] = self.job_id  # how the job's processes are found wherever they go
+        wants_stdin = p.stdin_open or p.input is not None
+        stdin_input = self._decode_input(p.input) if p.input is not None else None
+        self.stdin.reserve_input(len(stdin_input or b""))
+        try:
+            await asyncio.get_running_loop().subprocess_exec(
+                lambda: _Protocol(self),
+                *argv,
+                stdin=asyncio.subprocess.PIPE if wants_stdin else asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=p.cwd,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+                **kwargs,  # type: ignore[arg-type]
+            )
+        except (OSError, ValueError) as exc:
+            self.stdin.release()
+            raise _spawn_error(exc, self.job_id, repr(argv[0])) from None
+        except Exception as exc:  # subprocess.SubprocessError
+            self.stdin.release()
+            raise SpawnError(f"cannot start {argv[0]!r}: {exc}", job_id=self.job_id) from None
+        assert self._transport is not None
+        self.pid = self._transport.get_pid()
+        self.stdin.attach(self._transport.get_pipe_transport(0), wants_stdin)  # type: ignore[arg-type]
+        if stdin_input is not None:
+            self.stdin.write(stdin_input, offset=None, eof=not p.stdin_open, reserved=True)
+        self._arm_timeout()
+
+    def _arm_timeout(self) -> None:
+        p = self.params
+        if p.timeout is not None and self.running:
+            left = max(0.0, self.started_at + p.timeout - time.time())
+            self._timers.append(asyncio.get_running_loop().call_later(left, self._begin_end, "timed_out", p.kill_grace))
+
+    # -- re-adoption -----------------------------------------------------------------------
+
+    @classmethod
+    async def restore(
+        cls,
+        meta: dict[str, Any],
+        buffer_limit: int,
+        on_done: Callable[[Job], None],
+        home: JobHome,
+        exits: dict[str, Any],
+    ) -> DiskJob:
+        """The job ``meta`` (its ``job.json``) describes, as this agent finds it now.
+
+        Alive (same pid *and* start time): running again, its stdin re-opened from the keeper's
+        copy. Gone: ended, with the exit status the keeper recorded (``exit_code`` None if
+        nobody could reap it, e.g. the agent reaped it and died before writing it down).
+        """
+        params = StartParams(
+            command=meta["command"],
+            cwd=meta.get("cwd"),
+            user=meta.get("user"),
+            stdin_open=bool(meta.get("stdin_open")),
+            timeout=meta.get("timeout"),
+            kill_grace=meta.get("kill_grace", 5.0),
+            encoding=meta.get("encoding", "utf-8"),
+            label=meta.get("label"),
+            idempotency_key=meta.get("idempotency_key"),
+            output_cap=meta.get("output_cap"),
+        )
+        job = cls(meta["job_id"], params, buffer_limit, on_done, home)
+        job.pid, job.starttime, job.started_at = int(meta.get("pid") or 0), meta.get("starttime"), meta["started_at"]
+        with contextlib.suppress(OSError, ValueError):
+            job.stdin.written = int((job.dir / "stdin_bytes").read_bytes())
+        end = meta.get("end")
+        if end is not None:
+            job._finish(end["state"], end.get("exit_code"), end.get("ended_at"), save=False)
+        elif job.pid and job.starttime is not None and proc_starttime(job.pid) == job.starttime:
+            await job._reattach()
+        else:
+            how = exits.get(f"{job.pid}:{job.starttime}")
+            job._finish("completed", None if how is None else how["code"], None if how is None else how["at"])
+        return job
+
+    async def _reattach(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self.params.stdin_open:
+            answer, fds = await self.home.keeper.request({"op": "fd", "key": self.job_id})
+            if fds:
+                os.set_blocking(fds[0], False)
+                transport, _ = await loop.connect_write_pipe(lambda: _StdinProtocol(self), os.fdopen(fds[0], "wb", 0))
+                self.stdin.attach(transport, True)  # type: ignore[arg-type]
+                for extra in fds[1:]:
+                    os.close(extra)
+        try:
+            self._pidfd = os.pidfd_open(self.pid)
+        except OSError:
+            self._pidfd = None
+        if self._pidfd is not None:
+            loop.add_reader(self._pidfd, self._pidfd_fired)
+        else:  # no pidfd (old kernel): ask the process table now and then
+            self._timers.append(loop.call_later(1.0, self._poll_alive))
+        self._arm_timeout()
+
+    def _pidfd_fired(self) -> None:
+        assert self._pidfd is not None
+        asyncio.get_running_loop().remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        self._pidfd = None
+        asyncio.get_running_loop().create_task(self._collect_exit())
+
+    def _poll_alive(self) -> None:
+        if proc_starttime(self.pid) == self.starttime:
+            self._timers.append(asyncio.get_running_loop().call_later(1.0, self._poll_alive))
+        else:
+            asyncio.get_running_loop().create_task(self._collect_exit())
+
+    async def _collect_exit(self) -> None:
+        answer, _ = await self.home.keeper.request({"op": "exit", "pid": self.pid, "start": self.starttime})
+        how = answer.get("exit")
+        self._leader_exited(None if how is None else int(how["code"]))
+
+    # -- the end ---------------------------------------------------------------------------
+
+    def _leader_exited(self, code: int | None) -> None:
+        if self._done.is_set():
+            return
+        self._exited = True
+        self._exit_event.set()
+        self._finish(self._ending or "completed", code, time.time())
+
+    def _finish(self, state: str, code: int | None, ended_at: float | None, save: bool = True) -> None:
+        self._state = state  # type: ignore[assignment]
+        self.exit_code = code
+        self.ended_at = ended_at if ended_at is not None else time.time()
+        self._exited = True
+        self._exit_event.set()
+        for stream in self.streams.values():
+            stream.eof = True
+            stream.enforce_cap()  # type: ignore[attr-defined]
+        for t in self._timers:
+            t.cancel()
+        self._timers.clear()
+        if self._transport is not None:
+            self._transport.close()
+        if self.stdin.pipe is not None and not self.stdin.pipe.is_closing():
+            self.stdin.pipe.close()
+        self.stdin.open = False
+        self.stdin.room()
+        if self.home.keeper.present:
+            asyncio.get_running_loop().create_task(self.home.keeper.request({"op": "drop", "key": self.job_id}))
+        self._done.set()
+        if save:
+            self.save()
+        self._notify()
+        self._on_done(self)
+
+    # -- watching ------------------------------------------------------------------------
+
+    def _wait_begin(self) -> None:
+        self._waiters += 1
+        if self._waiters == 1 and self.home.inotify is not None:
+            self._wd = self.home.inotify.watch(os.fspath(self.dir), self._notify)
+
+    def _wait_end(self) -> None:
+        self._waiters -= 1
+        if self._waiters == 0 and self._wd >= 0 and self.home.inotify is not None:
+            self.home.inotify.unwatch(self._wd)
+            self._wd = -1
+
+    # -- operations ------------------------------------------------------------------------
+
+    def info(self) -> JobInfo:
+        return super().info().model_copy(update={"leftovers": self.leftovers[:1024]})
+
+    def write_stdin(self, data: bytes, offset: int | None, eof: bool) -> int:
+        if self.stdin.pipe is None:  # a re-adopted job has a pipe but no subprocess transport
+            raise JobNotRunningError(f"stdin of job {self.job_id} is not open", job_id=self.job_id)
+        taken = self.stdin.write(data, offset, eof)
+        if taken or eof:
+            self._save_stdin_cursor()
+        if eof and not self.stdin.open and self.home.keeper.present:
+            asyncio.get_running_loop().create_task(self.home.keeper.request({"op": "drop", "key": self.job_id}))
+        return taken
+
+    async def kill(self, grace: float | None) -> KillResult:
+        """End the job's whole tree: SIGTERM, then SIGKILL after ``grace`` to whatever is left,
+        descendants in other sessions and children forked during the grace included. On an
+        ended job, ends its leftovers. Returns once none of its processes is left."""
+        if not self.running:
+            if self.leftovers or await scan(job_processes, self.job_id, 0):
+                await scan(kill_tree, self.job_id, 0)
+                self.leftovers = []
+            return KillResult(state=self._state, exit_code=self.exit_code)
+        return await super().kill(grace)
+
+    async def _terminate(self, grace: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace
+        signal_all(await scan(job_processes, self.job_id, self.pid), signal.SIGTERM)
+        _killpg(self.pid, signal.SIGTERM)
+        if self.stdin.open:
+            self.write_stdin(b"", None, eof=True)
+        # No event exists for "every process of the tree is gone": poll the table during grace.
+        while loop.time() < deadline and await scan(job_processes, self.job_id, self.pid):  # noqa: ASYNC110
+            await asyncio.sleep(TREE_POLL)
+        await scan(kill_tree, self.job_id, self.pid)
+        await self._done.wait()
+
+    async def aclose(self) -> None:
+        """The agent is shutting down: end the tree now (the controller sweeps leftovers)."""
+        if self.running:
+            _killpg(self.pid, signal.SIGKILL)
+        for t in self._timers:
+            t.cancel()
+
+    def detach(self) -> None:
+        """The agent hands over: stop watching, leave the process alone."""
+        for t in self._timers:
+            t.cancel()
+        if self._pidfd is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self._pidfd)
+
+
+def _spawn_error(exc: OSError | ValueError, job_id: str, what: str) -> Exception:
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        name = errno.errorcode[exc.errno]
+        return NoSpaceError(
+            f"cannot start {what}: the sandbox's disk is full ({name})", data={"errno": name, "job_id": job_id}
+        )
+    return SpawnError(f"cannot start {what}: {exc}", job_id=job_id)
