@@ -23,8 +23,8 @@ from ..errors import AgentUnavailableError
 from ..protocol import default_agent_dir
 from .relay import error_line, refuse_stdio, relay_call, relay_stdio
 from .statedir import describe, ensure_server
-from .upgrade import take_over
 from .stream import STREAM_SOCKET
+from .upgrade import take_over
 
 __all__ = ["main"]
 

@@ -28,7 +28,7 @@ from .jobs.controller import JobController, JobLimits
 from .jobs.diskjob import JobHome
 from .jobs.logfile import DEFAULT_CAP, Inotify
 from .jobs.methods import job_methods
-from .keeper import HANDOVER_EXIT, reset_signals
+from .keeper import reset_signals
 from .keeperlink import KeeperLink
 from .ports.controller import PortController, PortLimits
 from .ports.methods import port_methods

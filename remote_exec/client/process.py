@@ -330,11 +330,14 @@ class ExecRemoteProcess:
         """Stop the job: SIGTERM to its group, SIGKILL after ``grace`` (default ``kill_grace``).
 
         Means "not interested": iteration stops and buffered output is discarded. Returns once
-        the whole group is gone. Killing an ended job does nothing; a second ``kill()`` waits
-        for the first. Cancelling ``kill()`` does not stop the kill, which completes in the agent.
+        every process of the job is gone, descendants in their own session included. On an
+        ended job it ends the job's leftovers (``sleep 300 &`` in a finished script); a second
+        ``kill()`` waits for the first. Cancelling ``kill()`` does not stop the kill, which
+        completes in the agent.
         """
         if self._kill_task is None:
             if self._ended:
+                await self._do_kill(grace)  # leftovers only: the result stays what it was
                 return
             self._killed = True
             self._queue.clear()

@@ -194,7 +194,7 @@ class JobInfo(WireModel):
     stdin_open: bool
     stdin_bytes: int
     encoding: Encoding
-    leftovers: Annotated[list[int], Field(max_length=1024)] = []
+    leftovers: Annotated[list[int], Field(max_length=1024, default_factory=list)]
 
 
 class ListParams(WireModel):

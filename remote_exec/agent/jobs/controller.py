@@ -65,7 +65,7 @@ class JobLimits:
 
 
 class JobController:
-    """Owns the jobs of one state dir; job ids are ``<prefix>-<n>``, never reused.
+    r"""Owns the jobs of one state dir; job ids are ``<prefix>-<n>``, never reused.
 
     With a :class:`JobHome` (the server's case), jobs write to files and outlive this agent:
     ``prefix`` is the state dir's id, so ids stay valid for the next agent, which
@@ -80,7 +80,8 @@ class JobController:
         home: JobHome | None = None,
         prefix: str | None = None,
     ) -> None:
-        self.instance_id = prefix or instance_id
+        self.instance_id = instance_id  # this agent's (shell sessions carry it: they die with it)
+        self.prefix = prefix or instance_id  # job ids carry it
         self.home = home
         self._sweeper: asyncio.TimerHandle | None = None
         self.limits = limits or JobLimits()
@@ -110,11 +111,11 @@ class JobController:
         if job is not None:
             return job
         instance, sep, _ = job_id.rpartition("-")
-        if sep and instance != self.instance_id:
+        if sep and instance != self.prefix:
             what = "state dir" if self.home is not None else "agent instance"
             raise AgentLostError(
                 f"job {job_id} belonged to agent instance {instance}, which is gone; this agent's "
-                f"{what} ({self.instance_id}) has no record of that job's state or output",
+                f"{what} ({self.prefix}) has no record of that job's state or output",
                 data={"job_id": job_id},
             )
         raise JobNotFoundError(f"no job {job_id} (never started, released, or expired)", job_id=job_id)
@@ -165,7 +166,7 @@ class JobController:
         self._expire()
         self._check_room()
         self._counter += 1
-        job_id = f"{self.instance_id}-{self._counter}"
+        job_id = f"{self.prefix}-{self._counter}"
         if self.home is not None:
             job: Job = DiskJob(job_id, p, self.limits.buffer_limit, self._job_done, self.home)
         else:
@@ -203,7 +204,7 @@ class JobController:
         self._expire()
         self._check_room()
         self._counter += 1
-        job = make(f"{self.instance_id}-{self._counter}", self.limits.buffer_limit, self._job_done)
+        job = make(f"{self.prefix}-{self._counter}", self.limits.buffer_limit, self._job_done)
         if self.budget is not None:
             job.charge_to(self.budget)
         self._jobs[job.job_id] = job
@@ -262,7 +263,7 @@ class JobController:
             await job.aclose()
         if self.home is not None:
             for _ in range(50):  # a few rounds: a process may fork while we kill
-                found = await scan(marked_processes, self.instance_id + "-")
+                found = await scan(marked_processes, self.prefix + "-")
                 if not found:
                     break
                 signal_all(set().union(*found.values()), signal.SIGKILL)
@@ -300,7 +301,7 @@ class JobController:
             try:
                 with open(os.path.join(entry.path, "job.json"), "rb") as f:
                     meta = json.load(f)
-                if meta.get("job_id") != entry.name or not entry.name.startswith(self.instance_id + "-"):
+                if meta.get("job_id") != entry.name or not entry.name.startswith(self.prefix + "-"):
                     raise ValueError("not a job of this state dir")
                 restored.append(await DiskJob.restore(meta, self.limits.buffer_limit, self._job_done, home, exits))
             except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -327,7 +328,7 @@ class JobController:
         self._sweeper = asyncio.get_running_loop().call_later(SWEEP, self.start_sweeper)
 
     async def _find_leftovers(self) -> None:
-        found = await scan(marked_processes, self.instance_id + "-")
+        found = await scan(marked_processes, self.prefix + "-")
         for job in self._jobs.values():
             if isinstance(job, DiskJob) and not job.running:
                 job.leftovers = sorted(found.get(job.job_id, ()))

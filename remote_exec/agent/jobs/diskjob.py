@@ -170,7 +170,7 @@ class DiskJob(Job):
             os.close(out)
             os.close(err)
         self.starttime = proc_starttime(self.pid)
-        if self.stdin.pipe is not None and self.home.keeper.present:
+        if self.stdin.open and self.stdin.pipe is not None and self.home.keeper.present:
             # The keeper keeps a copy of the write end: our death must not give the job EOF.
             pipe = self.stdin.pipe.get_extra_info("pipe")
             if pipe is not None:
@@ -267,7 +267,7 @@ class DiskJob(Job):
     async def _reattach(self) -> None:
         loop = asyncio.get_running_loop()
         if self.params.stdin_open:
-            answer, fds = await self.home.keeper.request({"op": "fd", "key": self.job_id})
+            _, fds = await self.home.keeper.request({"op": "fd", "key": self.job_id})
             if fds:
                 os.set_blocking(fds[0], False)
                 transport, _ = await loop.connect_write_pipe(lambda: _StdinProtocol(self), os.fdopen(fds[0], "wb", 0))

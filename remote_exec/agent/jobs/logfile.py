@@ -44,7 +44,7 @@ class LogFile:
     both alike. No fd is held between reads: 5 000 jobs cost no descriptors.
     """
 
-    __slots__ = ("base", "cap", "eof", "path", "read_cursor", "_size", "_warned")
+    __slots__ = ("_size", "_warned", "base", "cap", "eof", "path", "read_cursor")
 
     def __init__(self, path: str, cap: int) -> None:
         self.path = path
