@@ -132,7 +132,12 @@ async def _wait(loop: asyncio.AbstractEventLoop, s: socket.socket, *, write: boo
     fut = loop.create_future()
     fileno = s.fileno()
     add, remove = (loop.add_writer, loop.remove_writer) if write else (loop.add_reader, loop.remove_reader)
-    add(fileno, lambda: fut.done() or fut.set_result(None))
+
+    def ready() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    add(fileno, ready)
     try:
         await fut
     finally:

@@ -194,7 +194,7 @@ class JobInfo(WireModel):
     stdin_open: bool
     stdin_bytes: int
     encoding: Encoding
-    leftovers: Annotated[list[int], Field(max_length=1024, default_factory=list)]
+    leftovers: list[int] = Field(default_factory=list, max_length=1024)
 
 
 class ListParams(WireModel):

@@ -138,7 +138,9 @@ async def test_cp_download_under_a_lying_name_is_refused(tmp_path: Path, adversa
     into.mkdir()
     async with HostileAgent(tmp_path, {"file_stat": stat}) as agent:
         r = await anyio.run_process([*CLI, "-s", agent.url, "cp", "sandbox:/work/x", os.fspath(into)], check=False)
-    refused = r.returncode == 2 and b"ProtocolError" in r.stderr and b"refused" in r.stderr and agent.calls[-1] == "file_stat"
+    refused = (
+        r.returncode == 2 and b"ProtocolError" in r.stderr and b"refused" in r.stderr and agent.calls[-1] == "file_stat"
+    )
     adversary.tried("terminal escapes", "cp download named '..' by the agent", refused=refused)
     assert refused, (r.stderr, agent.calls)
 

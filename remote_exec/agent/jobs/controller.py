@@ -161,14 +161,15 @@ class JobController:
             # A retry while the first attempt is still spawning: answer with that attempt's job.
             return await asyncio.shield(self._starting[key])
         if key is not None and key in self._by_key:
-            job = self._jobs[self._by_key[key]]
-            return StartResult(job_id=job.job_id, pid=job.pid)
+            known = self._jobs[self._by_key[key]]
+            return StartResult(job_id=known.job_id, pid=known.pid)
         self._expire()
         self._check_room()
         self._counter += 1
         job_id = f"{self.prefix}-{self._counter}"
+        job: Job
         if self.home is not None:
-            job: Job = DiskJob(job_id, p, self.limits.buffer_limit, self._job_done, self.home)
+            job = DiskJob(job_id, p, self.limits.buffer_limit, self._job_done, self.home)
         else:
             job = Job(job_id, p, self.limits.buffer_limit, self._job_done)
         if self.budget is not None:
@@ -299,8 +300,7 @@ class JobController:
             if not entry.is_dir(follow_symlinks=False):
                 continue
             try:
-                with open(os.path.join(entry.path, "job.json"), "rb") as f:
-                    meta = json.load(f)
+                meta = _load_meta(entry.path)
                 if meta.get("job_id") != entry.name or not entry.name.startswith(self.prefix + "-"):
                     raise ValueError("not a job of this state dir")
                 restored.append(await DiskJob.restore(meta, self.limits.buffer_limit, self._job_done, home, exits))
@@ -323,8 +323,8 @@ class JobController:
         """Check running jobs' files against their disk cap every :data:`SWEEP` seconds."""
         for job in self._jobs.values():
             if job.running and isinstance(job, DiskJob):
-                for stream in job.streams.values():
-                    stream.enforce_cap()  # type: ignore[attr-defined]
+                for stream in job.files:
+                    stream.enforce_cap()
         self._sweeper = asyncio.get_running_loop().call_later(SWEEP, self.start_sweeper)
 
     async def _find_leftovers(self) -> None:
@@ -332,6 +332,15 @@ class JobController:
         for job in self._jobs.values():
             if isinstance(job, DiskJob) and not job.running:
                 job.leftovers = sorted(found.get(job.job_id, ()))
+
+
+def _load_meta(job_dir: str) -> dict[str, object]:
+    """A job dir's ``job.json`` (small; read once per job when an agent starts)."""
+    with open(os.path.join(job_dir, "job.json"), "rb") as f:
+        meta = json.load(f)
+    if not isinstance(meta, dict):
+        raise ValueError("job.json is not an object")
+    return meta
 
 
 def _seq(job_id: str) -> int:

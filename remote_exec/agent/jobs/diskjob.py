@@ -24,11 +24,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ...errors import JobNotRunningError, NoSpaceError, SpawnError
 from ...protocol import JobInfo, KillResult, StartParams
 from ..budget import MemoryBudget
+from ..buffer import StreamBuffer
 from ..keeper import proc_starttime
 from ..keeperlink import KeeperLink
 from .job import Job, _killpg
@@ -95,10 +96,10 @@ class DiskJob(Job):
         self.home = home
         self.dir = home.root / job_id
         cap = params.output_cap or home.cap
-        self.streams = {
-            1: LogFile(os.fspath(self.dir / "stdout"), cap),
-            2: LogFile(os.fspath(self.dir / "stderr"), cap),
-        }  # type: ignore[dict-item]
+        # LogFile serves StreamBuffer's read interface (read, end, eof, mark_read, wants_pause).
+        files = {1: LogFile(os.fspath(self.dir / "stdout"), cap), 2: LogFile(os.fspath(self.dir / "stderr"), cap)}
+        self.files = list(files.values())
+        self.streams = cast("dict[int, StreamBuffer]", files)
         self.starttime: int | None = None
         self.leftovers: list[int] = []
         self._wd = -1
@@ -271,7 +272,7 @@ class DiskJob(Job):
             if fds:
                 os.set_blocking(fds[0], False)
                 transport, _ = await loop.connect_write_pipe(lambda: _StdinProtocol(self), os.fdopen(fds[0], "wb", 0))
-                self.stdin.attach(transport, True)  # type: ignore[arg-type]
+                self.stdin.attach(transport, True)
                 for extra in fds[1:]:
                     os.close(extra)
         try:
@@ -317,9 +318,9 @@ class DiskJob(Job):
         self.ended_at = ended_at if ended_at is not None else time.time()
         self._exited = True
         self._exit_event.set()
-        for stream in self.streams.values():
+        for stream in self.files:
             stream.eof = True
-            stream.enforce_cap()  # type: ignore[attr-defined]
+            stream.enforce_cap()
         for t in self._timers:
             t.cancel()
         self._timers.clear()
@@ -370,7 +371,8 @@ class DiskJob(Job):
         descendants in other sessions and children forked during the grace included. On an
         ended job, ends its leftovers. Returns once none of its processes is left."""
         if not self.running:
-            if self.leftovers or await scan(job_processes, self.job_id, 0):
+            found: set[int] = await scan(job_processes, self.job_id, 0)
+            if self.leftovers or found:
                 await scan(kill_tree, self.job_id, 0)
                 self.leftovers = []
             return KillResult(state=self._state, exit_code=self.exit_code)
@@ -384,7 +386,10 @@ class DiskJob(Job):
         if self.stdin.open:
             self.write_stdin(b"", None, eof=True)
         # No event exists for "every process of the tree is gone": poll the table during grace.
-        while loop.time() < deadline and await scan(job_processes, self.job_id, self.pid):  # noqa: ASYNC110
+        while loop.time() < deadline:
+            alive: set[int] = await scan(job_processes, self.job_id, self.pid)
+            if not alive:
+                break
             await asyncio.sleep(TREE_POLL)
         await scan(kill_tree, self.job_id, self.pid)
         await self._done.wait()

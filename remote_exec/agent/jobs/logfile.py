@@ -162,7 +162,7 @@ class Inotify:
 
     @property
     def available(self) -> bool:
-        return self.fd >= 0
+        return bool(self.fd >= 0)
 
     def watch(self, path: str, callback: object) -> int:
         wd = int(_libc.inotify_add_watch(self.fd, path.encode(), self.IN_MODIFY))
