@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck clean agent notebooks docs
+.PHONY: test check demo bench lint typecheck clean agent notebooks docs
 
 # The agent bundle injected into sandboxes without the agent (tools/build_agent.py); rebuilt
 # only when the agent's sources change.
@@ -34,6 +34,19 @@ $(AGENT): $(STAMP) $(AGENT_SRC)
 	$(BIN)/python tools/build_agent.py
 
 agent: $(AGENT)
+
+# The inner loop (CONTRIBUTING.md): lint, types and the tests that need no container engine, sshd,
+# bubblewrap, browser or kernel, on the socket channel only (`make test` runs the stdio twins).
+QUICK_TESTS := tests/test_api.py tests/test_docs.py tests/test_blocking.py tests/test_fleet.py \
+	tests/agent/test_buffer.py tests/agent/test_frames.py tests/agent/test_rpc.py tests/agent/test_security.py \
+	tests/agent/test_fuzz.py tests/client/test_exec.py tests/client/test_files.py tests/client/test_transfer.py \
+	tests/client/test_download_confined.py tests/jupyter/test_job_view.py tests/jupyter/test_dashboard.py \
+	tests/jupyter/test_shell_view.py tests/jupyter/test_magics.py tests/jupyter/test_file_magics.py \
+	tests/jupyter/test_transcript.py tests/jupyter/test_assets.py tests/jupyter/test_js_store.py \
+	tests/jupyter/test_packaging.py
+
+check: lint typecheck
+	$(BIN)/pytest -q -p no:randomly -m "not slow" -k "not stdio" $(QUICK_TESTS)
 
 test: lint typecheck docs $(AGENT)
 	$(BIN)/pytest

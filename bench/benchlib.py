@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import remote_exec as rx
+from remote_exec._version import DISTRIBUTION
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 MB = 1_000_000  # throughput is in decimal megabytes per second
@@ -329,7 +330,7 @@ def machine_info() -> dict[str, Any]:
         "python_executable": sys.executable,
         "kernel": platform.release(),
         "platform": platform.platform(),
-        "versions": {d: _version(d) for d in ("remote-exec", "aiohttp", "pydantic", "inspect-ai")},
+        "versions": {d: _version(d) for d in (DISTRIBUTION, "aiohttp", "pydantic", "inspect-ai")},
     }
 
 

@@ -13,21 +13,22 @@ Blocking::
 
 from typing import TYPE_CHECKING
 
+from ._version import DISTRIBUTION
 from ._version import __version__ as __version__
 
 if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ below)
     from .blocking import BlockingExecRemoteProcess as BlockingExecRemoteProcess
     from .blocking import BlockingPortForward as BlockingPortForward
+    from .blocking import BlockingSandboxPool as BlockingSandboxPool
     from .blocking import BlockingShellSession as BlockingShellSession
     from .blocking import Sandbox as Sandbox
     from .blocking import connect as connect
-    from .blocking_pool import BlockingSandboxPool as BlockingSandboxPool
     from .client.ports import PortForward as PortForward
     from .client.process import ExecRemoteProcess as ExecRemoteProcess
     from .client.sandbox import AsyncSandbox as AsyncSandbox
-    from .client.sandbox import SandboxTransport as SandboxTransport
     from .client.shell import ShellSession as ShellSession
     from .client.transfer import TransferResult as TransferResult
+    from .client.transport import SandboxTransport as SandboxTransport
     from .client.types import Completed as Completed
     from .client.types import ExecRemoteEvent as ExecRemoteEvent
     from .client.types import ExecRemoteOptions as ExecRemoteOptions
@@ -92,7 +93,7 @@ _LAZY: dict[str, str] = {
     "PortForward": ".client.ports",
     "ExecRemoteProcess": ".client.process",
     "AsyncSandbox": ".client.sandbox",
-    "SandboxTransport": ".client.sandbox",
+    "SandboxTransport": ".client.transport",
     "TransferResult": ".client.transfer",
     "ShellSession": ".client.shell",
     "Completed": ".client.types",
@@ -140,7 +141,7 @@ _LAZY: dict[str, str] = {
     "FleetEvent": ".fleet",
     "gather": ".fleet",
     "SandboxPool": ".pool",
-    "BlockingSandboxPool": ".blocking_pool",
+    "BlockingSandboxPool": ".blocking",
     "FileInfo": ".protocol",
     "JobInfo": ".protocol",
     "PortConnInfo": ".protocol",
@@ -152,9 +153,22 @@ _LAZY: dict[str, str] = {
 
 
 def load_ipython_extension(ipython: object) -> None:
-    """``%load_ext remote_exec``: register the notebook magics (imports the jupyter extra only now)."""
-    from .jupyter import load_ipython_extension as load
+    """``%load_ext remote_exec``: register the notebook magics (imports the jupyter extra only now).
 
+    :raises ImportError: the kernel's environment lacks the ``jupyter`` extra (the message says
+        what to install where: the kernel's Python, which may not be the Jupyter server's).
+    """
+    try:
+        from .jupyter import load_ipython_extension as load
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in ("IPython", "ipywidgets", "anywidget", "traitlets"):
+            raise
+        import sys
+
+        raise ImportError(
+            f"%load_ext remote_exec needs the jupyter extra in this kernel's environment (no {exc.name}): "
+            f"{sys.executable} -m pip install '{DISTRIBUTION}[jupyter]'"
+        ) from exc
     load(ipython)
 
 

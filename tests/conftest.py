@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -9,12 +10,19 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
 import remote_exec as rx
+from remote_exec.client.channel import PipeProcess
 
 CHANNELS = ["socket", "stdio"]
+
+
+def relay_pid(process: PipeProcess) -> int:
+    """The pid of a ``local://`` stdio channel's relay (an asyncio subprocess there)."""
+    return cast(asyncio.subprocess.Process, process).pid
 
 
 @pytest.fixture
@@ -60,7 +68,7 @@ def url(request: pytest.FixtureRequest, agent_dir: Path) -> str:
     return f"local://?dir={agent_dir}&channel={request.param}"
 
 
-def run_cli(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "remote_exec.cli", *args], capture_output=True, text=True, timeout=60, **kwargs
-    )  # type: ignore[call-overload, no-any-return]
+    )

@@ -96,7 +96,8 @@ def test_blocking_twin_has_every_public_method(async_cls: type, blocking_cls: ty
     for name, member in inspect.getmembers(async_cls):
         if name.startswith("_") or name in skip or not callable(member):
             continue
-        twin = getattr(blocking_cls, RENAMES.get(name, name), None)
+        twin_name = "iter_" + name.removeprefix("aiter_") if name.startswith("aiter_") else RENAMES.get(name, name)
+        twin = getattr(blocking_cls, twin_name, None)
         assert twin is not None, f"{blocking_cls.__name__} lacks {name}"
         a = [p for p in inspect.signature(member).parameters.values() if p.name != "self"]
         b = [p for p in inspect.signature(twin).parameters.values() if p.name != "self"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -79,6 +80,6 @@ def test_usable_inside_a_running_event_loop(url: str) -> None:
 
     async def cell() -> str:  # a notebook cell's situation: a loop runs in this thread
         with rx.BlockingSandboxPool(url) as pool:
-            return pool.get("nb").run(["echo", "hi"]).stdout
+            return cast(str, pool.get("nb").run(["echo", "hi"]).stdout)
 
     assert asyncio.run(cell()) == "hi\n"

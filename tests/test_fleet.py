@@ -38,8 +38,8 @@ async def test_stream_merges_tagged_events(agent_dir: Path) -> None:
             async for item in events:
                 seen[item.index].append(item)
     for i in (0, 1):
-        events = [s.event for s in seen[i]]
-        assert events == [rx.StdoutChunk("a\n"), rx.StdoutChunk("b\n"), rx.Completed(0, "a\nb\n", "")]
+        got = [s.event for s in seen[i]]
+        assert got == [rx.StdoutChunk("a\n"), rx.StdoutChunk("b\n"), rx.Completed(0, "a\nb\n", "")]
 
 
 async def test_leaving_stream_early_kills_the_rest(agent_dir: Path) -> None:

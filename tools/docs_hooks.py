@@ -38,7 +38,7 @@ HELP_WIDTH = "80"  # argparse wraps help to $COLUMNS; fixed, so the page does no
 
 def _parsers() -> dict[str, Callable[[], argparse.ArgumentParser]]:
     from remote_exec.agent.cli import _parser as agent_parser
-    from remote_exec.cli import _parser as cli_parser
+    from remote_exec.cli.app import _parser as cli_parser
 
     return {"remote-exec": cli_parser, "remote-exec-agent": agent_parser}
 

@@ -9,7 +9,6 @@ the reason (:func:`refuse_stdio`, :func:`error_line`), so the host's error names
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import io
 import json
 import os
@@ -24,6 +23,7 @@ import aiohttp
 from ..errors import AgentUnavailableError, RemoteExecError
 from ..protocol import frames
 from ..protocol.ownership import check_peer, check_socket
+from ..protocol.pipes import widen_pipe
 from .stream import SOCKET_BUFFER
 
 __all__ = ["error_line", "refuse_stdio", "relay_call", "relay_stdio"]
@@ -95,8 +95,7 @@ def relay_stdio(stream_sock: Path) -> int:
     learns there what became of its jobs.
     """
     for fd in (0, 1):  # 1 MiB pipes both ways: a big frame crosses in few wakeups
-        with contextlib.suppress(OSError):
-            fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+        widen_pipe(fd)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     with contextlib.suppress(OSError):  # big uploads cross in few sends (see stream.SOCKET_BUFFER)
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)

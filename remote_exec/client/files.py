@@ -18,7 +18,7 @@ import contextlib
 import os
 import secrets
 import stat
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -51,28 +51,27 @@ from ..protocol import (
     FileWriteParams,
     Method,
 )
-from .native import NativeCopy, read_native, write_staged
+from .localfile import drop_local, finish_local, local_temp, pread_all, pwrite_all
+from .native import NativeCopy, Progress, read_native, write_staged
 from .rpc import RpcClient
 
-__all__ = ["TEXT_LIMIT", "FileClient", "Listing", "Progress"]
+__all__ = ["TEXT_LIMIT", "FileClient", "Listing"]
 
 
 class Listing(NamedTuple):
-    """A whole listing: the directory (symlinks resolved), its entries, and whether there were
-    more than were asked for."""
+    """A whole listing: the directory (symlinks resolved), its entries, whether there were
+    more than were asked for, and how many were left out because their names are not UTF-8."""
 
     path: str
     entries: list[FileInfo]
     truncated: bool
+    unnamed: int = 0
 
 
 TEXT_LIMIT = 64 * 1024 * 1024
 """Largest file ``read_file(text=True)`` reads by default (``FileTooLargeError`` beyond)."""
 
 _HASH_BATCH = 256 * 1024 * 1024
-
-Progress = Callable[[int], None]
-"""Called with the byte count of each chunk as it completes."""
 
 
 async def _pipelined(offsets: Iterable[int], work: Callable[[int], Awaitable[None]], window: int) -> None:
@@ -131,6 +130,7 @@ class FileClient:
             raise ValueError(f"max_entries must be between 1 and {MAX_LIST_ENTRIES}")
         entries: list[FileInfo] = []
         after: str | None = None
+        unnamed = 0
         while True:
             limit = min(MAX_PAGE_ITEMS, max_entries + 1 - len(entries))  # one more tells "truncated"
             params = FileListParams(path=path, root=self.root, recursive=recursive, after=after, limit=limit)
@@ -139,10 +139,11 @@ class FileClient:
             if len(page.entries) > limit or not ends_right:
                 raise ProtocolError(f"file_list of {path}: a page of {len(page.entries)} entries, cursor {page.next!r}")
             entries += page.entries
+            unnamed += page.unnamed
             if len(entries) > max_entries:
-                return Listing(page.path, entries[:max_entries], True)
+                return Listing(page.path, entries[:max_entries], True, unnamed)
             if page.next is None:
-                return Listing(page.path, entries, False)
+                return Listing(page.path, entries, False, unnamed)
             after = page.next
 
     async def list_dir(self, path: str, *, recursive: bool = False, max_entries: int = 100_000) -> list[FileInfo]:
@@ -197,18 +198,7 @@ class FileClient:
         first_sink: Callable[[FileReadResult], Awaitable[None]] | None = None,
     ) -> FileReadResult:
         """Read the whole file, handing each chunk to ``sink(offset, bytes)`` (in any order)."""
-
-        async def get(offset: int) -> tuple[FileReadResult, memoryview]:
-            params = FileReadParams(path=path, root=self.root, offset=offset, length=self.chunk_size, max_size=max_size)
-            res, payload = await self.rpc.call_with_payload(
-                Method.FILE_READ, params, FileReadResult, max_payload=params.length
-            )
-            data = payload if payload is not None else memoryview(b"")
-            if len(data) != res.length:
-                raise FileError(f"read of {path}: {len(data)} bytes came, {res.length} announced", path=path)
-            return res, data
-
-        first, data = await get(0)
+        first, data = await self._chunk(path, 0, max_size)
         if first_sink is not None:
             await first_sink(first)
         await sink(0, data)
@@ -218,17 +208,41 @@ class FileClient:
             return first
 
         async def one(offset: int) -> None:
-            res, data = await get(offset)
-            if (res.size, res.mtime_ns) != (first.size, first.mtime_ns) or res.length != min(
-                self.chunk_size, first.size - offset
-            ):
-                raise FileError(f"{path} changed while it was being read", path=path)
+            data = await self._next_chunk(path, first, offset, max_size)
             await sink(offset, data)
             if progress is not None:
                 progress(len(data))
 
         await _pipelined(range(first.length, first.size, self.chunk_size), one, self.window)
         return first
+
+    async def _chunk(self, path: str, offset: int, max_size: int | None) -> tuple[FileReadResult, memoryview]:
+        params = FileReadParams(path=path, root=self.root, offset=offset, length=self.chunk_size, max_size=max_size)
+        res, payload = await self.rpc.call_with_payload(
+            Method.FILE_READ, params, FileReadResult, max_payload=params.length
+        )
+        data = payload if payload is not None else memoryview(b"")
+        if len(data) != res.length:
+            raise FileError(f"read of {path}: {len(data)} bytes came, {res.length} announced", path=path)
+        return res, data
+
+    async def _next_chunk(self, path: str, first: FileReadResult, offset: int, max_size: int | None) -> memoryview:
+        """The chunk at ``offset`` of the file whose first chunk was ``first``, which must not have changed."""
+        res, data = await self._chunk(path, offset, max_size)
+        if (res.size, res.mtime_ns) != (first.size, first.mtime_ns) or res.length != min(
+            self.chunk_size, first.size - offset
+        ):
+            raise FileError(f"{path} changed while it was being read", path=path)
+        return data
+
+    async def iter_bytes(self, path: str) -> AsyncIterator[bytes]:
+        """The file's bytes in order, one chunk request at a time: memory holds one chunk."""
+        first, data = await self._chunk(path, 0, None)
+        if data:  # an empty file yields nothing
+            yield bytes(data)
+        if not first.eof:
+            for offset in range(first.length, first.size, self.chunk_size):
+                yield bytes(await self._next_chunk(path, first, offset, None))
 
     async def read_bytes(self, path: str, *, max_size: int | None = None, progress: Progress | None = None) -> bytes:
         buf = bytearray()
@@ -278,11 +292,11 @@ class FileClient:
         ``dir_fd``: ``local`` is a bare name in the directory open as ``dir_fd``, and nothing is
         followed there (a symlink of that name is replaced, not written through)."""
         dest = Path(local)
-        fd, temp = await asyncio.to_thread(_local_temp, dest, dir_fd)
+        fd, temp = await asyncio.to_thread(local_temp, dest, dir_fd)
         try:
 
             async def sink(offset: int, data: memoryview) -> None:
-                await asyncio.to_thread(_pwrite_all, fd, data, offset)
+                await asyncio.to_thread(pwrite_all, fd, data, offset)
 
             first: FileInfo | FileReadResult | None = None
             if self.native is not None and (size_hint is None or size_hint >= self.native.min_size):
@@ -290,13 +304,13 @@ class FileClient:
             if first is None:
                 first = await self._read(path, sink, None, progress)
             await asyncio.to_thread(
-                _finish_local, fd, temp, dest, first.size, first.mode & 0o777, first.mtime_ns, dir_fd
+                finish_local, fd, temp, dest, first.size, first.mode & 0o777, first.mtime_ns, dir_fd
             )
             fd = -1
         finally:
             if fd >= 0:
                 with anyio.CancelScope(shield=True):
-                    await asyncio.to_thread(_drop_local, fd, temp, dir_fd)
+                    await asyncio.to_thread(drop_local, fd, temp, dir_fd)
         return first if isinstance(first, FileInfo) else await self.stat(path)
 
     # -- writes -----------------------------------------------------------------------------
@@ -378,7 +392,7 @@ class FileClient:
                 raise IsADirectoryError(f"{local} is a directory: use upload() for a tree")
 
             async def chunk(offset: int, n: int) -> bytes:
-                return await asyncio.to_thread(_pread_all, fd, n, offset)
+                return await asyncio.to_thread(pread_all, fd, n, offset)
 
             final_mode = stat.S_IMODE(st.st_mode) if mode is None else mode
             mtime_ns = st.st_mtime_ns if keep_mtime else None
@@ -396,63 +410,3 @@ class FileClient:
         """Abort a write session, even while being cancelled; an unreachable agent drops it itself."""
         with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
             await self.rpc.call(Method.FILE_WRITE_ABORT, FileSessionParams(session_id=session_id), Empty, timeout=10)
-
-
-# -- local-side helpers (blocking; run in threads) -------------------------------------------------
-
-
-def _pread_all(fd: int, n: int, offset: int) -> bytes:
-    parts = []
-    while n > 0:
-        data = os.pread(fd, n, offset)
-        if not data:
-            break
-        parts.append(data)
-        n, offset = n - len(data), offset + len(data)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-
-
-def _pwrite_all(fd: int, data: memoryview, offset: int) -> None:
-    while data:
-        n = os.pwrite(fd, data, offset)
-        data, offset = data[n:], offset + n
-
-
-def _local_temp(dest: Path, dir_fd: int | None = None) -> tuple[int, str]:
-    """A new temporary file beside ``dest`` (with ``dir_fd``: ``dest`` is a name in that directory)."""
-    if dir_fd is None:
-        if dest.is_dir():
-            raise IsADirectoryError(f"{dest} is a directory")
-        temp = os.fspath(dest.with_name(f".{dest.name[:200]}.{secrets.token_hex(4)}.rxpart"))
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            if stat.S_ISDIR(os.stat(dest, dir_fd=dir_fd, follow_symlinks=False).st_mode):
-                raise IsADirectoryError(f"{dest} is a directory")
-        temp = f".{dest.name[:200]}.{secrets.token_hex(4)}.rxpart"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    return os.open(temp, flags, 0o600, dir_fd=dir_fd), temp
-
-
-def _finish_local(
-    fd: int, temp: str, dest: Path, size: int, mode: int, mtime_ns: int, dir_fd: int | None = None
-) -> None:
-    try:
-        os.ftruncate(fd, size)
-        os.fchmod(fd, mode)
-        os.utime(fd, ns=(mtime_ns, mtime_ns))
-    except BaseException:
-        _drop_local(fd, temp, dir_fd)
-        raise
-    os.close(fd)
-    try:
-        os.replace(temp, dest, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp, dir_fd=dir_fd)
-        raise
-
-
-def _drop_local(fd: int, temp: str, dir_fd: int | None = None) -> None:
-    os.close(fd)
-    with contextlib.suppress(OSError):
-        os.unlink(temp, dir_fd=dir_fd)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from ..errors import FileError, RemoteExecError
@@ -29,11 +30,26 @@ from ..protocol import (
 )
 
 if TYPE_CHECKING:
-    from .files import FileClient, Progress
+    from .rpc import RpcClient
 
-__all__ = ["NativeCopy", "read_native", "write_staged"]
+__all__ = ["FileSide", "NativeCopy", "Progress", "read_native", "write_staged"]
 
 _log = logging.getLogger("remote_exec.files")
+
+Progress = Callable[[int], None]
+"""Called with the byte count of each chunk as it completes."""
+
+
+class FileSide(Protocol):
+    """What a native copy uses of a :class:`~remote_exec.client.files.FileClient`, named here
+    because that module imports this one (so this one may not import it)."""
+
+    rpc: RpcClient
+    root: str | None
+
+    async def stat(self, path: str, *, follow: bool = True) -> FileInfo: ...
+
+    async def abort(self, session_id: str) -> None: ...
 
 
 class NativeCopy(Protocol):
@@ -84,7 +100,7 @@ class _Counted:
 
 
 async def write_staged(
-    files: FileClient,
+    files: FileSide,
     native: NativeCopy,
     fd: int,
     path: str,
@@ -122,7 +138,7 @@ async def write_staged(
 
 
 async def read_native(
-    files: FileClient, native: NativeCopy, path: str, fd: int, progress: Progress | None
+    files: FileSide, native: NativeCopy, path: str, fd: int, progress: Progress | None
 ) -> FileInfo | None:
     """Read ``path`` into the local file ``fd`` through ``native``, if it is a regular file of at
     least ``native.min_size`` bytes.

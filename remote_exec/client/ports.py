@@ -26,7 +26,7 @@ import contextlib
 import logging
 import secrets
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import anyio
 
@@ -44,10 +44,8 @@ from ..protocol import (
     PortSendParams,
     PortSendResult,
 )
+from .core import SandboxCore
 from .rpc import RpcClient
-
-if TYPE_CHECKING:
-    from .sandbox import AsyncSandbox
 
 __all__ = ["PortForward"]
 
@@ -89,13 +87,13 @@ class PortForward:
     """
 
     def __init__(
-        self, sandbox: AsyncSandbox, remote_port: int, local_port: int = 0, *, remote_host: str = LOCAL_HOST
+        self, core: SandboxCore, remote_port: int, local_port: int = 0, *, remote_host: str = LOCAL_HOST
     ) -> None:
         if not 1 <= remote_port <= 65535:
             raise ValueError(f"remote_port must be in 1..65535, not {remote_port}")
         if not 0 <= local_port <= 65535:
             raise ValueError(f"local_port must be in 0..65535 (0: any free port), not {local_port}")
-        self._sandbox = sandbox
+        self._core = core
         self.remote_port = remote_port
         self.remote_host = remote_host
         self._requested_port = local_port
@@ -146,7 +144,7 @@ class PortForward:
         local = self._local_port if self._local_port is not None else "?"
         return (
             f"<PortForward {LOCAL_HOST}:{local} -> {self.remote_host}:{self.remote_port} in "
-            f"{self._sandbox.url} {self._state}, {self.active} active>"
+            f"{self._core.url} {self._state}, {self.active} active>"
         )
 
     # -- lifetime -------------------------------------------------------------------------
@@ -160,16 +158,16 @@ class PortForward:
         """
         if self._state != "new":
             raise RuntimeError(f"this port forward is {self._state}; make a new one with sb.forward_port()")
-        self._sandbox._client()  # the sandbox must be open
-        if "ports" not in self._sandbox.info.capabilities:
+        self._core.check_open()
+        if "ports" not in self._core.info.capabilities:
             raise SandboxError(
-                f"the agent in {self._sandbox.url} (version {self._sandbox.info.version}) cannot forward ports; "
+                f"the agent in {self._core.url} (version {self._core.info.version}) cannot forward ports; "
                 "update remote-exec in the sandbox"
             )
         self._server = await asyncio.start_server(self._accepted, LOCAL_HOST, self._requested_port, limit=CHUNK)
         self._local_port = int(self._server.sockets[0].getsockname()[1])
         self._state = "open"
-        self._sandbox._forwards.add(self)
+        self._core.close_with(self)
         return self
 
     async def __aenter__(self) -> PortForward:
@@ -199,12 +197,12 @@ class PortForward:
             if self._server is not None:
                 with anyio.move_on_after(CLOSE_TIMEOUT):
                     await self._server.wait_closed()
-            self._sandbox._forwards.discard(self)
+            self._core.forget(self)
 
     async def connections(self) -> list[PortConnInfo]:
         """The agent's view of this forward's open connections (bytes each way, buffered...)."""
         ids = set(self._conn_ids)
-        result = await self._sandbox._client().call(Method.PORT_LIST, Empty(), PortListResult)
+        result = await self._core.rpc.call(Method.PORT_LIST, Empty(), PortListResult)
         return [c for c in result.conns if c.conn_id in ids]
 
     # -- tunnels --------------------------------------------------------------------------
@@ -230,14 +228,14 @@ class PortForward:
         rpc: RpcClient | None = None
         params: PortConnectParams | None = None  # set while a port_connect may be under way unanswered
         try:
-            rpc = self._sandbox._client()
+            rpc = self._core.rpc
             params = PortConnectParams(
                 port=self.remote_port,
                 host=self.remote_host,
                 timeout=CONNECT_TIMEOUT,
                 idempotency_key=secrets.token_hex(8),
             )
-            margin = self._sandbox.response_margin
+            margin = self._core.response_margin
             info = await rpc.call(Method.PORT_CONNECT, params, PortConnInfo, timeout=CONNECT_TIMEOUT + margin)
             params = None
             conn_id = info.conn_id
@@ -289,7 +287,7 @@ class PortForward:
 
     async def _upstream(self, rpc: RpcClient, conn_id: str, reader: asyncio.StreamReader) -> bool:
         """Local client → target; ends after passing the client's EOF on."""
-        margin = self._sandbox.response_margin
+        margin = self._core.response_margin
         offset = 0  # bytes the agent has taken
         while True:
             data = await reader.read(CHUNK)
@@ -316,7 +314,7 @@ class PortForward:
 
     async def _downstream(self, rpc: RpcClient, conn_id: str, writer: asyncio.StreamWriter) -> bool:
         """Target → local client; ends after passing the target's EOF on (False: it was a reset)."""
-        margin = self._sandbox.response_margin
+        margin = self._core.response_margin
         loop = asyncio.get_running_loop()
         offset = 0  # bytes received (and acknowledged by the next port_recv)
         max_bytes = DEFAULT_MAX_BYTES

@@ -33,7 +33,7 @@ from .rpc import RpcClient
 from .tail import Tail
 from .types import Completed, ExecRemoteEvent, ExecRemoteOptions, ExecResult, StderrChunk, StdoutChunk
 
-__all__ = ["ExecRemoteProcess"]
+__all__ = ["ExecRemoteProcess", "attached", "kill_quietly", "launch", "starting"]
 
 STDIN_CHUNK = 4 * 1024 * 1024  # bytes per write_stdin request: a small agent budget takes it whole
 MAX_POLL_BYTES = 4 * 1024 * 1024  # the largest poll a busy job grows to (from the protocol's 1 MiB)
@@ -77,51 +77,6 @@ class ExecRemoteProcess:
         self._stdin_offset = 0
         self._kill_task: asyncio.Task[None] | None = None
         self.kill_on_cancel = True
-
-    # -- construction -------------------------------------------------------------------
-
-    @classmethod
-    def _launch(
-        cls, rpc: RpcClient, command: list[str] | str, options: ExecRemoteOptions, margin: float
-    ) -> ExecRemoteProcess:
-        raw_input = options.input.encode() if isinstance(options.input, str) else options.input
-        if raw_input is not None and options.encoding == "base64":
-            wire_input: str | None = base64.b64encode(raw_input).decode()
-        else:
-            wire_input = _text(raw_input) if raw_input is not None else None
-        params = StartParams(
-            command=command,
-            cwd=options.cwd,
-            env=options.env,
-            user=options.user,
-            input=wire_input,
-            stdin_open=options.stdin_open,
-            timeout=options.timeout,
-            kill_grace=options.kill_grace,
-            encoding=options.encoding,
-            label=options.label,
-            idempotency_key=secrets.token_hex(8),
-        )
-        return cls._starting(rpc, rpc.call(Method.EXEC_REMOTE_START, params, StartResult), options, margin)
-
-    @classmethod
-    def _starting(
-        cls, rpc: RpcClient, start: Coroutine[Any, Any, StartResult], options: ExecRemoteOptions, margin: float
-    ) -> ExecRemoteProcess:
-        """A handle on the job that ``start`` (an RPC answering with its id) is starting now."""
-        proc = cls(rpc, options, response_margin=margin)
-        task = asyncio.get_running_loop().create_task(start)
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # raised on first use instead
-        proc._start_task = task
-        return proc
-
-    @classmethod
-    def _attach(cls, rpc: RpcClient, info: JobInfo, options: ExecRemoteOptions, margin: float) -> ExecRemoteProcess:
-        proc = cls(rpc, options, response_margin=margin)
-        proc._job_id, proc._pid = info.job_id, info.pid
-        proc._stdin_offset = info.stdin_bytes  # our writes continue where the job's stdin is
-        proc.kill_on_cancel = False  # someone else's job: interrupting the watcher must not kill it
-        return proc
 
     async def started(self) -> ExecRemoteProcess:
         """Wait until the agent has started the job; return ``self``.
@@ -194,7 +149,7 @@ class ExecRemoteProcess:
         except anyio.get_cancelled_exc_class():
             if self.kill_on_cancel and not self._detached:
                 with anyio.CancelScope(shield=True):
-                    await self._kill_quietly()
+                    await kill_quietly(self)
             raise
         self._apply(result, payload)
 
@@ -355,13 +310,6 @@ class ExecRemoteProcess:
             timeout=grace + self._margin,
         )
 
-    async def _kill_quietly(self) -> None:
-        try:
-            with anyio.move_on_after(self.options.kill_grace + self._margin):
-                await self.kill()
-        except Exception:  # the cancellation that brought us here matters more
-            pass
-
     async def release(self) -> None:
         """Tell the agent to forget the job (killing it if it still runs)."""
         await self.started()
@@ -382,6 +330,63 @@ class ExecRemoteProcess:
     def __repr__(self) -> str:
         state = "killed" if self._killed else self._final.state if self._final else "running"
         return f"<ExecRemoteProcess job_id={self._job_id!r} pid={self._pid} {state}>"
+
+
+# -- construction: the sandbox, its shells and attach make handles with these (module functions, so
+# the handle's private state is only ever set here, beside the class) ----------------------------
+
+
+def launch(rpc: RpcClient, command: list[str] | str, options: ExecRemoteOptions, margin: float) -> ExecRemoteProcess:
+    """A handle on ``command``, whose ``exec_remote_start`` is sent now (the handle is "hot")."""
+    raw_input = options.input.encode() if isinstance(options.input, str) else options.input
+    if raw_input is not None and options.encoding == "base64":
+        wire_input: str | None = base64.b64encode(raw_input).decode()
+    else:
+        wire_input = _text(raw_input) if raw_input is not None else None
+    params = StartParams(
+        command=command,
+        cwd=options.cwd,
+        env=options.env,
+        user=options.user,
+        input=wire_input,
+        stdin_open=options.stdin_open,
+        timeout=options.timeout,
+        kill_grace=options.kill_grace,
+        encoding=options.encoding,
+        label=options.label,
+        idempotency_key=secrets.token_hex(8),
+    )
+    return starting(rpc, rpc.call(Method.EXEC_REMOTE_START, params, StartResult), options, margin)
+
+
+def starting(
+    rpc: RpcClient, start: Coroutine[Any, Any, StartResult], options: ExecRemoteOptions, margin: float
+) -> ExecRemoteProcess:
+    """A handle on the job that ``start`` (an RPC answering with its id) is starting now."""
+    proc = ExecRemoteProcess(rpc, options, response_margin=margin)
+    task = asyncio.get_running_loop().create_task(start)
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())  # raised on first use instead
+    proc._start_task = task
+    return proc
+
+
+def attached(rpc: RpcClient, info: JobInfo, options: ExecRemoteOptions, margin: float) -> ExecRemoteProcess:
+    """A handle on the running or retained job ``info`` that someone else started."""
+    proc = ExecRemoteProcess(rpc, options, response_margin=margin)
+    proc._job_id, proc._pid = info.job_id, info.pid
+    proc._stdin_offset = info.stdin_bytes  # our writes continue where the job's stdin is
+    proc.kill_on_cancel = False  # someone else's job: interrupting the watcher must not kill it
+    return proc
+
+
+async def kill_quietly(proc: ExecRemoteProcess) -> None:
+    """Kill ``proc``, giving up after its grace and a response margin; errors are swallowed
+    (whoever calls this is on a way out that matters more: a cancellation, a close)."""
+    try:
+        with anyio.move_on_after(proc.options.kill_grace + proc._margin):
+            await proc.kill()
+    except Exception:
+        pass
 
 
 def _text(raw: bytes) -> str:

@@ -2,60 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
-from abc import ABC, abstractmethod
 from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, Literal, Unpack, overload
 
-import anyio
-
-from ..errors import (
-    AgentUnavailableError,
-    ExecTimeoutError,
-    JobNotFoundError,
-    ProtocolError,
-    SandboxError,
-    TransportError,
-)
-from ..protocol import PROTOCOL_VERSION, Empty, JobInfo, ListParams, ListResult, Method, ServerInfo, ShellInfo
-from .channel import Channel
-from .native import NativeCopy
+from ..errors import ExecTimeoutError, JobNotFoundError, ProtocolError
+from ..protocol import Empty, JobInfo, ListParams, ListResult, Method, ServerInfo, ShellInfo
+from .core import OPEN_TIMEOUT, SandboxCore
 from .ports import PortForward
-from .process import RESPONSE_MARGIN, ExecRemoteProcess
-from .rpc import RpcClient
+from .process import RESPONSE_MARGIN, ExecRemoteProcess, attached, launch
 from .sandbox_files import SandboxFiles
-from .shell import ShellSession, list_shells
+from .shell import ShellSession, list_shells, open_shell, reattach_shell
+from .transport import SandboxTransport
 from .types import ExecRemoteOptions, ExecResult, OptionOverrides
 
-__all__ = ["MAX_JOBS_LISTED", "OPEN_TIMEOUT", "AsyncSandbox", "SandboxTransport"]
-
-OPEN_TIMEOUT = 10.0
-"""Seconds :meth:`AsyncSandbox.open` gives the agent to answer ``server_info`` (connecting
-included) once the transport is set up; a silent agent fails the open after that."""
+__all__ = ["MAX_JOBS_LISTED", "OPEN_TIMEOUT", "AsyncSandbox"]
 
 MAX_JOBS_LISTED = 100_000
 """Most jobs :meth:`AsyncSandbox.jobs` gathers, page after page (an agent keeps far fewer)."""
-
-
-class SandboxTransport(ABC):
-    """The seam every sandbox implements: how to reach its agent.
-
-    :ivar url: the sandbox URL this transport was made from.
-    """
-
-    url: str
-
-    @abstractmethod
-    async def open_channel(self) -> Channel:
-        """Make sure an agent runs in the sandbox and return a channel to it."""
-
-    def native_copy(self) -> NativeCopy | None:
-        """The transport's own copy command for big files (``None``: the agent channel only)."""
-        return None
-
-    async def aclose(self) -> None:
-        """Tear down whatever the transport set up (containers, connections...)."""
 
 
 class AsyncSandbox(SandboxFiles):
@@ -74,18 +38,19 @@ class AsyncSandbox(SandboxFiles):
         open_timeout: float = OPEN_TIMEOUT,
     ) -> None:
         self.transport = transport
-        self.response_margin = response_margin
-        self.open_timeout = open_timeout
-        self.workspace_root = workspace_root
-        """Absolute path in the sandbox that the file methods stay inside (``None``: anywhere).
+        super().__init__(
+            SandboxCore(transport, response_margin=response_margin, open_timeout=open_timeout), workspace_root
+        )
 
-        Relative paths are resolved against it; ``..`` above it, an absolute path elsewhere, or
-        a symlink leading out of it raise :class:`PathEscapeError`. (Jobs are not confined by it.)"""
-        self._rpc: RpcClient | None = None
-        self._info: ServerInfo | None = None
-        self._procs: list[ExecRemoteProcess] = []
-        self._forwards: set[PortForward] = set()  # started and not closed (PortForward adds itself)
-        self._state: Literal["new", "open", "closed"] = "new"
+    @property
+    def response_margin(self) -> float:
+        """Seconds an answer may lag a long-poll's wait before it is asked again (the core's)."""
+        return self._core.response_margin
+
+    @property
+    def open_timeout(self) -> float:
+        """Seconds the agent has to answer ``server_info`` when the sandbox opens (the core's)."""
+        return self._core.open_timeout
 
     @property
     def url(self) -> str:
@@ -94,14 +59,12 @@ class AsyncSandbox(SandboxFiles):
     @property
     def closed(self) -> bool:
         """True once :meth:`aclose` was called (or :meth:`open` failed): the sandbox is unusable."""
-        return self._state == "closed"
+        return self._core.state == "closed"
 
     @property
     def info(self) -> ServerInfo:
         """The agent's ``server_info`` as seen when the sandbox opened."""
-        if self._info is None:
-            raise RuntimeError("the sandbox is not open yet")
-        return self._info
+        return self._core.info
 
     async def open(self) -> AsyncSandbox:
         """Start (or find) the agent and open the channel. Called by ``async with``.
@@ -114,46 +77,11 @@ class AsyncSandbox(SandboxFiles):
             within ``open_timeout``.
         :raises SandboxError: the agent speaks another protocol version.
         """
-        if self._state != "new":
-            raise RuntimeError(f"this sandbox is {self._state}; open a new one with rx.open_sandbox()")
-        try:
-            channel = await self.transport.open_channel()
-        except BaseException:
-            self._state = "closed"
-            with anyio.CancelScope(shield=True):
-                await self.transport.aclose()  # whatever it set up before failing (a connection, a box)
-            raise
-        self._rpc = RpcClient(channel, name=self.url)
-        self._state = "open"
-        try:
-            self._info = await self._client().call(
-                Method.SERVER_INFO, Empty(), ServerInfo, timeout=self.open_timeout, deadline=self.open_timeout
-            )
-        except AgentUnavailableError:
-            await self.aclose()
-            raise
-        except TransportError as exc:  # the deadline passed (any other failure is a subclass)
-            await self.aclose()
-            raise AgentUnavailableError(
-                f"{self.url}: the agent did not answer server_info within open_timeout={self.open_timeout:g} s ({exc})"
-            ) from exc
-        except BaseException:
-            await self.aclose()
-            raise
-        if self._info.protocol_version != PROTOCOL_VERSION:
-            await self.aclose()
-            raise SandboxError(
-                f"agent in {self.url} speaks protocol {self._info.protocol_version}, this client {PROTOCOL_VERSION}"
-            )
+        await self._core.open()
         return self
 
-    def _client(self) -> RpcClient:
-        if self._state != "open" or self._rpc is None:
-            raise RuntimeError(f"the sandbox is {self._state}: use it inside `async with rx.open_sandbox(...)`")
-        return self._rpc
-
     async def __aenter__(self) -> AsyncSandbox:
-        return await self.open() if self._state == "new" else self
+        return await self.open() if self._core.state == "new" else self
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -165,18 +93,7 @@ class AsyncSandbox(SandboxFiles):
 
         Idempotent. Shielded from cancellation so nothing leaks.
         """
-        if self._state == "closed":
-            return
-        self._state = "closed"
-        with anyio.CancelScope(shield=True):
-            for forward in list(self._forwards):
-                await forward.aclose()
-            live = [p for p in self._procs if not p.done]
-            if live and self._rpc is not None:
-                await asyncio.gather(*(p._kill_quietly() for p in live))
-            if self._rpc is not None:
-                await self._rpc.aclose()  # from here on nothing reconnects (a kill still running)
-            await self.transport.aclose()
+        await self._core.aclose()
 
     # -- jobs -----------------------------------------------------------------------------
 
@@ -218,13 +135,7 @@ class AsyncSandbox(SandboxFiles):
         opts = (options or ExecRemoteOptions()).merged(overrides)
         if not stream:
             return self._run(command, opts)
-        return self._track(ExecRemoteProcess._launch(self._client(), command, opts, self.response_margin))
-
-    def _track(self, proc: ExecRemoteProcess) -> ExecRemoteProcess:
-        """Kill ``proc`` when this sandbox closes, unless it ended or was detached first."""
-        self._procs = [p for p in self._procs if not p.done]
-        self._procs.append(proc)
-        return proc
+        return self._core.track(launch(self._core.rpc, command, opts, self._core.response_margin))
 
     async def run(
         self, command: list[str] | str, options: ExecRemoteOptions | None = None, **overrides: Unpack[OptionOverrides]
@@ -261,7 +172,7 @@ class AsyncSandbox(SandboxFiles):
         jobs: list[JobInfo] = []
         after: str | None = None
         while True:
-            page = await self._client().call(Method.EXEC_REMOTE_LIST, ListParams(after=after), ListResult)
+            page = await self._core.rpc.call(Method.EXEC_REMOTE_LIST, ListParams(after=after), ListResult)
             jobs += page.jobs
             if page.next is None:
                 return jobs
@@ -279,8 +190,8 @@ class AsyncSandbox(SandboxFiles):
         for info in await self.jobs():
             if info.job_id == job_id:
                 opts = (options or ExecRemoteOptions()).merged({"encoding": info.encoding})
-                # Not tracked in _procs: closing this sandbox leaves a job it did not start alone.
-                return ExecRemoteProcess._attach(self._client(), info, opts, self.response_margin)
+                # Not tracked: closing this sandbox leaves a job it did not start alone.
+                return attached(self._core.rpc, info, opts, self._core.response_margin)
         raise JobNotFoundError(f"no job {job_id} in {self.url}", job_id=job_id)
 
     # -- shell sessions (see client/shell.py) ----------------------------------------------
@@ -293,7 +204,7 @@ class AsyncSandbox(SandboxFiles):
 
         :raises SpawnError: the shell could not be started (e.g. no such ``cwd``).
         """
-        return await ShellSession._open(self, cwd, env)
+        return await open_shell(self._core, cwd, env)
 
     async def reattach_shell(self, session_id: str) -> ShellSession:
         """A handle on a shell session opened elsewhere (another client, a previous kernel).
@@ -304,15 +215,15 @@ class AsyncSandbox(SandboxFiles):
         :raises ShellClosedError: the session's shell has ended.
         :raises AgentLostError: the session died with the agent that held it.
         """
-        return await ShellSession._reattach(self, session_id)
+        return await reattach_shell(self._core, session_id)
 
     async def shells(self) -> list[ShellInfo]:
         """Open and recently closed shell sessions in this sandbox, oldest first (a read only)."""
-        return await list_shells(self._client())
+        return await list_shells(self._core.rpc)
 
     async def server_info(self) -> ServerInfo:
         """The agent's version, protocol, pid, instance id and capabilities."""
-        return await self._client().call(Method.SERVER_INFO, Empty(), ServerInfo)
+        return await self._core.rpc.call(Method.SERVER_INFO, Empty(), ServerInfo)
 
     # -- port forwarding (see client/ports.py) ---------------------------------------------
 
@@ -326,4 +237,4 @@ class AsyncSandbox(SandboxFiles):
         targets are allowed unless the agent runs with ``--port-any-host``. Leaving the block
         (or closing the sandbox) closes every tunnelled connection.
         """
-        return PortForward(self, remote_port, local_port, remote_host=remote_host)
+        return PortForward(self._core, remote_port, local_port, remote_host=remote_host)

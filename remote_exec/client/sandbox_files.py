@@ -1,23 +1,22 @@
 """The file methods of :class:`~remote_exec.AsyncSandbox`: single files, streams and trees.
 
-A mixin, so the sandbox class stays one screenful per concern; the work is done by
-:class:`~remote_exec.client.files.FileClient` (single files and streams, over the agent channel
-or the transport's native copy) and :mod:`~remote_exec.client.transfer` (trees).
+A base class with its own state (the sandbox's :class:`~remote_exec.client.core.SandboxCore` and
+:attr:`workspace_root`), as httpx's clients share a ``BaseClient``, so the sandbox class stays
+one screenful per concern. The work is done by :class:`~remote_exec.client.files.FileClient`
+(single files and streams, over the agent channel or the transport's native copy) and
+:mod:`~remote_exec.client.transfer` (trees), both built on the core.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal, overload
+from collections.abc import AsyncGenerator, Sequence
+from typing import Literal, overload
 
 from ..protocol import FileInfo
+from .core import SandboxCore
 from .files import TEXT_LIMIT, FileClient
 from .transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, ProgressBar, TransferResult, download_tree, upload_tree
-
-if TYPE_CHECKING:
-    from .rpc import RpcClient
-    from .sandbox import SandboxTransport
 
 __all__ = ["SandboxFiles"]
 
@@ -25,14 +24,16 @@ __all__ = ["SandboxFiles"]
 class SandboxFiles:
     """Files in the sandbox, inside :attr:`workspace_root` when one is set."""
 
-    transport: SandboxTransport
-    workspace_root: str | None
+    def __init__(self, core: SandboxCore, workspace_root: str | None) -> None:
+        self._core = core
+        self.workspace_root = workspace_root
+        """Absolute path in the sandbox that the file methods stay inside (``None``: anywhere).
 
-    def _client(self) -> RpcClient:
-        raise NotImplementedError
+        Relative paths are resolved against it; ``..`` above it, an absolute path elsewhere, or
+        a symlink leading out of it raise :class:`PathEscapeError`. (Jobs are not confined by it.)"""
 
     def _files(self) -> FileClient:
-        return FileClient(self._client(), self.workspace_root, native=self.transport.native_copy())
+        return self._core.files(self.workspace_root)
 
     async def write_file(
         self, path: str, data: str | bytes, mode: int | None = None, *, mtime: float | None = None, parents: bool = True
@@ -96,6 +97,23 @@ class SandboxFiles:
             return await self._files().read_to(path, local_path, progress=bar.update, size_hint=size)
         finally:
             bar.close()
+
+    async def aiter_file(self, path: str) -> AsyncGenerator[bytes, None]:
+        """The bytes of ``path``, in order, one chunk at a time, whatever its size.
+
+        ``async for chunk in sb.aiter_file(path): out.write(chunk)``: memory holds one chunk
+        (1 MiB) at a time. Each chunk is asked for once the last was taken, so a slow consumer
+        slows the read and nothing piles up. Leaving the loop early stops reading; cancelling
+        the loop cancels the read in flight (nothing changes in the sandbox).
+
+        :raises RemoteFileNotFoundError: no such file.
+        :raises RemoteIsADirectoryError: ``path`` is a directory.
+        :raises RemotePermissionError: the agent may not read it.
+        :raises FileError: the file changed (size or mtime) while it was being read.
+        :raises PathEscapeError: ``path`` leads out of :attr:`workspace_root`.
+        """
+        async for chunk in self._files().iter_bytes(path):
+            yield chunk
 
     async def write_file_from(
         self,
@@ -185,7 +203,7 @@ class SandboxFiles:
     ) -> TransferResult:
         """Copy a local project tree into ``remote_dir``; only new or changed files are sent.
 
-        Left out: :data:`~remote_exec.client.transfer.DEFAULT_IGNORES` (``.git``,
+        Left out: :data:`~remote_exec.client.transfer.ignore.DEFAULT_IGNORES` (``.git``,
         ``node_modules``, ``__pycache__``, ``.venv``, ``.env*`` but ``.env.example``, ``*.pem``,
         ``*.key``; ``default_ignores=False`` sends them), whatever ``.gitignore`` files in the
         tree ignore (``gitignore=False``: nothing), and ``ignore`` (gitignore patterns, which

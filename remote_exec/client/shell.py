@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import secrets
 from types import TracebackType
-from typing import TYPE_CHECKING
 
 from ..errors import ShellClosedError
 from ..protocol import (
@@ -23,19 +22,30 @@ from ..protocol import (
     ShellRunParams,
     StartResult,
 )
-from .process import ExecRemoteProcess
+from .core import SandboxCore
+from .process import ExecRemoteProcess, starting
 from .rpc import RpcClient
 from .types import ExecRemoteOptions, ExecResult
 
-if TYPE_CHECKING:
-    from .sandbox import AsyncSandbox
-
-__all__ = ["ShellSession", "list_shells"]
+__all__ = ["ShellSession", "list_shells", "open_shell", "reattach_shell"]
 
 
 async def list_shells(rpc: RpcClient, session_id: str | None = None) -> list[ShellInfo]:
     """The sandbox's shell sessions (or just ``session_id``), oldest first."""
     return (await rpc.call(Method.SHELL_LIST, ShellListParams(session_id=session_id), ShellListResult)).shells
+
+
+async def open_shell(core: SandboxCore, cwd: str | None, env: dict[str, str] | None) -> ShellSession:
+    """Open a new session (see :meth:`AsyncSandbox.shell`)."""
+    return ShellSession(core, await core.rpc.call(Method.SHELL_OPEN, ShellOpenParams(cwd=cwd, env=env), ShellInfo))
+
+
+async def reattach_shell(core: SandboxCore, session_id: str) -> ShellSession:
+    """A handle on the session ``session_id`` (see :meth:`AsyncSandbox.reattach_shell`)."""
+    (info,) = await list_shells(core.rpc, session_id)
+    if info.state == "closed":
+        raise ShellClosedError(f"shell {session_id} is closed: {info.closed_reason}", session_id=session_id)
+    return ShellSession(core, info)
 
 
 class ShellSession:
@@ -51,25 +61,18 @@ class ShellSession:
     shell itself stays open for others until :meth:`close`.
     """
 
-    def __init__(self, sandbox: AsyncSandbox, info: ShellInfo) -> None:
-        self._sandbox = sandbox
+    def __init__(self, core: SandboxCore, info: ShellInfo) -> None:
+        self._core = core
         self._info = info
-
-    @classmethod
-    async def _open(cls, sandbox: AsyncSandbox, cwd: str | None, env: dict[str, str] | None) -> ShellSession:
-        info = await sandbox._client().call(Method.SHELL_OPEN, ShellOpenParams(cwd=cwd, env=env), ShellInfo)
-        return cls(sandbox, info)
-
-    @classmethod
-    async def _reattach(cls, sandbox: AsyncSandbox, session_id: str) -> ShellSession:
-        (info,) = await list_shells(sandbox._client(), session_id)
-        if info.state == "closed":
-            raise ShellClosedError(f"shell {session_id} is closed: {info.closed_reason}", session_id=session_id)
-        return cls(sandbox, info)
 
     @property
     def session_id(self) -> str:
         return self._info.session_id
+
+    @property
+    def url(self) -> str:
+        """The URL of the sandbox the shell runs in."""
+        return self._core.url
 
     @property
     def pid(self) -> int:
@@ -98,7 +101,7 @@ class ShellSession:
         :class:`~remote_exec.ExecTimeoutError`. Cancelling the iteration or ``wait()`` kills the
         run the same way; the shell survives.
         """
-        rpc = self._sandbox._client()
+        rpc = self._core.rpc
         text = input.decode() if isinstance(input, bytes) else input  # the wire carries text
         params = ShellRunParams(
             session_id=self.session_id,
@@ -109,8 +112,7 @@ class ShellSession:
             idempotency_key=secrets.token_hex(8),
         )
         opts = ExecRemoteOptions(timeout=timeout, kill_grace=kill_grace, label=f"shell {self.session_id}")
-        proc = ExecRemoteProcess._starting(rpc, self._start(rpc, params), opts, self._sandbox.response_margin)
-        return self._sandbox._track(proc)
+        return self._core.track(starting(rpc, self._start(rpc, params), opts, self._core.response_margin))
 
     async def _start(self, rpc: RpcClient, params: ShellRunParams) -> StartResult:
         try:
@@ -141,7 +143,7 @@ class ShellSession:
 
         :raises ShellClosedError: the shell has ended.
         """
-        await self._sandbox._client().call(Method.SHELL_INTERRUPT, ShellIdParams(session_id=self.session_id), Empty)
+        await self._core.rpc.call(Method.SHELL_INTERRUPT, ShellIdParams(session_id=self.session_id), Empty)
 
     async def refresh(self) -> ShellInfo:
         """Fetch the session's state (cwd, busy, current run...) from the agent.
@@ -151,7 +153,7 @@ class ShellSession:
 
         :raises ShellNotFoundError: the agent no longer knows the session.
         """
-        (self._info,) = await list_shells(self._sandbox._client(), self.session_id)
+        (self._info,) = await list_shells(self._core.rpc, self.session_id)
         return self._info
 
     async def close(self) -> None:
@@ -160,7 +162,19 @@ class ShellSession:
         Cancelling ``close()`` does not stop it: the agent finishes closing.
         """
         params = ShellIdParams(session_id=self.session_id)
-        self._info = await self._sandbox._client().call(Method.SHELL_CLOSE, params, ShellInfo)
+        self._info = await self._core.rpc.call(Method.SHELL_CLOSE, params, ShellInfo)
+
+    async def reattach_shell(self, session_id: str) -> ShellSession:
+        """A handle on another session in the same sandbox, as :meth:`AsyncSandbox.reattach_shell`
+        gives (for code that holds a session but not its sandbox, e.g. a widget switching sessions).
+
+        Only looks the session up: cancelling it changes nothing in the sandbox.
+
+        :raises ShellNotFoundError: no such session (or closed long ago).
+        :raises ShellClosedError: the session's shell has ended.
+        :raises AgentLostError: the session died with the agent that held it.
+        """
+        return await reattach_shell(self._core, session_id)
 
     async def __aenter__(self) -> ShellSession:
         return self

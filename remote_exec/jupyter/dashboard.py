@@ -48,9 +48,9 @@ async def tail_line(sandbox: AsyncSandbox, job: JobInfo) -> tuple[str, int]:
         wait=0,
         max_bytes=TAIL_BYTES,
     )
-    # No public "read from this offset" exists (a process handle reads from its own cursor),
-    # so ask the agent directly, as the client modules do.
-    r = await sandbox._client().call(Method.EXEC_REMOTE_POLL, params, PollResult)
+    # No public "read a job's output from this offset" exists yet (a process handle reads from its
+    # own cursor): the durable-jobs work adds one; until then this is the one reach-in left.
+    r = await sandbox._core.rpc.call(Method.EXEC_REMOTE_POLL, params, PollResult)
     out, err = r.stdout, r.stderr
     if job.encoding == "base64":
         out, err = (base64.b64decode(x).decode("utf-8", "replace") for x in (out, err))

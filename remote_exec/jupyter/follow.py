@@ -124,9 +124,8 @@ _loops_lock = threading.Lock()
 
 def loop_of(obj: Sandbox | BlockingExecRemoteProcess | BlockingShellSession) -> Loop:
     """The background loop a blocking object runs on (one per process, shared by all of them)."""
-    # The blocking twins keep their portal private; this package is its one other user, and
-    # an async object must be driven on the loop it was created on.
-    portal: BlockingPortal = obj._portal
+    # An async object must be driven on the loop it was created on: the blocking object's portal's.
+    portal: BlockingPortal = obj.portal
     with _loops_lock:
         loop = _loops.get(id(portal))
         if loop is None or loop.portal is not portal:

@@ -13,7 +13,6 @@ from typing import Any
 import traitlets
 
 from ..blocking import BlockingShellSession, Sandbox
-from ..client.sandbox import AsyncSandbox
 from ..errors import RemoteExecError
 from ._assets import css, esm
 from .base import StreamWidget
@@ -54,17 +53,14 @@ class ShellView(StreamWidget):
     ) -> None:
         if isinstance(target, Sandbox):
             session = target.reattach_shell(session_id) if session_id else target.shell()
-            self._async_sandbox: AsyncSandbox = target.async_sandbox
         else:
             session = target
-            # A session knows the sandbox it came from; reattaching needs it.
-            self._async_sandbox = session.async_session._sandbox
         info = session.info
         super().__init__(
             loop_of(session),
             tail_lines=tail_lines,
             session_id=info.session_id,
-            sandbox=self._async_sandbox.url,
+            sandbox=session.url,
             cwd=info.cwd or "",
             state=info.state,
         )
@@ -120,7 +116,7 @@ class ShellView(StreamWidget):
             self._emit("info", "busy: cannot switch sessions while a command runs\n")
             return
         try:
-            session = await self._async_sandbox.reattach_shell(session_id)
+            session = await self.session.async_session.reattach_shell(session_id)
         except RemoteExecError as exc:
             self._emit("info", f"reattach failed: {exc}\n")
             return

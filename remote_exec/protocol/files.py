@@ -255,11 +255,14 @@ class FileListResult(WireModel):
     subdirectories' contents.
 
     ``next``: more entries follow; ask again with ``after=next`` (the last entry's ``name``).
+    ``unnamed``: entries of this page left out because their names are not UTF-8 (JSON cannot
+    name them; nothing below such a directory is listed either).
     """
 
     path: _Name
     entries: Annotated[list[FileInfo], Field(max_length=MAX_PAGE_ITEMS)]
     next: _Name | None = None
+    unnamed: Annotated[int, Field(ge=0, le=1 << 40)] = 0
 
 
 class FileRemoveParams(_PathParams):

@@ -7,7 +7,8 @@ from collections.abc import Callable, Generator
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ..client.sandbox import AsyncSandbox, SandboxTransport
+from ..client.sandbox import AsyncSandbox
+from ..client.transport import SandboxTransport
 from ..errors import SandboxError
 from .docker import DockerTransport, PodmanTransport
 from .docker_image import DockerImageTransport

@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import json
 from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Literal
 
 from ..client.channel import MAX_RESPONSE, Channel, PipeProcess, StdioChannel
-from ..client.sandbox import SandboxTransport
+from ..client.transport import SandboxTransport
 from ..errors import AgentUnavailableError, SandboxError
 from ..protocol import PROTOCOL_VERSION
+from ..protocol.pipes import widen_pipe
 from .inject import inject_agent
 
 __all__ = ["ExecTransport", "spawn_local"]
@@ -40,9 +40,8 @@ async def spawn_local(argv: Sequence[str], *, stderr_to_devnull: bool = True) ->
     out = proc.stdout._transport if proc.stdout is not None else None  # type: ignore[attr-defined]
     for transport in (out, proc.stdin.transport if proc.stdin is not None else None):
         pipe = transport.get_extra_info("pipe") if transport is not None else None
-        if pipe is not None:
-            with contextlib.suppress(OSError, ValueError):  # 1 MiB: big messages cross in few wakeups
-                fcntl.fcntl(pipe.fileno(), getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+        if pipe is not None:  # 1 MiB: big messages cross in few wakeups
+            widen_pipe(pipe)
     return proc
 
 
@@ -106,7 +105,7 @@ class ExecTransport(SandboxTransport):
                     return argv
         if self.inject == "never":
             raise AgentUnavailableError(
-                f"no remote_exec agent in {self.url}: install the remote-exec package in the sandbox, "
+                f"no remote_exec agent in {self.url}: pip install remote-exec-sandbox in the sandbox, "
                 "or let the bundled agent be injected"
             )
         return await inject_agent(self)

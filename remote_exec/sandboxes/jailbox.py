@@ -173,9 +173,8 @@ def _under(path: str, tops: frozenset[str]) -> bool:
 
 def _agent_paths() -> list[str]:
     """Host paths the agent (this interpreter and package) needs that the box would hide."""
-    import remote_exec
-
-    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(remote_exec.__file__))}
+    package = os.path.dirname(os.path.dirname(__file__))  # remote_exec/, found without importing it
+    paths = {sys.prefix, sys.base_prefix, os.path.dirname(package)}
     paths.add(os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))))
     return sorted(p for p in paths if not _under(p, SYSTEM_DIRS) and os.path.isdir(p))
 

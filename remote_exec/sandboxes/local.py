@@ -22,7 +22,7 @@ from typing import Literal
 from urllib.parse import quote, urlsplit
 
 from ..client.channel import MAX_RESPONSE, CallChannel, Channel, SocketChannel, StdioChannel
-from ..client.sandbox import SandboxTransport
+from ..client.transport import SandboxTransport
 from ..errors import AgentUnavailableError, SandboxError, error_from_wire
 from ..protocol import STREAM_SOCKET, default_agent_dir
 from ..protocol.ownership import check_peer, check_socket, check_state_dir

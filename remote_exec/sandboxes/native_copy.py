@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import fcntl
 import os
 import tarfile
 import time
@@ -21,13 +20,13 @@ from collections.abc import Callable
 
 import anyio
 
-from ..client.files import Progress
+from ..client.native import Progress
 from ..errors import FileError
+from ..protocol.pipes import widen_pipe
 from .hostcli import CliError
 
 __all__ = ["ArchiveCopy"]
 
-_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PIECE = 4 * 1024 * 1024  # bytes per sendfile/read: progress granularity, bounded memory
 
 
@@ -159,8 +158,7 @@ async def _finish(
 def _pipe() -> tuple[int, int]:
     """A pipe of 1 MiB (the default 64 KiB costs a context switch every 64 KiB)."""
     read_end, write_end = os.pipe()
-    with contextlib.suppress(OSError):  # above /proc/sys/fs/pipe-max-size for an unprivileged user
-        fcntl.fcntl(write_end, _F_SETPIPE_SZ, 1024 * 1024)
+    widen_pipe(write_end)
     return read_end, write_end
 
 

@@ -20,7 +20,7 @@ URL query options:
 - ``dir=/path``: the agent's state directory on the host.
 - ``connect_timeout=SECONDS``: how long connecting may take (default 30).
 
-asyncssh is an optional dependency (``pip install 'remote-exec[ssh]'``), imported only when an
+asyncssh is an optional dependency (``pip install 'remote-exec-sandbox[ssh]'``), imported only when an
 ``ssh://`` sandbox is used.
 """
 
@@ -60,7 +60,7 @@ def _require_asyncssh() -> None:
     try:
         import asyncssh  # noqa: F401
     except ImportError as exc:
-        raise SandboxError("ssh:// sandboxes need asyncssh: pip install 'remote-exec[ssh]'") from exc
+        raise SandboxError("ssh:// sandboxes need asyncssh: pip install 'remote-exec-sandbox[ssh]'") from exc
 
 
 class SSHTransport(ExecTransport):

@@ -113,7 +113,7 @@ async def test_fifo_reads_in_flight_do_not_stop_timeouts_stat_or_sigterm(
     state = tmp_path / "state"
     with agent(state) as pid:
         async with rx.open_sandbox(f"local://?dir={state}") as sb:
-            rpc = sb._client()
+            rpc = sb._core.rpc
             params = FileReadParams(path=str(specials["fifo"]))
             reads = [asyncio.ensure_future(rpc.call(Method.FILE_READ, params, FileReadResult)) for _ in range(10)]
             try:

@@ -58,7 +58,7 @@ async def _race(
 
 async def test_concurrent_shell_opens_stop_at_the_limit(tmp_path: Path, adversary: Adversary) -> None:
     async def call(sb: rx.AsyncSandbox, _: int) -> ShellInfo:
-        return await sb._client().call(Method.SHELL_OPEN, ShellOpenParams(), ShellInfo)
+        return await sb._core.rpc.call(Method.SHELL_OPEN, ShellOpenParams(), ShellInfo)
 
     await _race(adversary, "shell_open", tmp_path / "state", "--max-shells", call)
 
@@ -69,7 +69,7 @@ async def test_concurrent_write_opens_stop_at_the_limit(tmp_path: Path, adversar
 
     async def call(sb: rx.AsyncSandbox, i: int) -> FileWriteOpenResult:
         params = FileWriteOpenParams(session_id=f"race{i:04d}", path=str(target / f"f{i}"))
-        return await sb._client().call(Method.FILE_WRITE_OPEN, params, FileWriteOpenResult)
+        return await sb._core.rpc.call(Method.FILE_WRITE_OPEN, params, FileWriteOpenResult)
 
     await _race(adversary, "file_write_open", tmp_path / "state", "--max-write-sessions", call)
     assert list(target.iterdir()) == []  # the agent stopped: its sessions aborted, refused ones made nothing
@@ -85,7 +85,7 @@ async def test_concurrent_port_connects_stop_at_the_limit(tmp_path: Path, advers
     port = server.sockets[0].getsockname()[1]
 
     async def call(sb: rx.AsyncSandbox, _: int) -> PortConnInfo:
-        return await sb._client().call(Method.PORT_CONNECT, PortConnectParams(port=port), PortConnInfo)
+        return await sb._core.rpc.call(Method.PORT_CONNECT, PortConnectParams(port=port), PortConnInfo)
 
     try:
         await _race(adversary, "port_connect", tmp_path / "state", "--max-conns", call)
@@ -99,7 +99,7 @@ async def test_concurrent_port_connects_stop_at_the_limit(tmp_path: Path, advers
 async def test_concurrent_job_starts_stop_at_max_running(tmp_path: Path, adversary: Adversary) -> None:
     async def call(sb: rx.AsyncSandbox, _: int) -> StartResult:
         params = StartParams(command=["sleep", "60"])
-        return await sb._client().call(Method.EXEC_REMOTE_START, params, StartResult)
+        return await sb._core.rpc.call(Method.EXEC_REMOTE_START, params, StartResult)
 
     started = await _race(adversary, "exec_remote_start", tmp_path / "state", "--max-running", call)
     assert len({s.job_id for s in started if isinstance(s, StartResult)}) == LIMIT

@@ -39,7 +39,7 @@ async def test_a_killed_agents_upload_temp_is_removed_by_the_next_agent(tmp_path
     target.parent.mkdir()
     with agent(state) as pid:
         async with rx.open_sandbox(f"local://?dir={state}") as sb:
-            rpc = sb._client()
+            rpc = sb._core.rpc
             opened = FileWriteOpenParams(session_id="killed-upload", path=str(target))
             await rpc.call(Method.FILE_WRITE_OPEN, opened, FileWriteOpenResult)
             chunk = FileWriteChunkParams(session_id="killed-upload", offset=0)

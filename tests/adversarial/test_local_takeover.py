@@ -29,7 +29,8 @@ import pytest
 
 import remote_exec as rx
 from remote_exec.client.channel import MAX_RESPONSE, CallChannel, Channel, StdioChannel
-from remote_exec.client.sandbox import AsyncSandbox, SandboxTransport
+from remote_exec.client.sandbox import AsyncSandbox
+from remote_exec.client.transport import SandboxTransport
 from remote_exec.protocol import default_agent_dir
 
 from .conftest import Adversary
@@ -81,9 +82,9 @@ def _wait_line(proc: subprocess.Popen[bytes], deadline: float = 30.0) -> bytes:
     line = b""
     while not line.endswith(b"\n"):
         left = end - time.monotonic()
-        assert left > 0 and select.select([proc.stdout], [], [], left)[0], f"no line from {proc.args}"
+        assert left > 0 and select.select([proc.stdout], [], [], left)[0], f"no line from {proc.args!r}"
         chunk = os.read(proc.stdout.fileno(), 1)
-        assert chunk, f"{proc.args} exited: {proc.wait()}"
+        assert chunk, f"{proc.args!r} exited: {proc.wait()}"
         line += chunk
     return line
 
@@ -95,7 +96,11 @@ class Recorder:
         self.log = world / "attacker.log"
         self.log.touch()
         os.chown(self.log, ATTACKER, ATTACKER)
-        where = ["--fds", *map(str, fds)] if fds else [os.fspath(target)]
+        if fds:
+            where = ["--fds", *map(str, fds)]
+        else:
+            assert target is not None
+            where = [os.fspath(target)]
         self.proc = subprocess.Popen(
             [*AS_ATTACKER, SYSTEM_PYTHON, os.fspath(SCRIPT), os.fspath(self.log), *where],
             stdout=subprocess.PIPE,
@@ -166,7 +171,7 @@ async def victim_opens(url: str) -> rx.UntrustedAgentError:
         with anyio.fail_after(30):  # today's main sends and then waits on a listener that never answers
             async with rx.open_sandbox(url) as sb:
                 result = await sb.run(["id", "-u"])
-                pytest.fail(f"the victim's command ran, as uid {result.stdout.strip()}")
+                pytest.fail(f"the victim's command ran, as uid {result.stdout.strip()!r}")
     return info.value
 
 

@@ -14,13 +14,14 @@ import re
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import remote_exec as rx
 from remote_exec.agent.jobs.controller import JobController
 from remote_exec.agent.shell.controller import ShellController, ShellLimits
-from remote_exec.protocol import PollParams, ShellOpenParams, ShellRunParams
+from remote_exec.protocol import PollParams, PollResult, ShellOpenParams, ShellRunParams
 
 from .conftest import Adversary
 
@@ -98,8 +99,8 @@ CASES: list[tuple[str, tuple[str, ...], str | None, str]] = [
 ]
 
 
-def params() -> list[object]:
-    out = []
+def params() -> list[Any]:
+    out: list[Any] = []
     for name, shells, setup, attack in CASES:
         for shell in shells:
             marks = [pytest.mark.skipif(shutil.which("dash") is None, reason="no dash")] if shell == "sh" else []
@@ -120,6 +121,7 @@ async def run(ctl: ShellController, sid: str, command: str) -> tuple[str, int | 
     out, err, offsets = "", "", (0, 0)
     while True:
         r = await ctl.jobs.poll(PollParams(job_id=job_id, stdout_offset=offsets[0], stderr_offset=offsets[1], wait=5))
+        assert isinstance(r, PollResult)  # not binary: the model itself
         out, err, offsets = out + r.stdout, err + r.stderr, (r.stdout_offset, r.stderr_offset)
         if r.state != "running":
             return r.state, r.exit_code, out, err

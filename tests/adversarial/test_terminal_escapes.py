@@ -68,7 +68,7 @@ def test_ps_prints_each_hostile_label_and_command_safely(sandbox: str, adversary
     rows = out.splitlines()[1:]
     assert len(rows) == len(HOSTILE)  # one row per job: a newline in a command forges none
     for case in HOSTILE:
-        row = next(row for row in rows if row.startswith(ids[case]))
+        row = next(row for row in rows if row.startswith(str(ids[case])))
         refused = not unsafe_chars(row) and case in row
         adversary.tried("terminal escapes", f"ps label and command: {case}", refused=refused)
         assert refused, row
@@ -138,9 +138,8 @@ async def test_cp_download_under_a_lying_name_is_refused(tmp_path: Path, adversa
     into.mkdir()
     async with HostileAgent(tmp_path, {"file_stat": stat}) as agent:
         r = await anyio.run_process([*CLI, "-s", agent.url, "cp", "sandbox:/work/x", os.fspath(into)], check=False)
-    refused = (
-        r.returncode == 2 and b"ProtocolError" in r.stderr and b"refused" in r.stderr and agent.calls[-1] == "file_stat"
-    )
+    said = b"ProtocolError" in r.stderr and b"refused" in r.stderr
+    refused = r.returncode == 2 and said and agent.calls[-1] == "file_stat"
     adversary.tried("terminal escapes", "cp download named '..' by the agent", refused=refused)
     assert refused, (r.stderr, agent.calls)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from typing import cast
 
 import pytest
 from hypothesis import given
@@ -34,18 +35,18 @@ def test_text_reads_reassemble_exactly(text: str, cuts: list[int]) -> None:
     """However the bytes arrive and however small the reads, the text comes back intact."""
     raw = text.encode()
     buf = StreamBuffer(limit=1 << 20)
-    pos, offset, out = 0, 0, []
+    pos, offset, out = 0, 0, list[str]()
     for n in [*cuts, len(raw)]:
         buf.append(raw[pos : pos + n])
         pos += n
         if pos >= len(raw):
             buf.eof = True
         piece = buf.read(offset, 1024, "utf-8")
-        out.append(piece.data)
+        out.append(cast(str, piece.data))  # text: read with an encoding
         offset = piece.end
         if buf.eof:
             break
-    out.append(buf.read(offset, 1 << 20, "utf-8").data)
+    out.append(cast(str, buf.read(offset, 1 << 20, "utf-8").data))
     assert "".join(out) == text
 
 

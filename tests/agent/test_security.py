@@ -12,7 +12,7 @@ import remote_exec as rx
 
 
 def listening_inodes() -> set[int]:
-    inodes = set()
+    inodes: set[int] = set()
     for table in ("tcp", "tcp6", "udp", "udp6"):
         try:
             with open(f"/proc/net/{table}") as f:

@@ -7,6 +7,7 @@ import os
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from hypothesis import given, settings
@@ -21,6 +22,7 @@ from remote_exec.protocol import (
     JobIdParams,
     KillParams,
     PollParams,
+    PollResult,
     ShellIdParams,
     ShellListParams,
     ShellOpenParams,
@@ -128,11 +130,16 @@ async def ctl() -> AsyncIterator[ShellController]:
     await controller.aclose()
 
 
+async def poll(ctl: ShellController, p: PollParams) -> PollResult:
+    """A text job's poll: the controller answers a ``PollResult`` unless asked for raw bytes."""
+    return cast(PollResult, await ctl.jobs.poll(p))
+
+
 async def follow(ctl: ShellController, job_id: str, stdout_offset: int = 0) -> tuple[str, int | None, str, str]:
     """Poll a run to its end with exec_remote_poll, as a client does: (state, code, out, err)."""
     out, err, offsets = "", "", (stdout_offset, 0)
     while True:
-        r = await ctl.jobs.poll(PollParams(job_id=job_id, stdout_offset=offsets[0], stderr_offset=offsets[1], wait=5))
+        r = await poll(ctl, PollParams(job_id=job_id, stdout_offset=offsets[0], stderr_offset=offsets[1], wait=5))
         out, err, offsets = out + r.stdout, err + r.stderr, (r.stdout_offset, r.stderr_offset)
         if r.state != "running":
             return r.state, r.exit_code, out, err
@@ -152,7 +159,7 @@ async def test_runs_are_jobs_in_the_registry(ctl: ShellController) -> None:
         await ctl.jobs.poll(PollParams(job_id=row.job_id))
     # The job methods control a run: a signal reaches its processes (never the shell)...
     start = await ctl.run(ShellRunParams(session_id=sid, command="echo up; sleep 300"))
-    assert (await ctl.jobs.poll(PollParams(job_id=start.job_id, wait=5))).stdout == "up\n"
+    assert (await poll(ctl, PollParams(job_id=start.job_id, wait=5))).stdout == "up\n"
     with pytest.raises(rx.JobNotRunningError, match="input="):
         await ctl.jobs.write_stdin(WriteStdinParams(job_id=start.job_id, data="x"))
     await ctl.jobs.signal(SignalParams(job_id=start.job_id, signal="SIGTERM"))

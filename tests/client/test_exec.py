@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from typing import cast
 
 import anyio
 import pytest
@@ -19,7 +20,7 @@ async def collect(proc: rx.ExecRemoteProcess) -> list[rx.ExecRemoteEvent]:
 
 
 def joined(events: list[rx.ExecRemoteEvent], kind: type) -> str:
-    return "".join(e.data for e in events if isinstance(e, kind))  # type: ignore[attr-defined]
+    return "".join(cast(str, getattr(e, "data")) for e in events if isinstance(e, kind))  # noqa: B009 - kind has .data
 
 
 async def test_events_order_streams_and_exit_code(url: str) -> None:
@@ -233,7 +234,7 @@ async def test_binary_base64_exact(url: str) -> None:
 async def test_output_limit_keeps_tail_and_counts(url: str) -> None:
     async with rx.open_sandbox(url) as sb:
         res = await sb.run(["sh", "-c", "seq 1 100000"], output_limit=1000)
-    assert res.stdout.endswith("99999\n100000\n")  # type: ignore[union-attr]
+    assert cast(str, res.stdout).endswith("99999\n100000\n")
     assert len(res.stdout) == 1000
     assert res.stdout_truncated == len("".join(f"{i}\n" for i in range(1, 100001))) - 1000
     assert res.truncated
@@ -268,7 +269,7 @@ async def test_attach_from_second_client_sees_same_bytes(url: str) -> None:
         watcher = await b.attach(proc.job_id or "")
         first, second = await proc.wait(), await watcher.wait()
     assert first.stdout == second.stdout and first.stderr == second.stderr
-    assert first.stdout.endswith("line 200\ntail\n")  # type: ignore[union-attr]
+    assert cast(str, first.stdout).endswith("line 200\ntail\n")
     assert second.returncode == 0
 
 

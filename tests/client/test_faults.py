@@ -14,6 +14,8 @@ from remote_exec.agent.jobs.proctable import group_members
 from remote_exec.client.channel import StdioChannel
 from remote_exec.protocol import frames
 
+from ..conftest import relay_pid
+
 pytestmark = pytest.mark.anyio
 
 SLOW_LINES = "for i in $(seq 1 300); do echo line $i; echo err $i >&2; [ $((i % 30)) = 0 ] && sleep 0.05; done; exit 4"
@@ -31,7 +33,7 @@ def _is_poll_with_data(frame: frames.Frame) -> bool:
 
 def drop_poll_responses(sb: rx.AsyncSandbox, which: set[int]) -> list[int]:
     """Make the channel lose the n-th poll responses that carry data (1-based); return a log."""
-    channel = sb._client().channel
+    channel = sb._core.rpc.channel
     seen: list[int] = []
     # Every channel kind (the socket one included) reads frames in one loop: drop them there.
     assert isinstance(channel, StdioChannel)
@@ -62,7 +64,7 @@ async def test_dropped_poll_responses_lose_and_duplicate_nothing(url: str) -> No
 
 async def test_killed_stdio_channel_reconnects_without_loss(agent_dir: Path) -> None:
     async with rx.open_sandbox(f"local://?dir={agent_dir}&channel=stdio") as sb:
-        channel = sb._client().channel
+        channel = sb._core.rpc.channel
         assert isinstance(channel, StdioChannel)
         proc = sb.exec_remote(["bash", "-c", "echo first; read x < /dev/null; sleep 0.3; " + SLOW_LINES])
         first = await anext(aiter(proc))
@@ -72,7 +74,7 @@ async def test_killed_stdio_channel_reconnects_without_loss(agent_dir: Path) -> 
         relay.kill()  # kill -9 of the host-side channel process
         with anyio.fail_after(30):
             res = await proc.wait()
-        assert channel.process is not None and channel.process.pid != relay.pid  # a new relay
+        assert channel.process is not None and relay_pid(channel.process) != relay_pid(relay)  # a new relay
     assert res.stdout == "first\n" + EXPECTED_OUT
     assert res.stderr == EXPECTED_ERR
     assert res.returncode == 4

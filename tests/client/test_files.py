@@ -48,7 +48,7 @@ async def test_text_and_binary_round_trips(url: str, tmp_path: Path) -> None:
         assert (tmp_path / "big").read_bytes() == big
         assert await sb.read_file(str(tmp_path / "big"), text=False) == big
         # small chunks, many in flight: order on the wire does not matter
-        files = FileClient(sb._client(), chunk_size=64 * 1024, window=8)
+        files = FileClient(sb._core.rpc, chunk_size=64 * 1024, window=8)
         await files.write_bytes(str(tmp_path / "small-chunks"), big[: 3 * 1024 * 1024 + 5])
         assert await files.read_bytes(str(tmp_path / "small-chunks")) == big[: 3 * 1024 * 1024 + 5]
         assert temps(tmp_path) == []
@@ -159,7 +159,7 @@ async def test_failed_write_leaves_old_content_and_no_temporary(url: str, tmp_pa
     target = tmp_path / "keep.txt"
     target.write_text("old content")
     async with rx.open_sandbox(url) as sb:
-        files = FileClient(sb._client(), chunk_size=64 * 1024)
+        files = FileClient(sb._core.rpc, chunk_size=64 * 1024)
         sent = 0
 
         async def failing(offset: int, n: int) -> bytes:
@@ -174,7 +174,7 @@ async def test_failed_write_leaves_old_content_and_no_temporary(url: str, tmp_pa
         assert target.read_text() == "old content" and temps(tmp_path) == []
 
         # a commit with a hole is refused (and may be completed), an abort leaves nothing
-        rpc = sb._client()
+        rpc = sb._core.rpc
         sid = secrets.token_urlsafe(12)
         opened = await rpc.call(
             Method.FILE_WRITE_OPEN, FileWriteOpenParams(session_id=sid, path=str(target)), FileWriteOpenResult
@@ -232,7 +232,7 @@ async def test_readers_never_see_a_partial_file(url: str, tmp_path: Path) -> Non
     thread.start()
     try:
         async with rx.open_sandbox(url) as sb:
-            files = FileClient(sb._client(), chunk_size=128 * 1024)  # many chunks: a slow, visible write
+            files = FileClient(sb._core.rpc, chunk_size=128 * 1024)  # many chunks: a slow, visible write
             for i in range(6):
                 await files.write_bytes(str(target), (b"b" if i % 2 == 0 else b"a") * size)
     finally:
@@ -323,7 +323,7 @@ async def test_file_hash_digests_and_refusals(url: str, tmp_path: Path) -> None:
     os.mkfifo(ws / "fifo")  # not a regular file: None, and no hang on open
     (tmp_path / "out.txt").write_text("outside")
     async with rx.open_sandbox(url, workspace_root=str(ws)) as sb:
-        rpc = sb._client()
+        rpc = sb._core.rpc
 
         async def hashes(*paths: str, root: str | None = str(ws)) -> list[str | None]:
             res = await rpc.call(Method.FILE_HASH, FileHashParams(paths=list(paths), root=root), FileHashResult)

@@ -67,7 +67,7 @@ async def test_one_gib_round_trip_in_bounded_memory(fresh_agent_dir: Path, tmp_p
     want = sha256_of(src)
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}&channel=stdio") as sb:
         await sb.server_info()
-        relay = sb._client().channel.process  # type: ignore[attr-defined]
+        relay = sb._core.rpc.channel.process  # type: ignore[attr-defined]
         pids = {"host": os.getpid(), "relay": relay.pid, "agent": sb.info.pid}
         assert len(set(pids.values())) == 3
         for pid in pids.values():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import anyio
 import pytest
 
 import remote_exec as rx
@@ -38,3 +39,20 @@ async def test_a_recursive_listing_over_many_pages_is_complete_and_ordered(agent
     assert [e.name for e in listed] == _expected(top)
     assert len(listed) == 3328 + 6  # the files, a b c deep deeper and the link
     assert [e.name for e in flat] == sorted(os.listdir(top / "a"))
+
+
+async def test_names_that_are_not_utf8_are_left_out_and_counted_never_a_hang(agent_dir: Path, tmp_path: Path) -> None:
+    top = tmp_path / "odd"
+    (top / "ok").mkdir(parents=True)
+    for raw in (b"bad\xff", b"ok/also\xfe", b"dir\xc3"):
+        os.close(os.open(os.fsencode(top) + b"/" + raw, os.O_CREAT | os.O_WRONLY, 0o600))
+    os.mkdir(os.fsencode(top) + b"/sub\xff")
+    os.close(os.open(os.fsencode(top) + b"/sub\xff/hidden", os.O_CREAT | os.O_WRONLY, 0o600))
+    os.symlink(b"/target\xff", os.fsencode(top) + b"/link")
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        with anyio.fail_after(10):  # the agent used to die encoding the name and never answer
+            listed = await sb.list_dir(os.fspath(top), recursive=True)
+            whole = await sb._files().listing(os.fspath(top), recursive=True)
+    assert [e.name for e in listed] == ["link", "ok"]
+    assert listed[0].target == "/target\\xff"  # shown escaped, never followed
+    assert whole.unnamed == 4  # bad\xff, dir\xc3, sub\xff (and nothing below it), ok/also\xfe

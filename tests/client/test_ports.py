@@ -24,6 +24,7 @@ import remote_exec as rx
 from remote_exec.client.channel import StdioChannel
 from remote_exec.protocol import Empty, Method, PortListResult
 
+from ..conftest import relay_pid
 from ..portserver import SandboxServer, fetch_sha256, pattern
 
 pytestmark = pytest.mark.anyio
@@ -128,7 +129,7 @@ async def test_a_slow_reader_holds_the_sender_back_and_loses_nothing(url: str) -
 async def test_a_killed_channel_loses_no_byte_either_way(agent_dir: Path) -> None:
     # Every port call is a cursor call: the client retries whatever the dead relay swallowed.
     async with rx.open_sandbox(f"local://?dir={agent_dir}&channel=stdio") as sb:
-        channel = sb._client().channel
+        channel = sb._core.rpc.channel
         assert isinstance(channel, StdioChannel)
         echo = await SandboxServer.python(sb, "echo")
         async with sb.forward_port(echo.port) as fwd:
@@ -143,7 +144,7 @@ async def test_a_killed_channel_loses_no_byte_either_way(agent_dir: Path) -> Non
                     if i == 3 * 1024 * 1024:  # mid-stream, with calls in flight both ways
                         relay = channel.process
                         assert relay is not None
-                        relays.append(relay.pid)
+                        relays.append(relay_pid(relay))
                         relay.kill()  # kill -9 of the host-side channel process
                 writer.write_eof()
 
@@ -153,7 +154,7 @@ async def test_a_killed_channel_loses_no_byte_either_way(agent_dir: Path) -> Non
                     back = await reader.read()
             writer.close()
             assert back == data and fwd.last_error is None
-            assert channel.process is not None and channel.process.pid not in relays
+            assert channel.process is not None and relay_pid(channel.process) not in relays
         await echo.stop()
 
 
@@ -226,7 +227,7 @@ async def test_closing_the_forward_closes_every_connection(url: str) -> None:
                 writer.close()
             await echo.wait_for(r"(?s)(?:(?:eof|reset) after 1 bytes.*){3}")  # the server saw all three end
         assert fwd.closed and fwd.active == 0 and await refused(fwd.local_port)
-        listed = await sb._client().call(Method.PORT_LIST, Empty(), PortListResult)
+        listed = await sb._core.rpc.call(Method.PORT_LIST, Empty(), PortListResult)
         assert {c.conn_id: c.state for c in listed.conns if c.conn_id in ids} == dict.fromkeys(ids, "closed")
         await fwd.aclose()  # idempotent
         await echo.stop()
@@ -275,7 +276,7 @@ async def test_a_connect_in_flight_when_the_forward_closes_is_closed_too(url: st
         with anyio.fail_after(15):
             await closing
         await server.wait_for("forwarded connection closed", timeout=5)
-        listed = await sb._client().call(Method.PORT_LIST, Empty(), PortListResult)
+        listed = await sb._core.rpc.call(Method.PORT_LIST, Empty(), PortListResult)
         assert [c.conn_id for c in listed.conns if c.state != "closed"] == []
 
 

@@ -119,6 +119,21 @@ async def test_reattach_from_a_second_client_sees_the_state(url: str) -> None:
         await sh.close()
 
 
+async def test_a_session_reattaches_its_sibling_without_the_sandbox(url: str) -> None:
+    # what a widget holding only a session does to switch sessions (ShellView's reattach)
+    async with rx.open_sandbox(url) as sb:
+        mine, theirs = await sb.shell(), await sb.shell()
+        await theirs.run("export WHO=them")
+        assert mine.url == sb.url
+        other = await mine.reattach_shell(theirs.session_id)
+        assert (other.session_id, (await other.run("echo $WHO")).stdout) == (theirs.session_id, "them\n")
+        await mine.close()
+        await theirs.close()
+        await sb.aclose()
+        with pytest.raises(RuntimeError, match="closed"):
+            await mine.reattach_shell(theirs.session_id)
+
+
 async def test_interrupt_stops_the_command_not_the_shell(url: str) -> None:
     async with rx.open_sandbox(url) as sb, await sb.shell() as sh:
         await sh.run("export KEEP=1")
@@ -227,6 +242,7 @@ def test_blocking_twin(url: str) -> None:
             assert proc.wait().returncode == 130
             again = sb.reattach_shell(sh.session_id)
             assert again.run("echo $Z").stdout == "9\n"
+            assert sh.url == sb.url and sh.reattach_shell(again.session_id).run("echo $Z").stdout == "9\n"
             assert sh.session_id in {s.session_id for s in sb.shells()}
         assert sh.refresh().state == "closed" and sh.closed
 

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 
 import remote_exec as rx
-from remote_exec.client.transfer import IgnoreRules, same_mtime
+from remote_exec.client.transfer import IgnoreRules
+from remote_exec.client.transfer.trees import same_mtime
 
 pytestmark = pytest.mark.anyio
 
-TREE = {
+TREE: dict[str, str | bytes] = {
     "README.md": "# project\n",
     "src/app.py": "print('app')\n",
     "src/pkg/mod.py": "X = 1\n",

@@ -1,4 +1,4 @@
-"""The front end's per-model store (widgets/common.js), run under Node without a browser.
+"""The front end's per-model store (remote_exec/jupyter/static/common.js), run under Node without a browser.
 
 What every view renders from: replays reset it, deltas append (older ones are ignored), the
 tail is capped with a hidden-line count, ``\\r`` redraws a line, colours carry across chunks.
@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from remote_exec.jupyter._assets import widget_dir
+from remote_exec.jupyter._assets import STATIC
 
 SCRIPT = r"""
 const out = {};
@@ -44,7 +44,7 @@ def test_store_replay_delta_tail_and_colours() -> None:
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is not installed")
-    code = (widget_dir() / "common.js").read_text() + SCRIPT
+    code = (STATIC / "common.js").read_text() + SCRIPT
     proc = subprocess.run([node, "-e", code], capture_output=True, text=True, timeout=30, check=True)
     out = json.loads(proc.stdout)
     assert out["lines"] == ["b", "c", "progress 2"]  # 3 lines kept; the \r redrew the last one

@@ -50,7 +50,7 @@ def test_output_arrives_while_the_job_runs(ip: InteractiveShell, tmp_path: Path)
 
     import sys
 
-    old, sys.stdout = sys.stdout, Spy()  # type: ignore[assignment]
+    old, sys.stdout = sys.stdout, Spy()
     try:
         ip.run_cell_magic("exec_remote", "", f"echo first; while [ ! -e {gate} ]; do sleep 0.02; done; echo second")
     finally:

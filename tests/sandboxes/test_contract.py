@@ -81,7 +81,7 @@ async def test_cursor_replay_after_dropped_response(sandbox_url: str) -> None:
 
 async def test_killed_channel_process_resumes_without_loss(sandbox_url: str) -> None:
     async with rx.open_sandbox(sandbox_url) as sb:
-        channel = sb._client().channel
+        channel = sb._core.rpc.channel
         if not isinstance(channel, StdioChannel):
             pytest.skip("this sandbox talks to the agent socket directly: no channel process")
         proc = sb.exec_remote(["sh", "-c", "echo first; sleep 0.3; " + SLOW_LINES])

@@ -22,6 +22,7 @@ import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -75,7 +76,7 @@ def recording(cls: type[ContainerTransport]) -> type[ContainerTransport]:
             super().__init__(container, **kw)
             self.copy = Recorded(self)
 
-        def native_copy(self) -> Recorded:  # type: ignore[override]
+        def native_copy(self) -> Recorded:
             return self.copy
 
     return RecordingTransport
@@ -110,7 +111,7 @@ class Engine:
         done = self.dockerd.docker(*argv) if self.kind == "docker" else self.podman.podman(*argv)
         return done.stdout.decode()
 
-    def transport(self, name: str, **kw: object) -> ContainerTransport:
+    def transport(self, name: str, **kw: Any) -> ContainerTransport:
         return recording(DockerTransport if self.kind == "docker" else PodmanTransport)(name, **kw)
 
     def cleanup(self) -> None:

@@ -180,12 +180,14 @@ class FileController:
                 except OSError as exc:
                     raise os_error(exc, p.path) from None
                 try:
-                    entries, more = walk_page(fd, r.path, p.recursive, p.limit, p.after)
+                    entries, more, unnamed = walk_page(fd, r.path, p.recursive, p.limit, p.after)
                 except OSError as exc:
                     raise os_error(exc, p.path) from None
                 finally:
                     os.close(fd)
-                return FileListResult(path=r.path, entries=entries, next=entries[-1].name if more else None)
+                return FileListResult(
+                    path=r.path, entries=entries, next=entries[-1].name if more else None, unnamed=unnamed
+                )
 
         return await asyncio.to_thread(run)
 

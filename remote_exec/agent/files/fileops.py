@@ -12,7 +12,6 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ...errors import FileError, RemoteIsADirectoryError
@@ -29,11 +28,9 @@ __all__ = [
     "pwrite_all",
     "stat_at",
     "umask",
-    "walk",
 ]
 
 _O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
-_LIST = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO with no writer (or a lease-held file) returns at once instead of
 # holding a worker thread forever; O_NOCTTY: a terminal never becomes the agent's.
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
@@ -316,69 +313,3 @@ def finish_write(w: Write, path: str, size: int, mtime_ns: int | None, fsync: bo
         if sfd >= 0:
             os.close(sfd)
         w.discard()  # after the rename there is no temporary file left (a staging directory is removed)
-
-
-class _Full(Exception):
-    """The listing reached its entry limit."""
-
-
-def _scan(dfd: int, prefix: str, path: str, out: list[FileInfo], limit: int) -> list[str]:
-    """Append the entries of the directory open as ``dfd`` to ``out``; return its subdirectories."""
-    with os.scandir(dfd) as it:
-        entries = sorted(it, key=lambda e: e.name)
-    subdirs = []
-    base = path.rstrip("/")
-    for e in entries:
-        try:
-            st = e.stat(follow_symlinks=False)
-            target = os.readlink(e.name, dir_fd=dfd) if stat.S_ISLNK(st.st_mode) else None
-        except FileNotFoundError:
-            continue  # removed while we listed
-        if len(out) >= limit:
-            raise _Full
-        name = prefix + e.name
-        out.append(info(f"{base}/{name}", name, st, target))
-        if stat.S_ISDIR(st.st_mode):
-            subdirs.append(e.name)
-    return subdirs
-
-
-def walk(fd: int, path: str, recursive: bool, limit: int) -> tuple[list[FileInfo], bool]:
-    """Entries of the directory open as ``fd``, then (``recursive``) of each subdirectory in turn,
-    depth first; symlinks are listed, never followed. Only the directories on the current branch
-    are held open, each opened relative to its parent with ``O_NOFOLLOW``."""
-    out: list[FileInfo] = []
-    try:
-        first = _scan(fd, "", path, out, limit)
-        if not recursive:
-            return out, False
-        stack: list[tuple[int, str, Iterator[str]]] = [(fd, "", iter(first))]
-        try:
-            while stack:
-                dfd, prefix, names = stack[-1]
-                name = next(names, None)
-                if name is None:
-                    stack.pop()
-                    if dfd != fd:
-                        os.close(dfd)
-                    continue
-                try:
-                    sub = os.open(name, _LIST, dir_fd=dfd)
-                except OSError:
-                    continue  # unreadable or gone: listed, not descended into
-                try:
-                    subs = _scan(sub, f"{prefix}{name}/", path, out, limit)
-                except OSError:
-                    os.close(sub)
-                    continue
-                except BaseException:
-                    os.close(sub)
-                    raise
-                stack.append((sub, f"{prefix}{name}/", iter(subs)))
-        finally:
-            for dfd, _, _ in stack:
-                if dfd != fd:
-                    os.close(dfd)
-    except _Full:
-        return out, True
-    return out, False

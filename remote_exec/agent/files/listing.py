@@ -34,6 +34,7 @@ class _Page:
         self.limit = limit
         self.out: list[FileInfo] = []
         self.size = 0
+        self.unnamed = 0  # entries left out: their names are not UTF-8, so JSON cannot name them
 
     def scan(self, dfd: int, prefix: str, after: str | None = None) -> list[str]:
         """Add the entries of directory ``dfd`` named after ``after``; return all its subdirectories."""
@@ -41,6 +42,9 @@ class _Page:
             entries = sorted(it, key=lambda e: e.name)
         subdirs = []
         for e in entries:
+            if not _utf8(e.name):
+                self.unnamed += after is None or e.name > after  # counted once, on the page it falls in
+                continue  # nor descended into: nothing below it can be named either
             try:
                 is_dir = e.is_dir(follow_symlinks=False)
             except OSError:
@@ -52,6 +56,8 @@ class _Page:
             try:
                 st = e.stat(follow_symlinks=False)
                 target = os.readlink(e.name, dir_fd=dfd) if stat.S_ISLNK(st.st_mode) else None
+                if target is not None and not _utf8(target):  # shown, not followed: escape the bytes
+                    target = target.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
             except FileNotFoundError:
                 continue  # removed while we listed
             if len(self.out) >= self.limit or self.size >= PAGE_BYTES:
@@ -65,15 +71,24 @@ class _Page:
         return subdirs
 
 
+def _utf8(name: str) -> bool:
+    """False for a name holding bytes that are not UTF-8 (decoded by Python as surrogates)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _subdirs_after(dfd: int, after: str) -> list[str]:
     with os.scandir(dfd) as it:
-        return sorted(e.name for e in it if e.name > after and e.is_dir(follow_symlinks=False))
+        return sorted(e.name for e in it if e.name > after and _utf8(e.name) and e.is_dir(follow_symlinks=False))
 
 
-def walk_page(fd: int, path: str, recursive: bool, limit: int, after: str | None) -> tuple[list[FileInfo], bool]:
+def walk_page(fd: int, path: str, recursive: bool, limit: int, after: str | None) -> tuple[list[FileInfo], bool, int]:
     """One page of the entries below the directory open as ``fd`` (see the module docstring);
-    the second value says whether more follow. Only the directories on the current branch are
-    held open."""
+    then whether more follow, and how many entries were left out because their names are not
+    UTF-8. Only the directories on the current branch are held open."""
     page = _Page(path, limit)
     stack: list[tuple[int, str, Iterator[str]]] = []
     try:
@@ -81,7 +96,7 @@ def walk_page(fd: int, path: str, recursive: bool, limit: int, after: str | None
         if not recursive or len(parts) <= 1:
             first = page.scan(fd, "", parts[0] if parts else None)
             if not recursive:
-                return page.out, False
+                return page.out, False, page.unnamed
             stack.append((fd, "", iter(first)))
         else:
             # Reopen the branch of the last entry: above it, the subdirectories still to descend.
@@ -118,9 +133,9 @@ def walk_page(fd: int, path: str, recursive: bool, limit: int, after: str | None
                 raise
             stack.append((sub, f"{prefix}{subdir}/", iter(subs)))
     except _Full:
-        return page.out, True
+        return page.out, True, page.unnamed
     finally:
         for dfd, _, _ in stack:
             if dfd != fd:
                 os.close(dfd)
-    return page.out, False
+    return page.out, False, page.unnamed

@@ -14,18 +14,34 @@ import contextlib
 import signal
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ...errors import JobNotRunningError
 from ...protocol import StartParams
 from ..jobs.job import Job
 
-if TYPE_CHECKING:
-    from .session import ShellSession
-
-__all__ = ["ShellRun"]
+__all__ = ["RunSession", "ShellRun"]
 
 KILL_SETTLE = 1.0  # seconds after SIGKILL of a run's processes for the shell to report back
+
+
+class RunSession(Protocol):
+    """What a run uses of its :class:`~remote_exec.agent.shell.session.ShellSession`, named here
+    because that module imports this one (so this one may not import it)."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def pid(self) -> int: ...
+
+    def interrupt(self) -> None: ...
+
+    def signal_run(self, run: ShellRun, sig: int) -> None: ...
+
+    async def signal_processes(self, run: ShellRun, sig: int) -> None: ...
+
+    async def close(self, reason: str) -> None: ...
 
 
 class ShellRun(Job):
@@ -41,7 +57,7 @@ class ShellRun(Job):
         params: StartParams,
         buffer_limit: int,
         on_done: Callable[[Job], None],
-        session: ShellSession,
+        session: RunSession,
     ) -> None:
         super().__init__(job_id, params, buffer_limit, on_done)
         assert isinstance(params.command, str)

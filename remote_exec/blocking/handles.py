@@ -1,6 +1,6 @@
 """The blocking handles: a job, a shell session and a port forward, each wrapping its async original.
 
-Their methods are one-liners around the shared portal of :mod:`remote_exec.blocking`; a wait
+Their methods are one-liners around the shared portal of :mod:`remote_exec.blocking.sandbox`; a wait
 that a user may want to stop (iteration, ``wait()``, ``run()``) is interruptible with Ctrl-C.
 """
 
@@ -14,11 +14,11 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal
 
-from .client.ports import PortForward
-from .client.process import ExecRemoteProcess
-from .client.shell import ShellSession
-from .client.types import ExecRemoteEvent, ExecResult
-from .protocol import PortConnInfo, ShellInfo
+from ..client.ports import PortForward
+from ..client.process import ExecRemoteProcess
+from ..client.shell import ShellSession
+from ..client.types import ExecRemoteEvent, ExecResult
+from ..protocol import PortConnInfo, ShellInfo
 
 __all__ = ["BlockingExecRemoteProcess", "BlockingPortForward", "BlockingShellSession", "interruptible"]
 
@@ -61,6 +61,11 @@ class BlockingExecRemoteProcess:
     def __init__(self, portal: BlockingPortal, proc: ExecRemoteProcess) -> None:
         self._portal = portal
         self.async_process = proc
+
+    @property
+    def portal(self) -> BlockingPortal:
+        """The anyio portal this handle's calls run through (see :attr:`Sandbox.portal`)."""
+        return self._portal
 
     @property
     def job_id(self) -> str | None:
@@ -129,8 +134,18 @@ class BlockingShellSession:
         self.async_session = session
 
     @property
+    def portal(self) -> BlockingPortal:
+        """The anyio portal this handle's calls run through (see :attr:`Sandbox.portal`)."""
+        return self._portal
+
+    @property
     def session_id(self) -> str:
         return self.async_session.session_id
+
+    @property
+    def url(self) -> str:
+        """The URL of the sandbox the shell runs in."""
+        return self.async_session.url
 
     @property
     def pid(self) -> int:
@@ -188,6 +203,14 @@ class BlockingShellSession:
         """Kill the shell and everything still running in it, for every client."""
         self._portal.call(self.async_session.close)
 
+    def reattach_shell(self, session_id: str) -> BlockingShellSession:
+        """A handle on another session in the same sandbox (see :meth:`ShellSession.reattach_shell`).
+
+        :raises ShellNotFoundError: no such session (or closed long ago).
+        :raises ShellClosedError: the session's shell has ended.
+        """
+        return BlockingShellSession(self._portal, self._portal.call(self.async_session.reattach_shell, session_id))
+
     def __enter__(self) -> BlockingShellSession:
         return self
 
@@ -212,6 +235,11 @@ class BlockingPortForward:
     def __init__(self, portal: BlockingPortal, forward: PortForward) -> None:
         self._portal = portal
         self.async_forward = forward
+
+    @property
+    def portal(self) -> BlockingPortal:
+        """The anyio portal this handle's calls run through (see :attr:`Sandbox.portal`)."""
+        return self._portal
 
     @property
     def url(self) -> str:

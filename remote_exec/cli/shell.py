@@ -16,10 +16,10 @@ import os
 import sys
 from typing import TextIO
 
-from .blocking import BlockingExecRemoteProcess, BlockingShellSession, connect
-from .client.types import Completed, StderrChunk, StdoutChunk
-from .errors import ExecTimeoutError, ShellBusyError
-from .termsafe import terminal_safe
+from ..blocking import BlockingExecRemoteProcess, BlockingShellSession, connect
+from ..client.types import Completed, StderrChunk, StdoutChunk
+from ..errors import ExecTimeoutError, ShellBusyError
+from ..termsafe import terminal_safe
 
 __all__ = ["shell_repl"]
 

@@ -20,12 +20,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .client.files import FileClient
-from .client.localtree import check_name
-from .client.sandbox import AsyncSandbox
-from .client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
-from .errors import RemoteExecError
-from .termsafe import terminal_safe
+from ..client.localtree import check_name
+from ..client.sandbox import AsyncSandbox
+from ..client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES
+from ..errors import RemoteExecError
+from ..termsafe import terminal_safe
 
 __all__ = ["PREFIX", "add_cp_parser", "copy"]
 
@@ -126,11 +125,8 @@ async def _download(sb: AsyncSandbox, remote: str, dst: str, tree: dict[str, Any
             )
             return 1
         out = sys.stdout.buffer
-
-        async def write(offset: int, data: memoryview) -> None:
-            out.write(data)  # window=1: chunks come in order
-
-        await FileClient(sb._client(), sb.workspace_root, window=1)._read(remote, write)
+        async for chunk in sb.aiter_file(remote):
+            out.write(chunk)
         out.flush()
         return 0
     local = Path(dst)

@@ -5,9 +5,9 @@
 ``remote-exec ps``                              list running and retained jobs
 ``remote-exec attach JOB_ID``                   replay a job's retained output and follow it
 ``remote-exec kill JOB_ID``                     kill a job's whole process group
-``remote-exec shell [--session ID]``            a prompt on a shell session (see cli_shell.py)
+``remote-exec shell [--session ID]``            a prompt on a shell session (see shell.py)
 ``remote-exec cp SRC DST``                      copy files or trees; ``sandbox:PATH`` is the sandbox's
-                                                side (see cli_cp.py)
+                                                side (see cp.py)
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ import signal
 import sys
 from typing import TextIO
 
-from .cli_cp import add_cp_parser, copy
-from .cli_shell import shell_repl
-from .client.process import ExecRemoteProcess
-from .client.sandbox import AsyncSandbox
-from .client.types import Completed, ExecRemoteOptions, StderrChunk, StdoutChunk
-from .errors import ExecTimeoutError, RemoteExecError
-from .protocol import JobInfo
-from .sandboxes import open_sandbox
-from .termsafe import terminal_safe
+from ..client.process import ExecRemoteProcess
+from ..client.sandbox import AsyncSandbox
+from ..client.types import Completed, ExecRemoteOptions, StderrChunk, StdoutChunk
+from ..errors import ExecTimeoutError, RemoteExecError
+from ..protocol import JobInfo
+from ..sandboxes import open_sandbox
+from ..termsafe import terminal_safe
+from .cp import add_cp_parser, copy
+from .shell import shell_repl
 
 __all__ = ["main"]
 

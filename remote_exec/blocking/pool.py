@@ -18,9 +18,9 @@ from typing import Any, TypeVar
 
 from anyio.from_thread import BlockingPortal
 
-from .blocking import Sandbox, lease_portal, release_portal
-from .client.sandbox import AsyncSandbox
-from .pool import PoolStats, SandboxFactory, SandboxPool
+from ..client.sandbox import AsyncSandbox
+from ..pool import PoolStats, SandboxFactory, SandboxPool
+from .sandbox import Sandbox, borrowing, lease_portal, release_portal
 
 __all__ = ["BlockingSandboxPool"]
 
@@ -138,5 +138,5 @@ class BlockingSandboxPool:
         with self._lock:
             face = self._faces.get(sandbox)
             if face is None:
-                face = self._faces[sandbox] = Sandbox._borrowing(sandbox, self._open_portal())
+                face = self._faces[sandbox] = borrowing(sandbox, self._open_portal())
             return face

@@ -11,22 +11,29 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from types import TracebackType
 from typing import Any, Literal, TypeVar, Unpack, overload
 
 from anyio.from_thread import BlockingPortal, BlockingPortalProvider
 
-from .blocking_handles import BlockingExecRemoteProcess, BlockingPortForward, BlockingShellSession, interruptible
-from .client.process import ExecRemoteProcess
-from .client.sandbox import AsyncSandbox
-from .client.shell import ShellSession
-from .client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, TransferResult
-from .client.types import ExecRemoteOptions, ExecResult, OptionOverrides
-from .protocol import FileInfo, JobInfo, ServerInfo, ShellInfo
-from .sandboxes import open_sandbox
+from ..client.process import ExecRemoteProcess
+from ..client.sandbox import AsyncSandbox
+from ..client.shell import ShellSession
+from ..client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, TransferResult
+from ..client.types import ExecRemoteOptions, ExecResult, OptionOverrides
+from ..protocol import FileInfo, JobInfo, ServerInfo, ShellInfo
+from ..sandboxes import open_sandbox
+from .handles import BlockingExecRemoteProcess, BlockingPortForward, BlockingShellSession, interruptible
 
-__all__ = ["BlockingExecRemoteProcess", "BlockingPortForward", "BlockingShellSession", "Sandbox", "connect"]
+__all__ = [
+    "BlockingExecRemoteProcess",
+    "BlockingPortForward",
+    "BlockingShellSession",
+    "Sandbox",
+    "borrowing",
+    "connect",
+]
 
 T = TypeVar("T")
 _provider = BlockingPortalProvider(backend="asyncio")
@@ -64,14 +71,6 @@ class Sandbox:
     async def _open(url: str, response_margin: float | None, workspace_root: str | None) -> AsyncSandbox:
         return await open_sandbox(url, response_margin=response_margin, workspace_root=workspace_root)
 
-    @classmethod
-    def _borrowing(cls, async_sandbox: AsyncSandbox, portal: BlockingPortal) -> Sandbox:
-        """A blocking face for a sandbox someone else opened (a pool), on that owner's portal lease."""
-        self = cls.__new__(cls)
-        self._portal, self._owns_lease, self._closed = portal, False, False
-        self.async_sandbox = async_sandbox
-        return self
-
     def _release_portal(self) -> None:
         if self._owns_lease:
             release_portal()
@@ -84,6 +83,13 @@ class Sandbox:
     @property
     def url(self) -> str:
         return self.async_sandbox.url
+
+    @property
+    def portal(self) -> BlockingPortal:
+        """The anyio portal this sandbox's calls run through (one event-loop thread shared by the
+        blocking objects): ``sb.portal.call(fn, ...)`` runs ``fn`` on it, as async code that
+        drives :attr:`async_sandbox` or its handles must."""
+        return self._portal
 
     @property
     def info(self) -> ServerInfo:
@@ -242,6 +248,26 @@ class Sandbox:
         fn = functools.partial(self.async_sandbox.read_file_to, progress=progress)
         return interruptible(self._portal, fn, path, local_path)
 
+    def iter_file(self, path: str) -> Generator[bytes, None, None]:
+        """The bytes of ``path``, in order, one chunk at a time; Ctrl-C stops the read (see
+        :meth:`AsyncSandbox.aiter_file`).
+
+        :raises RemoteFileNotFoundError: no such file.
+        :raises RemoteIsADirectoryError: ``path`` is a directory.
+        :raises FileError: the file changed while it was being read.
+        """
+        self._check_open()
+        chunks = self.async_sandbox.aiter_file(path)
+        try:
+            while True:
+                try:
+                    yield interruptible(self._portal, chunks.__anext__)
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not self._closed:  # else the portal may be gone; the loop finalises the generator
+                self._portal.call(chunks.aclose)
+
     def write_file_from(
         self,
         local_path: str | os.PathLike[str],
@@ -365,3 +391,11 @@ def connect(
     :raises AgentUnavailableError: the agent cannot be started or reached.
     """
     return Sandbox(url, response_margin=response_margin, workspace_root=workspace_root)
+
+
+def borrowing(async_sandbox: AsyncSandbox, portal: BlockingPortal) -> Sandbox:
+    """A blocking face for a sandbox someone else opened (a pool), on that owner's portal lease."""
+    face = Sandbox.__new__(Sandbox)
+    face._portal, face._owns_lease, face._closed = portal, False, False
+    face.async_sandbox = async_sandbox
+    return face

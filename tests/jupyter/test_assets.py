@@ -1,0 +1,95 @@
+"""The widgets' front-end files: their text when installed, files anywidget hot-reloads in a checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anywidget
+import pytest
+
+from remote_exec.jupyter._assets import STATIC, WatchedFiles
+
+ROOT = Path(__file__).resolve().parents[2]
+TYPES = "from remote_exec.jupyter import Dashboard, JobView, ShellView as S\n" + (
+    "print(*(type(getattr(c, k)).__name__ for c in (Dashboard, JobView, S) for k in ('_esm', '_css')))"
+)
+
+
+def _class_attribute_types(hmr: str | None) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "ANYWIDGET_HMR"}
+    if hmr is not None:
+        env["ANYWIDGET_HMR"] = hmr
+    out = subprocess.run([sys.executable, "-c", TYPES], env=env, capture_output=True, text=True, check=True)
+    return out.stdout.split()
+
+
+def test_the_files_live_in_the_package() -> None:
+    assert STATIC == ROOT / "remote_exec" / "jupyter" / "static"
+    assert not list(ROOT.glob("widgets/*.js"))  # the old second place is gone
+
+
+def test_text_by_default_watched_files_with_anywidget_hmr_in_a_checkout() -> None:
+    assert _class_attribute_types(None) == ["str"] * 6
+    assert _class_attribute_types("1") == ["WatchedFiles"] * 6
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Iterator[tuple[Path, Path, WatchedFiles]]:
+    common, own = tmp_path / "common.js", tmp_path / "w.js"
+    common.write_text("const A = 1;")
+    own.write_text("export default { render() {} };")
+    watched = WatchedFiles(common, own)
+    yield common, own, watched
+    watched.stop_thread()
+
+
+def _until_changed(watched: WatchedFiles, path: Path, text: str) -> list[str]:
+    """Rewrite ``path`` as an editor saves (new file renamed over it) until ``changed`` fires.
+
+    The watcher starts in its thread: a save before it listens is not seen, hence the retries.
+    """
+    seen: list[str] = []
+    fired = threading.Event()
+
+    def on_change(contents: str) -> None:
+        seen.append(contents)
+        fired.set()
+
+    watched.changed.connect(on_change)
+    deadline = time.monotonic() + 20
+    while not fired.is_set() and time.monotonic() < deadline:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+        fired.wait(0.5)
+    assert fired.is_set(), "no change reported within 20 s"
+    return seen
+
+
+def synced(w: anywidget.AnyWidget) -> object:
+    """The ``_esm`` the front end gets (the trait anywidget made of the class attribute)."""
+    return w.get_state("_esm")["_esm"]
+
+
+def test_an_atomic_save_of_either_file_reaches_the_widget(files: tuple[Path, Path, WatchedFiles]) -> None:
+    common, own, watched = files
+
+    class Probe(anywidget.AnyWidget):
+        _esm = watched
+
+    w = Probe()
+    try:
+        assert synced(w) == "const A = 1;\nexport default { render() {} };"
+        seen = _until_changed(watched, common, "const A = 2;")
+        assert seen[-1] == "const A = 2;\nexport default { render() {} };"
+        assert synced(w) == seen[-1]  # anywidget pushed the new text into the synced trait
+        seen = _until_changed(watched, own, "export default {};")
+        assert synced(w) == "const A = 2;\nexport default {};"
+    finally:
+        w.close()
