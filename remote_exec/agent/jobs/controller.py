@@ -38,7 +38,7 @@ from ..rpc import WithPayload
 from .diskjob import DiskJob, JobHome
 from .job import Job
 from .proctable import scan
-from .proctree import marked_processes, signal_all
+from .proctree import kill_tree, marked_processes, signal_all
 
 __all__ = ["JobController", "JobLimits"]
 
@@ -305,7 +305,13 @@ class JobController:
                     raise ValueError("not a job of this state dir")
                 restored.append(await DiskJob.restore(meta, self.limits.buffer_limit, self._job_done, home, exits))
             except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("cannot re-adopt %s: %s; removing it", entry.name, exc)
+                log.warning("cannot re-adopt %s: %s; ending its processes and removing it", entry.name, exc)
+                if entry.name.startswith(self.prefix + "-"):
+                    # An agent killed between the spawn and the job.json: the process runs (and the
+                    # keeper may hold its stdin) but nobody can name it. End it: the client's retry
+                    # of the start (same idempotency key) is told nothing of it and starts afresh.
+                    await scan(kill_tree, entry.name)
+                    await home.keeper.request({"op": "drop", "key": entry.name})
                 shutil.rmtree(entry.path, ignore_errors=True)
         restored.sort(key=lambda j: _seq(j.job_id))
         ended = sorted((j for j in restored if not j.running), key=lambda j: j.ended_at or 0.0)
