@@ -115,7 +115,7 @@ async def _ps(target: Target) -> list[tuple[int, str]]:
     out = await target.run_in(["ps", "-ww", "-eo", "pid=,stat=,args="])
     found = []
     for line in out.decode(errors="replace").splitlines():
-        pid, stat, args = (line.strip().split(None, 2) + ["", ""])[:3]
+        pid, stat, args = [*line.strip().split(None, 2), "", ""][:3]
         if pid.isdigit() and not stat.startswith("Z") and target.ours(args) and not args.startswith("ps "):
             found.append((int(pid), args))
     return found
