@@ -355,6 +355,7 @@ def launch(rpc: RpcClient, command: list[str] | str, options: ExecRemoteOptions,
         encoding=options.encoding,
         label=options.label,
         idempotency_key=secrets.token_hex(8),
+        output_cap=options.output_cap,
     )
     return starting(rpc, rpc.call(Method.EXEC_REMOTE_START, params, StartResult), options, margin)
 

@@ -268,7 +268,7 @@ class JobController:
                 if not found:
                     break
                 signal_all(set().union(*found.values()), signal.SIGKILL)
-            running = [j._done.wait() for j in self._jobs.values() if j.running]
+            running = [j.ended() for j in self._jobs.values() if j.running]
             if running:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.gather(*running), 1.0)
