@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, ServerBusyError
 from ...protocol import (
+    MAX_PAGE_ITEMS,
     PAGE_BYTES,
     Empty,
     JobIdParams,
@@ -27,6 +28,10 @@ from ...protocol import (
     ListResult,
     PollParams,
     PollResult,
+    PruneParams,
+    PruneResult,
+    ReadParams,
+    ReadResult,
     SignalParams,
     StartParams,
     StartResult,
@@ -54,14 +59,15 @@ class JobLimits:
 
     :ivar buffer_limit: bytes retained per stream per job (older bytes are reported as dropped).
     :ivar max_running: running jobs at once; more starts get ``ServerBusyError``.
-    :ivar retain_seconds: how long a finished job stays readable (for attach and dashboards).
-    :ivar max_retained: finished jobs kept at most; the oldest are released first.
+    :ivar retain_seconds: how long a finished job stays readable, its record and logs on disk
+        (for attach, ``logs`` and dashboards); older ones are forgotten.
+    :ivar max_retained: finished jobs kept at most; the oldest are forgotten first.
     """
 
     buffer_limit: int = 8 * 1024 * 1024
     max_running: int = 4096
-    retain_seconds: float = 3600.0
-    max_retained: int = 512
+    retain_seconds: float = 7 * 24 * 3600.0  # a three-day run's logs outlive the run by days
+    max_retained: int = 1000
 
 
 class JobController:
@@ -254,6 +260,53 @@ class JobController:
             await job.kill(None)
         self._release(p.job_id)
         return Empty()
+
+    async def read(self, p: ReadParams) -> WithPayload:
+        """Bytes of one stream at an offset (or its tail), as the payload; moves no cursor."""
+        job = self._get(p.job_id)
+        stream = job.streams[1 if p.stream == "stdout" else 2]
+        size = stream.end
+        if p.tail is not None:
+            n = min(p.tail, p.max_bytes)
+            offset = max(0, size - n)
+        else:
+            n, offset = p.max_bytes, p.offset
+        try:
+            got = stream.read(offset, n, "base64", peek=True, raw=True)  # base64 + raw: bytes, uncut
+        except ValueError as exc:
+            raise InvalidParamsError(str(exc), data={"job_id": p.job_id}) from None
+        assert isinstance(got.data, bytes)
+        state = job.state
+        result = ReadResult(
+            offset=got.start,
+            dropped=got.dropped,
+            size=max(size, got.end),
+            state=state,
+            exit_code=None if state == "running" else job.exit_code,
+        )
+        return WithPayload(result, got.data)
+
+    async def forget(self, p: JobIdParams) -> Empty:
+        """Forget an ended job: its record and its logs go (a running one is refused)."""
+        job = self._get(p.job_id)
+        if job.running:
+            raise InvalidParamsError(
+                f"job {p.job_id} is still running: kill it first, then forget it", data={"job_id": p.job_id}
+            )
+        self._release(p.job_id)
+        return Empty()
+
+    async def prune(self, p: PruneParams) -> PruneResult:
+        """Forget ended jobs older than ``p.older_than`` seconds or beyond the newest ``p.keep``."""
+        now = time.monotonic()
+        ended = list(self._finished.items())  # oldest end first
+        doomed = {job_id for job_id, at in ended if p.older_than is not None and now - at > p.older_than}
+        if p.keep is not None:
+            doomed.update(job_id for job_id, _ in ended[: max(0, len(ended) - p.keep)])
+        gone = [job_id for job_id, _ in ended if job_id in doomed]
+        for job_id in gone:
+            self._release(job_id)
+        return PruneResult(forgotten=len(gone), job_ids=gone[:MAX_PAGE_ITEMS])
 
     async def aclose(self) -> None:
         """Kill every job's whole tree, leftovers of ended jobs included (an explicit shutdown:
