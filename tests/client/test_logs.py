@@ -42,7 +42,7 @@ async def test_a_running_jobs_tail_and_the_disk_cap_count(fresh_agent_dir: Path)
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}") as sb:
         proc = sb.exec_remote(["sh", "-c", "seq 1 100000; echo done; exec sleep 300"], output_cap=64 * 1024)
         async for ev in proc:  # follow until the last line is out (an event, not a sleep)
-            if isinstance(ev, rx.StdoutChunk) and ev.data.endswith("done\n"):
+            if isinstance(ev, rx.StdoutChunk) and isinstance(ev.data, str) and ev.data.endswith("done\n"):
                 break
         tail = await proc.tail(5)
         assert tail.data == b"done\n" and tail.state == "running" and tail.exit_code is None
