@@ -145,6 +145,18 @@ async def test_exit_codes_survive_an_agent_killed_as_jobs_exit(fresh_agent_dir: 
         assert (await sb.server_info()).pid != old
 
 
+async def test_job_ids_are_never_reused_after_a_restart(fresh_agent_dir: Path) -> None:
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        first = await sb.exec_remote(["true"]).wait()
+        await sb.forget(first.job_id)  # no job dir left to count from
+        old = sb.info.pid
+        os.kill(old, signal.SIGKILL)
+        second = await sb.exec_remote(["true"]).wait()  # reconnects to the keeper's next agent
+        assert (await sb.server_info()).pid != old
+    prefix, _, n = first.job_id.rpartition("-")
+    assert second.job_id == f"{prefix}-{int(n) + 1}"
+
+
 async def test_stdin_survives_the_agent(fresh_agent_dir: Path) -> None:
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
         cat = sb.exec_remote(["cat"], stdin_open=True)

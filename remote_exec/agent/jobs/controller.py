@@ -48,6 +48,7 @@ from .proctree import marked_processes, signal_all
 __all__ = ["JobController", "JobLimits"]
 
 log = logging.getLogger("remote_exec.agent")
+COUNTER = "counter"  # in the jobs dir: the last job number handed out
 SWEEP = 1.0  # seconds between disk-cap checks of running jobs' files
 
 J = TypeVar("J", bound=Job)
@@ -99,6 +100,9 @@ class JobController:
         self._by_key: dict[str, str] = {}
         self._starting: dict[str, asyncio.Future[StartResult]] = {}
         self._counter = 0
+        if home is not None:  # carry on from the previous agents' counter
+            with contextlib.suppress(OSError, ValueError):
+                self._counter = int((home.root / COUNTER).read_bytes())
         self._spawning = 0  # starts between the limit check and registering (their spawn awaited)
 
     @property
@@ -111,6 +115,20 @@ class JobController:
             raise ServerBusyError(
                 f"{busy} jobs are running, the limit of this agent", data={"limit": self.limits.max_running}
             )
+
+    def _next_id(self) -> str:
+        """A new job id. The counter is on disk before the job exists: a forgotten job's id is
+        never handed out again by a later agent, which would otherwise start counting from the
+        highest id it still finds."""
+        self._counter += 1
+        if self.home is not None:
+            with contextlib.suppress(OSError):  # a full disk: the spawn fails anyway
+                fd = os.open(self.home.root / COUNTER, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+                try:
+                    os.pwrite(fd, b"%20d\n" % self._counter, 0)
+                finally:
+                    os.close(fd)
+        return f"{self.prefix}-{self._counter}"
 
     def _get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)
@@ -171,8 +189,7 @@ class JobController:
             return StartResult(job_id=known.job_id, pid=known.pid)
         self._expire()
         self._check_room()
-        self._counter += 1
-        job_id = f"{self.prefix}-{self._counter}"
+        job_id = self._next_id()
         job: Job
         if self.home is not None:
             job = DiskJob(job_id, p, self.limits.buffer_limit, self._job_done, self.home)
@@ -210,8 +227,7 @@ class JobController:
         """
         self._expire()
         self._check_room()
-        self._counter += 1
-        job = make(f"{self.prefix}-{self._counter}", self.limits.buffer_limit, self._job_done)
+        job = make(self._next_id(), self.limits.buffer_limit, self._job_done)
         if self.budget is not None:
             job.charge_to(self.budget)
         self._jobs[job.job_id] = job
