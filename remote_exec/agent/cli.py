@@ -70,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
         s.add_argument(
             "--disk-cap", type=int, default=1 << 30, help="bytes of each job output stream kept on disk (head dropped)"
         )
+        s.add_argument(
+            "--retain-seconds", type=float, default=7 * 24 * 3600.0, help="forget an ended job this long after its end"
+        )
+        s.add_argument("--max-retained", type=int, default=1000, help="ended jobs kept at most (oldest forgotten)")
         s.add_argument("--report-version", default=None, help=argparse.SUPPRESS)  # tests: fake another version
         if name == "serve":
             s.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
@@ -87,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     state_dir: Path = args.dir or default_agent_dir()
     serve_args = ["--idle-timeout", str(args.idle_timeout), "--buffer-limit", str(args.buffer_limit)]
     serve_args += ["--disk-cap", str(args.disk_cap)]
+    serve_args += ["--retain-seconds", str(args.retain_seconds), "--max-retained", str(args.max_retained)]
     if args.report_version:
         serve_args += ["--report-version", args.report_version]
     serve_args += ["--shell-ttl", str(args.shell_ttl)] + (["--port-any-host"] if args.port_any_host else [])
@@ -130,7 +135,12 @@ def _serve(args: argparse.Namespace, state_dir: Path) -> int:
     config = ServerConfig(
         state_dir,
         args.idle_timeout,
-        JobLimits(buffer_limit=args.buffer_limit, max_running=args.max_running),
+        JobLimits(
+            buffer_limit=args.buffer_limit,
+            max_running=args.max_running,
+            retain_seconds=args.retain_seconds,
+            max_retained=args.max_retained,
+        ),
         ShellLimits(ttl=args.shell_ttl, max_open=args.max_shells),
         PortLimits(any_host=args.port_any_host, max_open=args.max_conns),
         FileLimits(max_sessions=args.max_write_sessions),

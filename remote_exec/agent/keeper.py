@@ -12,8 +12,9 @@ One keeper runs per state dir (``remote-exec-agent keeper``, started by ``ensure
 - holds a duplicate of each job's stdin write end (passed with ``SCM_RIGHTS``), so the job
   does not read EOF when the agent that held the other end dies.
 
-The agent's exit code says what it wants: 0 is an explicit shutdown (the agent killed its jobs;
-the keeper kills whatever is left of its children and exits), :data:`HANDOVER_EXIT` a handover
+The agent's exit code says what it wants: 0 is an explicit shutdown or an idle exit (the agent
+killed its jobs; the keeper kills whatever is left of its children and exits; so does a death by
+SIGTERM or SIGINT), :data:`HANDOVER_EXIT` a handover
 (jobs stay; the keeper waits for a ``start`` with the next agent's argv), anything else an
 accident (restarted at once, then with a back-off if it keeps dying young).
 
@@ -173,8 +174,11 @@ class Keeper:
         if self.ready_pipe is not None:
             self._on_ready_pipe()  # its EOF: answers the waiters with the failure
         code = how.get("code")
-        if code == 0:
-            self.stopping = True  # explicit shutdown: everything ends
+        if code in (0, -signal.SIGTERM, -signal.SIGINT):
+            # An explicit shutdown (or idle exit): everything ends, nothing is restarted. A
+            # SIGTERM that arrived before the agent installed its handler killed it outright:
+            # still a request to stop, not a crash to recover from.
+            self.stopping = True
         elif code == HANDOVER_EXIT:
             self.quick_deaths = 0  # someone will ``start`` the next agent
         else:

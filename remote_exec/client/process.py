@@ -8,7 +8,7 @@ import secrets
 import signal as _signal
 from collections import deque
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -29,6 +29,7 @@ from ..protocol import (
     WriteStdinParams,
     WriteStdinResult,
 )
+from .logs import OutputSlice, read_output
 from .rpc import RpcClient
 from .tail import Tail
 from .types import Completed, ExecRemoteEvent, ExecRemoteOptions, ExecResult, StderrChunk, StdoutChunk
@@ -310,6 +311,16 @@ class ExecRemoteProcess:
             timeout=grace + self._margin,
         )
 
+    async def tail(self, n_bytes: int, stream: Literal["stdout", "stderr"] = "stdout") -> OutputSlice:
+        """The last ``n_bytes`` of the job's ``stream`` (its log on disk), whatever this handle has
+        read; moves no cursor. Cancelling abandons the read.
+
+        :raises JobNotFoundError: the job was forgotten.
+        """
+        await self.started()
+        assert self._job_id is not None
+        return await read_output(self._rpc, self._job_id, stream, tail=n_bytes, max_bytes=max(1, n_bytes))
+
     async def release(self) -> None:
         """Tell the agent to forget the job (killing it if it still runs)."""
         await self.started()
@@ -355,6 +366,7 @@ def launch(rpc: RpcClient, command: list[str] | str, options: ExecRemoteOptions,
         encoding=options.encoding,
         label=options.label,
         idempotency_key=secrets.token_hex(8),
+        output_cap=options.output_cap,
     )
     return starting(rpc, rpc.call(Method.EXEC_REMOTE_START, params, StartResult), options, margin)
 

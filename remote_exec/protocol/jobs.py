@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -17,6 +17,10 @@ __all__ = [
     "ListResult",
     "PollParams",
     "PollResult",
+    "PruneParams",
+    "PruneResult",
+    "ReadParams",
+    "ReadResult",
     "ServerInfo",
     "SignalParams",
     "StartParams",
@@ -107,6 +111,48 @@ class PollResult(WireModel):
     stdout_dropped: Offset = 0
     stderr_dropped: Offset = 0
     payload_sizes: tuple[Offset, Offset] | None = None
+
+
+class ReadParams(WireModel):
+    """Params of ``exec_remote_read``: up to ``max_bytes`` of one stream from ``offset``, or, with
+    ``tail``, its last ``tail`` bytes (``offset`` is then ignored). It answers at once (no wait)
+    and moves no cursor: any number of readers may read a job's log at any offset."""
+
+    job_id: JobId
+    stream: Literal["stdout", "stderr"] = "stdout"
+    offset: Offset = 0
+    tail: Annotated[int, Field(ge=0, le=64 * 1024 * 1024)] | None = None
+    max_bytes: Annotated[int, Field(ge=1, le=64 * 1024 * 1024)] = DEFAULT_MAX_BYTES
+
+
+class ReadResult(WireModel):
+    """Result of ``exec_remote_read``; the bytes are the response's payload.
+
+    ``offset``: where the payload starts (past the asked offset by ``dropped`` bytes that the disk
+    cap dropped); ``size``: the stream's bytes written so far; ``state``/``exit_code``: the job's
+    now. The stream is complete once ``state`` is terminal and ``offset`` + payload == ``size``.
+    """
+
+    offset: Offset
+    dropped: Offset
+    size: Offset
+    state: JobState
+    exit_code: int | None = None
+
+
+class PruneParams(WireModel):
+    """Params of ``exec_remote_prune``: forget ended jobs (record and logs) that ended more than
+    ``older_than`` seconds ago, or beyond the newest ``keep`` ended ones. Running jobs stay."""
+
+    older_than: Annotated[float, Field(ge=0)] | None = None
+    keep: Annotated[int, Field(ge=0)] | None = None
+
+
+class PruneResult(WireModel):
+    """Result of ``exec_remote_prune``: how many jobs were forgotten, and (at most a page of) their ids."""
+
+    forgotten: Offset
+    job_ids: Annotated[list[JobId], Field(max_length=MAX_PAGE_ITEMS)]
 
 
 class WriteStdinParams(WireModel):

@@ -3,6 +3,7 @@ upgrade in place, and agent memory that does not grow with output. Real agent an
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 import remote_exec as rx
@@ -44,6 +46,23 @@ async def wait_until(what: str, check: object, timeout: float = 20.0) -> None:
         while not check():  # type: ignore[operator]  # noqa: ASYNC110
             await anyio.sleep(0.02)
     assert check(), what  # type: ignore[operator]
+
+
+def reaped_unrecorded(dirs: list[Path], pids: list[int]) -> list[str]:
+    """Job dirs whose leader is reaped (no ``/proc/PID``; pid 0: take it as reaped) while their
+    job.json has no end yet."""
+    return [
+        d.name
+        for d, pid in zip(dirs, pids, strict=True)
+        if not (pid and os.path.exists(f"/proc/{pid}")) and b'"end"' not in (d / "job.json").read_bytes()
+    ]
+
+
+def stat_state(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[0]
+    except OSError:
+        return b""
 
 
 def alive(pid: int) -> bool:
@@ -88,6 +107,54 @@ async def test_kill_9_agent_jobs_live_on_and_are_readopted(fresh_agent_dir: Path
         assert (await gone.wait()).returncode == 7  # ended while no agent ran, or just after
         await sleeper.kill()  # a re-adopted job: its agent did not start it
         assert procs_with("sleep 3011") == []
+
+
+async def test_exit_codes_survive_an_agent_killed_as_jobs_exit(fresh_agent_dir: Path, tmp_path: Path) -> None:
+    """Jobs exit in one burst while the agent is frozen again and again: no job is ever reaped
+    before its end is on disk (the agent writes it down first; a zombie it did not reap is reaped
+    and recorded by the keeper), so the agent SIGKILLed after that loses no exit code."""
+    n = 40
+    gate = tmp_path / "gate"
+    gate.touch()
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        old = sb.info.pid
+        with gate.open("rb") as held:
+            fcntl.flock(held, fcntl.LOCK_EX)  # the jobs wait on it: released, they all end at once
+            jobs = [
+                sb.exec_remote(["sh", "-c", f"flock -s {gate} true; touch {tmp_path}/done.{i}; exit {i + 3}"])
+                for i in range(n)
+            ]
+            for job in jobs:
+                await job.started()
+            # While they exit, freeze the agent again and again: at no instant may a job be reaped
+            # (its pid gone) without its end in its job.json, or an agent killed then loses it.
+            dirs = [fresh_agent_dir / "jobs" / (job.job_id or "") for job in jobs]
+            pids = [job.pid or 0 for job in jobs]
+        violations: list[str] = []
+        with anyio.fail_after(30):
+            while len(reaped_unrecorded(dirs, [0] * n)) > 0:  # pid 0: "reaped", so "not ended yet"
+                os.kill(old, signal.SIGSTOP)
+                await wait_until("the agent is stopped", lambda: stat_state(old) == b"T")
+                violations += reaped_unrecorded(dirs, pids)
+                os.kill(old, signal.SIGCONT)
+                await anyio.lowlevel.checkpoint()
+        assert violations == []
+        os.kill(old, signal.SIGKILL)  # every job ended: the next agent reads their ends
+        codes = [(await job.wait()).returncode for job in jobs]
+        assert codes == [i + 3 for i in range(n)]
+        assert (await sb.server_info()).pid != old
+
+
+async def test_job_ids_are_never_reused_after_a_restart(fresh_agent_dir: Path) -> None:
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        first = await sb.exec_remote(["true"]).wait()
+        await sb.forget(first.job_id)  # no job dir left to count from
+        old = sb.info.pid
+        os.kill(old, signal.SIGKILL)
+        second = await sb.exec_remote(["true"]).wait()  # reconnects to the keeper's next agent
+        assert (await sb.server_info()).pid != old
+    prefix, _, n = first.job_id.rpartition("-")
+    assert second.job_id == f"{prefix}-{int(n) + 1}"
 
 
 async def test_stdin_survives_the_agent(fresh_agent_dir: Path) -> None:

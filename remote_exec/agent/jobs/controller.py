@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, ServerBusyError
 from ...protocol import (
+    MAX_PAGE_ITEMS,
     PAGE_BYTES,
     Empty,
     JobIdParams,
@@ -27,6 +28,10 @@ from ...protocol import (
     ListResult,
     PollParams,
     PollResult,
+    PruneParams,
+    PruneResult,
+    ReadParams,
+    ReadResult,
     SignalParams,
     StartParams,
     StartResult,
@@ -43,6 +48,7 @@ from .proctree import kill_tree, marked_processes, signal_all
 __all__ = ["JobController", "JobLimits"]
 
 log = logging.getLogger("remote_exec.agent")
+COUNTER = "counter"  # in the jobs dir: the last job number handed out
 SWEEP = 1.0  # seconds between disk-cap checks of running jobs' files
 
 J = TypeVar("J", bound=Job)
@@ -54,14 +60,15 @@ class JobLimits:
 
     :ivar buffer_limit: bytes retained per stream per job (older bytes are reported as dropped).
     :ivar max_running: running jobs at once; more starts get ``ServerBusyError``.
-    :ivar retain_seconds: how long a finished job stays readable (for attach and dashboards).
-    :ivar max_retained: finished jobs kept at most; the oldest are released first.
+    :ivar retain_seconds: how long a finished job stays readable, its record and logs on disk
+        (for attach, ``logs`` and dashboards); older ones are forgotten.
+    :ivar max_retained: finished jobs kept at most; the oldest are forgotten first.
     """
 
     buffer_limit: int = 8 * 1024 * 1024
     max_running: int = 4096
-    retain_seconds: float = 3600.0
-    max_retained: int = 512
+    retain_seconds: float = 7 * 24 * 3600.0  # a three-day run's logs outlive the run by days
+    max_retained: int = 1000
 
 
 class JobController:
@@ -93,6 +100,9 @@ class JobController:
         self._by_key: dict[str, str] = {}
         self._starting: dict[str, asyncio.Future[StartResult]] = {}
         self._counter = 0
+        if home is not None:  # carry on from the previous agents' counter
+            with contextlib.suppress(OSError, ValueError):
+                self._counter = int((home.root / COUNTER).read_bytes())
         self._spawning = 0  # starts between the limit check and registering (their spawn awaited)
 
     @property
@@ -105,6 +115,20 @@ class JobController:
             raise ServerBusyError(
                 f"{busy} jobs are running, the limit of this agent", data={"limit": self.limits.max_running}
             )
+
+    def _next_id(self) -> str:
+        """A new job id. The counter is on disk before the job exists: a forgotten job's id is
+        never handed out again by a later agent, which would otherwise start counting from the
+        highest id it still finds."""
+        self._counter += 1
+        if self.home is not None:
+            with contextlib.suppress(OSError):  # a full disk: the spawn fails anyway
+                fd = os.open(self.home.root / COUNTER, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+                try:
+                    os.pwrite(fd, b"%20d\n" % self._counter, 0)
+                finally:
+                    os.close(fd)
+        return f"{self.prefix}-{self._counter}"
 
     def _get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)
@@ -165,8 +189,7 @@ class JobController:
             return StartResult(job_id=known.job_id, pid=known.pid)
         self._expire()
         self._check_room()
-        self._counter += 1
-        job_id = f"{self.prefix}-{self._counter}"
+        job_id = self._next_id()
         job: Job
         if self.home is not None:
             job = DiskJob(job_id, p, self.limits.buffer_limit, self._job_done, self.home)
@@ -204,8 +227,7 @@ class JobController:
         """
         self._expire()
         self._check_room()
-        self._counter += 1
-        job = make(f"{self.prefix}-{self._counter}", self.limits.buffer_limit, self._job_done)
+        job = make(self._next_id(), self.limits.buffer_limit, self._job_done)
         if self.budget is not None:
             job.charge_to(self.budget)
         self._jobs[job.job_id] = job
@@ -255,6 +277,53 @@ class JobController:
         self._release(p.job_id)
         return Empty()
 
+    async def read(self, p: ReadParams) -> WithPayload:
+        """Bytes of one stream at an offset (or its tail), as the payload; moves no cursor."""
+        job = self._get(p.job_id)
+        stream = job.streams[1 if p.stream == "stdout" else 2]
+        size = stream.end
+        if p.tail is not None:
+            n = min(p.tail, p.max_bytes)
+            offset = max(0, size - n)
+        else:
+            n, offset = p.max_bytes, p.offset
+        try:
+            got = stream.read(offset, n, "base64", peek=True, raw=True)  # base64 + raw: bytes, uncut
+        except ValueError as exc:
+            raise InvalidParamsError(str(exc), data={"job_id": p.job_id}) from None
+        assert isinstance(got.data, bytes)
+        state = job.state
+        result = ReadResult(
+            offset=got.start,
+            dropped=got.dropped,
+            size=max(size, got.end),
+            state=state,
+            exit_code=None if state == "running" else job.exit_code,
+        )
+        return WithPayload(result, got.data)
+
+    async def forget(self, p: JobIdParams) -> Empty:
+        """Forget an ended job: its record and its logs go (a running one is refused)."""
+        job = self._get(p.job_id)
+        if job.running:
+            raise InvalidParamsError(
+                f"job {p.job_id} is still running: kill it first, then forget it", data={"job_id": p.job_id}
+            )
+        self._release(p.job_id)
+        return Empty()
+
+    async def prune(self, p: PruneParams) -> PruneResult:
+        """Forget ended jobs older than ``p.older_than`` seconds or beyond the newest ``p.keep``."""
+        now = time.monotonic()
+        ended = list(self._finished.items())  # oldest end first
+        doomed = {job_id for job_id, at in ended if p.older_than is not None and now - at > p.older_than}
+        if p.keep is not None:
+            doomed.update(job_id for job_id, _ in ended[: max(0, len(ended) - p.keep)])
+        gone = [job_id for job_id, _ in ended if job_id in doomed]
+        for job_id in gone:
+            self._release(job_id)
+        return PruneResult(forgotten=len(gone), job_ids=gone[:MAX_PAGE_ITEMS])
+
     async def aclose(self) -> None:
         """Kill every job's whole tree, leftovers of ended jobs included (an explicit shutdown:
         everything ends), then give the killed jobs a moment to have their ends recorded."""
@@ -268,7 +337,7 @@ class JobController:
                 if not found:
                     break
                 signal_all(set().union(*found.values()), signal.SIGKILL)
-            running = [j._done.wait() for j in self._jobs.values() if j.running]
+            running = [j.ended() for j in self._jobs.values() if j.running]
             if running:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.gather(*running), 1.0)

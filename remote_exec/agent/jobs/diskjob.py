@@ -20,6 +20,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -55,26 +56,8 @@ class JobHome:
     cap: int
 
 
-class _Protocol(asyncio.SubprocessProtocol):
-    def __init__(self, job: DiskJob) -> None:
-        self._job = job
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._job._transport = transport  # type: ignore[assignment]
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        self._job.stdin.room()
-
-    def process_exited(self) -> None:
-        t = self._job._transport
-        self._job._leader_exited(t.get_returncode() if t is not None else None)
-
-    def resume_writing(self) -> None:
-        self._job.stdin.room()
-
-
 class _StdinProtocol(asyncio.BaseProtocol):
-    """For a re-adopted job's stdin pipe (the fd the keeper held)."""
+    """For a job's stdin pipe (ours at spawn, or the fd the keeper held for a re-adopted job)."""
 
     def __init__(self, job: DiskJob) -> None:
         self._job = job
@@ -105,6 +88,7 @@ class DiskJob(Job):
         self._wd = -1
         self._waiters = 0
         self._pidfd: int | None = None
+        self._collector: asyncio.Task[None] | None = None
 
     def charge_to(self, budget: MemoryBudget) -> None:
         self.stdin.budget = budget  # output is on disk: only the stdin queue holds memory
@@ -190,31 +174,43 @@ class DiskJob(Job):
         wants_stdin = p.stdin_open or p.input is not None
         stdin_input = self._decode_input(p.input) if p.input is not None else None
         self.stdin.reserve_input(len(stdin_input or b""))
+        stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC) if wants_stdin else (subprocess.DEVNULL, -1)
         try:
-            await asyncio.get_running_loop().subprocess_exec(
-                lambda: _Protocol(self),
-                *argv,
-                stdin=asyncio.subprocess.PIPE if wants_stdin else asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                cwd=p.cwd,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-                **kwargs,  # type: ignore[arg-type]
-            )
+            # Not asyncio's subprocess: its child watcher reaps the job the moment it exits, and
+            # an agent killed before it wrote that exit down lost it for good (nobody else can
+            # wait() a reaped process). Here the agent watches a pidfd, writes the end into
+            # job.json, and only then reaps (:meth:`_check_exit`); dying in between leaves a
+            # zombie the keeper (the subreaper) reaps and records instead.
+            proc = _popen(argv, stdin_r, out, err, p.cwd, env, kwargs)
         except (OSError, ValueError) as exc:
             self.stdin.release()
+            if stdin_w >= 0:
+                os.close(stdin_w)
             raise _spawn_error(exc, self.job_id, repr(argv[0])) from None
-        except Exception as exc:  # subprocess.SubprocessError
+        except subprocess.SubprocessError as exc:
             self.stdin.release()
+            if stdin_w >= 0:
+                os.close(stdin_w)
             raise SpawnError(f"cannot start {argv[0]!r}: {exc}", job_id=self.job_id) from None
-        assert self._transport is not None
-        self.pid = self._transport.get_pid()
-        self.stdin.attach(self._transport.get_pipe_transport(0), wants_stdin)  # type: ignore[arg-type]
+        finally:
+            if stdin_r >= 0:
+                os.close(stdin_r)
+        proc.returncode = 0  # Popen must never reap it (its __del__ would): _check_exit does
+        self.pid = proc.pid
+        if stdin_w >= 0:
+            await self._attach_stdin(stdin_w)
+        else:
+            self.stdin.attach(None, False)
         if stdin_input is not None:
             self.stdin.write(stdin_input, offset=None, eof=not p.stdin_open, reserved=True)
+        self._watch_exit()
         self._arm_timeout()
+
+    async def _attach_stdin(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        loop = asyncio.get_running_loop()
+        transport, _ = await loop.connect_write_pipe(lambda: _StdinProtocol(self), os.fdopen(fd, "wb", 0))
+        self.stdin.attach(transport, True)
 
     def _arm_timeout(self) -> None:
         p = self.params
@@ -266,37 +262,62 @@ class DiskJob(Job):
         return job
 
     async def _reattach(self) -> None:
-        loop = asyncio.get_running_loop()
         if self.params.stdin_open:
             _, fds = await self.home.keeper.request({"op": "fd", "key": self.job_id})
             if fds:
-                os.set_blocking(fds[0], False)
-                transport, _ = await loop.connect_write_pipe(lambda: _StdinProtocol(self), os.fdopen(fds[0], "wb", 0))
-                self.stdin.attach(transport, True)
+                await self._attach_stdin(fds[0])
                 for extra in fds[1:]:
                     os.close(extra)
+        self._watch_exit()
+        self._arm_timeout()
+
+    def _watch_exit(self) -> None:
+        """Learn of the leader's exit: its pidfd turns readable (a poll of ``/proc`` without one)."""
+        loop = asyncio.get_running_loop()
         try:
             self._pidfd = os.pidfd_open(self.pid)
         except OSError:
             self._pidfd = None
         if self._pidfd is not None:
-            loop.add_reader(self._pidfd, self._pidfd_fired)
-        else:  # no pidfd (old kernel): ask the process table now and then
-            self._timers.append(loop.call_later(1.0, self._poll_alive))
-        self._arm_timeout()
+            loop.add_reader(self._pidfd, self._check_exit)
+        else:  # no pidfd (a kernel before 5.3): ask the process table now and then
+            self._timers.append(loop.call_later(1.0, self._check_exit))
 
-    def _pidfd_fired(self) -> None:
-        assert self._pidfd is not None
-        asyncio.get_running_loop().remove_reader(self._pidfd)
-        os.close(self._pidfd)
-        self._pidfd = None
-        asyncio.get_running_loop().create_task(self._collect_exit())
+    def _check_exit(self) -> None:
+        """The leader may have exited: record its end durably, *then* reap it.
 
-    def _poll_alive(self) -> None:
-        if proc_starttime(self.pid) == self.starttime:
-            self._timers.append(asyncio.get_running_loop().call_later(1.0, self._poll_alive))
-        else:
-            asyncio.get_running_loop().create_task(self._collect_exit())
+        Our own child is read with ``WNOWAIT`` (still a zombie), its end saved to job.json,
+        then reaped: an agent killed at any point leaves either the record or the zombie (which
+        the keeper reaps and records). A re-adopted job is the keeper's child: the keeper
+        reaped it and tells us its exit.
+        """
+        loop = asyncio.get_running_loop()
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            info = None  # not our child (re-adopted): ask the keeper once it is gone
+            if proc_starttime(self.pid) == self.starttime:
+                if self._pidfd is None:
+                    self._timers.append(loop.call_later(1.0, self._check_exit))
+                return  # (a pidfd is readable only once the process exited: not reached)
+            self._stop_watching()
+            self._collector = loop.create_task(self._collect_exit())
+            return
+        if info is None or info.si_pid == 0:
+            if self._pidfd is None:
+                self._timers.append(loop.call_later(1.0, self._check_exit))
+            return  # still running
+        killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
+        self._stop_watching()
+        self._leader_exited(-info.si_status if killed else info.si_status)  # saves job.json
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, 0)  # a zombie: returns at once
+
+    def _stop_watching(self) -> None:
+        if self._pidfd is not None:
+            asyncio.get_running_loop().remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
 
     async def _collect_exit(self) -> None:
         answer, _ = await self.home.keeper.request({"op": "exit", "pid": self.pid, "start": self.starttime})
@@ -324,8 +345,7 @@ class DiskJob(Job):
         for t in self._timers:
             t.cancel()
         self._timers.clear()
-        if self._transport is not None:
-            self._transport.close()
+        self._stop_watching()
         if self.stdin.pipe is not None and not self.stdin.pipe.is_closing():
             self.stdin.pipe.close()
         self.stdin.open = False
@@ -357,7 +377,7 @@ class DiskJob(Job):
         return super().info().model_copy(update={"leftovers": self.leftovers[:1024]})
 
     def write_stdin(self, data: bytes, offset: int | None, eof: bool) -> int:
-        if self.stdin.pipe is None:  # a re-adopted job has a pipe but no subprocess transport
+        if self.stdin.pipe is None:  # stdin is /dev/null, or the keeper had no copy of its pipe
             raise JobNotRunningError(f"stdin of job {self.job_id} is not open", job_id=self.job_id)
         taken = self.stdin.write(data, offset, eof)
         if taken or eof:
@@ -405,9 +425,24 @@ class DiskJob(Job):
         """The agent hands over: stop watching, leave the process alone."""
         for t in self._timers:
             t.cancel()
-        if self._pidfd is not None:
-            with contextlib.suppress(Exception):
-                asyncio.get_running_loop().remove_reader(self._pidfd)
+        self._stop_watching()
+
+
+def _popen(
+    argv: list[str], stdin: int, out: int, err: int, cwd: str | None, env: dict[str, str], kwargs: dict[str, Any]
+) -> subprocess.Popen[bytes]:
+    """fork+exec, synchronous like asyncio's own ``subprocess_exec`` (it waits for the exec)."""
+    return subprocess.Popen(
+        argv,
+        stdin=stdin,
+        stdout=out,
+        stderr=err,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,
+        close_fds=True,
+        **kwargs,
+    )
 
 
 def _spawn_error(exc: OSError | ValueError, job_id: str, what: str) -> Exception:

@@ -163,6 +163,10 @@ class Job:
     def running(self) -> bool:
         return self._state == "running"
 
+    async def ended(self) -> None:
+        """Wait until the job has ended and its end is recorded; cancelling only stops waiting."""
+        await self._done.wait()
+
     def info(self) -> JobInfo:
         return JobInfo(
             job_id=self.job_id,
