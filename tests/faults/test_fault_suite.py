@@ -19,6 +19,7 @@ import pytest
 
 from remote_exec.sandboxes.jailbox import JailBox, JailConfig, exec_argv
 
+from ..conftest import stop_agent
 from ..sandboxes.backend_docker import docker_or_skip, image_or_skip
 from ..sandboxes.backend_jail import require_jail
 from .conftest import SUMMARIES
@@ -44,6 +45,7 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
         yield Target(
             "local", f"local://?dir={state}", _runner([]), lambda args: str(state) in args or "rxfault" in args
         )
+        stop_agent(state)  # the keeper and the agent: ended, and waited for
     elif request.param == "jail":
         work = tmp_path / "work"
         work.mkdir()
