@@ -7,7 +7,11 @@
   numbers of the in-memory path in ``bench/results/latest.json``;
 - first byte of ``echo hi`` (``measure_ours.first_byte``).
 
-    python bench/durable.py [--quick] [--out bench/results/durable.json]
+With ``--baseline REF`` the throughput and first-byte rows are also measured, in the same run and
+on the same machine, for the engine of git ref ``REF`` (e.g. ``main``, the in-memory path): its
+sources are exported to a temporary directory and run (agent included) through ``PYTHONPATH``.
+
+    python bench/durable.py [--quick] [--baseline main] [--out bench/results/durable.json]
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout, uninstalled
+# Run from a checkout, uninstalled; or, for the baseline, from another engine's sources.
+sys.path.insert(0, os.environ.get("REMOTE_EXEC_BENCH_SRC") or str(Path(__file__).resolve().parent.parent))
 
 import remote_exec as rx
 from bench.benchlib import code_info, machine_info, raise_fd_limit, rss_mib
@@ -44,7 +49,7 @@ def start_agent(state: Path, max_running: int) -> None:
 
 async def idle_rss(n: int) -> dict[str, Any]:
     """RSS of the agent and the keeper with ``n`` running ``sleep`` jobs (nobody watching)."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         state = Path(tmp) / "state"
         start_agent(state, n + 100)
         async with rx.open_sandbox(f"local://?dir={state}") as sb:
@@ -75,18 +80,23 @@ async def idle_rss(n: int) -> dict[str, Any]:
             t0 = time.perf_counter()
             await sb.server_info()  # one more round trip: the agent still answers at once
             row["rpc_ms_with_jobs"] = round((time.perf_counter() - t0) * 1e3, 2)
-        signal_agent(agent)  # an explicit shutdown ends every job
+        stop(sb.info)  # an explicit shutdown ends every job
         return row
 
 
-def signal_agent(pid: int) -> None:
-    """An explicit shutdown (SIGTERM): the agent ends its jobs, then the keeper leaves."""
-    os.kill(pid, signal.SIGTERM)
+def stop(info: rx.ServerInfo) -> None:
+    """An explicit shutdown (SIGTERM to the keeper, passed on to the agent, which ends its jobs),
+    waited for, so the state dir can go."""
+    pids = [p for p in (getattr(info, "keeper_pid", None), info.pid) if p]  # the baseline has no keeper
+    os.kill(pids[0], signal.SIGTERM)
+    deadline = time.monotonic() + 120
+    while any(Path(f"/proc/{p}").exists() for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 async def unwatched_output(gb: float) -> dict[str, Any]:
     """Agent RSS before and after a job writes ``gb`` GB that nobody reads."""
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         state = Path(tmp) / "state"
         async with rx.open_sandbox(f"local://?dir={state}") as sb:
             agent = sb.info.pid
@@ -107,7 +117,7 @@ async def unwatched_output(gb: float) -> dict[str, Any]:
             seconds = time.perf_counter() - t0
             on_disk = (state / "jobs" / str(job_id) / "stdout").stat().st_size
             after = rss_mib(agent)
-        signal_agent(agent)
+        stop(sb.info)
         return {
             "bytes": size,
             "on_disk": on_disk,
@@ -116,6 +126,20 @@ async def unwatched_output(gb: float) -> dict[str, Any]:
             "agent_rss_after_mib": round(after, 1),
             "write_s": round(seconds, 1),
         }
+
+
+def measure_baseline(ref: str, quick: bool) -> tuple[str, list[dict[str, Any]]]:
+    """The channel rows of the engine at git ``ref``, measured now in a child process."""
+    root = HERE.parent
+    commit = subprocess.run(["git", "rev-parse", ref], cwd=root, capture_output=True, text=True, check=True)
+    with tempfile.TemporaryDirectory() as src:
+        archive = subprocess.run(["git", "archive", ref, "remote_exec"], cwd=root, capture_output=True, check=True)
+        subprocess.run(["tar", "-x", "-C", src], input=archive.stdout, check=True)
+        out = Path(src) / "rows.json"
+        env = {**os.environ, "PYTHONPATH": src, "REMOTE_EXEC_BENCH_SRC": src}
+        argv = [sys.executable, __file__, "--channels-only", "--out", str(out)] + (["--quick"] if quick else [])
+        subprocess.run(argv, env=env, cwd=src, check=True)  # cwd: ``python -m`` puts it first on sys.path
+        return commit.stdout.strip(), json.loads(out.read_text())
 
 
 def baseline() -> dict[str, float]:
@@ -130,7 +154,7 @@ def baseline() -> dict[str, float]:
 async def channel_rows(quick: bool) -> list[dict[str, Any]]:
     base = baseline()
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as tmp:
         state = Path(tmp) / "state"
         for channel in ("socket", "stdio"):
             async with rx.open_sandbox(f"local://?dir={state}&channel={channel}") as sb:
@@ -153,7 +177,7 @@ async def channel_rows(quick: bool) -> list[dict[str, Any]]:
                         }
                     )
             if channel == "stdio":
-                signal_agent(sb.info.pid)  # after the close: nothing reconnects
+                stop(sb.info)  # after the close: nothing reconnects
     return rows
 
 
@@ -161,8 +185,13 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--baseline", metavar="REF", help="also measure the channel rows of git REF's engine")
+    ap.add_argument("--channels-only", action="store_true", help=argparse.SUPPRESS)  # the baseline's child
     args = ap.parse_args()
     raise_fd_limit()
+    if args.channels_only:
+        args.out.write_text(json.dumps(await channel_rows(args.quick)))
+        return
     t0 = time.time()
     sizes = [10, 100] if args.quick else [10, 1000, 5000]
     idle = []
@@ -174,6 +203,15 @@ async def main() -> None:
         out.append(await unwatched_output(gb))
         print(f"unwatched {gb} GB: {out[-1]}", flush=True)
     channels = await channel_rows(args.quick)
+    same_run: dict[str, Any] = {}
+    if args.baseline:
+        commit, rows = measure_baseline(args.baseline, args.quick)
+        same_run = {"ref": args.baseline, "commit": commit, "rows": rows}
+        theirs = {r["name"]: r["median"] for r in rows}
+        for row in channels:
+            row["same_run_baseline"] = theirs.get(row["name"])
+            if row["unit"] == "MB/s" and theirs.get(row["name"]):
+                row["vs_same_run_baseline"] = round(row["median"] / theirs[row["name"]], 3)
     for row in channels:
         print(row, flush=True)
     result = {
@@ -185,6 +223,7 @@ async def main() -> None:
         "unwatched_output": out,
         "channels": channels,
         "baseline": {"file": str(BASELINE.relative_to(HERE.parent)), "commit": _baseline_commit()},
+        "same_run_baseline": same_run,
     }
     args.out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {args.out}")
