@@ -30,8 +30,8 @@ TREE = (
 )
 
 
-async def _started_tree(sb: rx.AsyncSandbox, t: int, mark: Path, **opts: float) -> rx.ExecRemoteProcess:
-    proc = sb.exec_remote(["bash", "-c", TREE.format(t=t, mark=mark)], kill_grace=0.5, **opts)
+async def _started_tree(sb: rx.AsyncSandbox, t: int, mark: Path, timeout: float | None = None) -> rx.ExecRemoteProcess:
+    proc = sb.exec_remote(["bash", "-c", TREE.format(t=t, mark=mark)], kill_grace=0.5, timeout=timeout)
     assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
     await wait_until("both escaped", lambda: procs_with(f"sleep {t}1") and procs_with(f"sleep {t}2"))
     return proc

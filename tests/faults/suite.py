@@ -21,7 +21,10 @@ import remote_exec as rx
 
 from .workload import expected, go_line, job_command
 
-__all__ = ["Target", "Outcome", "run_suite"]
+__all__ = ["Outcome", "RunIn", "Target", "run_suite"]
+
+RunIn = Callable[[list[str]], Awaitable[tuple[int, bytes, bytes]]]
+"""Runs argv inside the sandbox (as the agent's user): its exit code, stdout, stderr."""
 
 WAVES = 8  # jobs start in waves, interleaved with the faults
 POLL = 0.5  # the jobs' long-poll wait
@@ -37,7 +40,7 @@ class Target:
 
     name: str
     url: str
-    run_in: Callable[[list[str]], Awaitable[tuple[int, bytes, bytes]]]
+    run_in: RunIn
     ours: Callable[[str], bool]
 
 
@@ -168,7 +171,8 @@ async def run_suite(
                 return
             # Another version over the same state dir: ``ensure`` hands the jobs over to it.
             version = f"0.0.{i}-fault"
-            code, out, err = await target.run_in([*agent_argv, "ensure", "--dir", state_dir, "--report-version", version])
+            ensure = [*agent_argv, "ensure", "--dir", state_dir, "--report-version", version]
+            code, out, err = await target.run_in(ensure)
             # The suite's own client reconnects through its ``ensure``, which hands them straight
             # back to the host's version: the new agent may be leaving already when this ``ensure``
             # asks it for its info at the end (after both the handover and its start succeeded).
@@ -250,7 +254,7 @@ async def _next_agent(sb: rx.AsyncSandbox, gone: int) -> rx.ServerInfo:
             await anyio.sleep(0.05)
 
 
-def _verify(tag: str, seed: int, watches: dict[int, _Watch], listed: dict[str | None, rx.JobInfo]) -> int:
+def _verify(tag: str, seed: int, watches: dict[int, _Watch], listed: dict[str, rx.JobInfo]) -> int:
     """Each job exactly once, each byte exactly once, each exit code right; return bytes checked."""
     wrong = []
     total = 0

@@ -23,15 +23,15 @@ from ..conftest import stop_agent
 from ..sandboxes.backend_docker import docker_or_skip, image_or_skip
 from ..sandboxes.backend_jail import require_jail
 from .conftest import SUMMARIES
-from .suite import Target, run_suite
+from .suite import RunIn, Target, run_suite
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 UPGRADES = 4  # handovers to another agent version, shuffled among the 20 kills
 
 
-def _runner(prefix: list[str], env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
-    async def run_in(argv: list[str]) -> bytes:
+def _runner(prefix: list[str], env: dict[str, str] | None = None) -> RunIn:
+    async def run_in(argv: list[str]) -> tuple[int, bytes, bytes]:
         done = await anyio.run_process([*prefix, *argv], env=env, check=False)
         return done.returncode, done.stdout, done.stderr
 
@@ -69,9 +69,9 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
             d.docker("rm", "-f", name, check=False)
 
 
-def _exec_in_box(pid: int):  # type: ignore[no-untyped-def]
-    async def run_in(argv: list[str]) -> bytes:
-        return await _runner([])(exec_argv(pid, argv))  # type: ignore[no-any-return]
+def _exec_in_box(pid: int) -> RunIn:
+    async def run_in(argv: list[str]) -> tuple[int, bytes, bytes]:
+        return await _runner([])(exec_argv(pid, argv))
 
     return run_in
 
