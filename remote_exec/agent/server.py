@@ -229,6 +229,7 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> bool:
     app["files"].recover()  # temporary files of write sessions a killed agent left behind
     if await app["keeper"].connect():
         restored = await app["jobs"].restore()
+        await app["jobs"].end_dead_shells()
         log.info("keeper %s holds this state dir; %d job(s) re-adopted", app["keeper"].hello.get("pid"), restored)
     if app["inotify"].available:
         asyncio.get_running_loop().add_reader(app["inotify"].fd, app["inotify"].on_readable)

@@ -13,16 +13,17 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 import pytest
 
 import remote_exec as rx
 from remote_exec.protocol import STREAM_SOCKET, frames
 
+from ..conftest import stop_agent
 from .conftest import Adversary
 
 pytestmark = pytest.mark.anyio
@@ -72,7 +73,7 @@ async def small_agent(tmp_path: Path, buffer_limit: int = 8 * MiB) -> AsyncItera
     try:
         yield pid, state
     finally:
-        os.kill(pid, signal.SIGTERM)
+        await anyio.to_thread.run_sync(stop_agent, state)  # the keeper too; waits until both are gone
 
 
 @contextlib.asynccontextmanager

@@ -135,7 +135,14 @@ class JobController:
         if job is not None:
             return job
         instance, sep, _ = job_id.rpartition("-")
-        if sep and instance != self.prefix:
+        agent, shell, _ = instance.rpartition("-sh")
+        if sep and shell and agent != self.instance_id:
+            raise AgentLostError(
+                f"job {job_id} was a run of shell {instance}, which died with its agent instance {agent}: "
+                "shell sessions and their runs do not outlive the agent (jobs do)",
+                data={"job_id": job_id, "session_id": instance},
+            )
+        if sep and instance != self.prefix and not shell:
             what = "state dir" if self.home is not None else "agent instance"
             raise AgentLostError(
                 f"job {job_id} belonged to agent instance {instance}, which is gone; this agent's "
@@ -218,16 +225,21 @@ class JobController:
         pending.set_result(result)
         return result
 
-    def adopt(self, make: Callable[[str, int, Callable[[Job], None]], J]) -> J:
+    def adopt(self, make: Callable[[str, int, Callable[[Job], None]], J], owner: str | None = None) -> J:
         """Register a job made elsewhere (a shell run) so the job methods serve it too.
 
         ``make(job_id, buffer_limit, on_done)`` builds it; it counts against ``max_running``.
+        Its id starts with ``owner`` (a shell session's id) instead of the state dir's: such a
+        job dies with this agent, and a later agent can say so by its id.
 
         :raises ServerBusyError: the agent is at its limit of running jobs.
         """
         self._expire()
         self._check_room()
-        job = make(self._next_id(), self.limits.buffer_limit, self._job_done)
+        job_id = self._next_id()
+        if owner is not None:
+            job_id = f"{owner}-{_seq(job_id)}"
+        job = make(job_id, self.limits.buffer_limit, self._job_done)
         if self.budget is not None:
             job.charge_to(self.budget)
         self._jobs[job.job_id] = job
@@ -393,6 +405,24 @@ class JobController:
             self._finished[job.job_id] = time.monotonic() - max(0.0, time.time() - (job.ended_at or time.time()))
         self._expire()
         return len(restored)
+
+    async def end_dead_shells(self) -> int:
+        """End the shells (and their runs) an earlier agent of this state dir left behind.
+
+        A shell dies with its agent by design (its state is in the agent), but one busy with a
+        command only notices once that command ends: until then it would run on, unlisted.
+        They carry the marker ``<state dir id>-<agent instance>-sh<n>``; this agent's own
+        shells start after this runs. Returns how many processes were killed.
+        """
+        total = 0
+        for _ in range(50):  # a process may fork while we kill
+            found = await scan(marked_processes, self.prefix + "-")
+            pids = set().union(*(p for mark, p in found.items() if "-sh" in mark and self.instance_id not in mark))
+            if not pids:
+                break
+            signal_all(pids, signal.SIGKILL)
+            total += len(pids)
+        return total
 
     def start_sweeper(self) -> None:
         """Check running jobs' files against their disk cap every :data:`SWEEP` seconds."""
