@@ -26,7 +26,7 @@ STREAM_CMD = ["sh", "-c", "tr '\\0' a < /dev/zero"]  # endless output, as fast a
 
 def relay_pid(sb: rx.AsyncSandbox) -> int | None:
     """PID of the ``stdio`` relay process of a ``channel=stdio`` sandbox (None for other channels)."""
-    channel = sb._client().channel
+    channel = sb._core.rpc.channel
     proc = getattr(channel, "process", None)
     return getattr(proc, "pid", None)
 
@@ -187,7 +187,7 @@ async def _poll_rtt(sb: rx.AsyncSandbox, job_id: str) -> float:
     from remote_exec.protocol import Method, PollParams, PollResult
 
     t0 = time.perf_counter()
-    await sb._client().call(Method.EXEC_REMOTE_POLL, PollParams(job_id=job_id, wait=0), PollResult)
+    await sb._core.rpc.call(Method.EXEC_REMOTE_POLL, PollParams(job_id=job_id, wait=0), PollResult)
     return time.perf_counter() - t0
 
 
@@ -210,7 +210,7 @@ async def _kill_ids(sb: rx.AsyncSandbox, job_ids: set[str], grace: float, limit:
     """Kill jobs by id with bare RPCs (no handle needed), retrying once; returns how many kills failed."""
     from remote_exec.protocol import KillParams, KillResult, Method
 
-    rpc = sb._client()
+    rpc = sb._core.rpc
     left = list(job_ids)
     for _ in range(2):
         kills = [rpc.call(Method.EXEC_REMOTE_KILL, KillParams(job_id=j, grace=grace), KillResult) for j in left]

@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .blocking import BlockingShellSession as BlockingShellSession
     from .blocking import Sandbox as Sandbox
     from .blocking import connect as connect
+    from .client.logs import OutputSlice as OutputSlice
     from .client.ports import PortForward as PortForward
     from .client.process import ExecRemoteProcess as ExecRemoteProcess
     from .client.sandbox import AsyncSandbox as AsyncSandbox
@@ -96,6 +97,7 @@ _LAZY: dict[str, str] = {
     "PortForward": ".client.ports",
     "ExecRemoteProcess": ".client.process",
     "AsyncSandbox": ".client.sandbox",
+    "OutputSlice": ".client.logs",
     "SandboxTransport": ".client.transport",
     "TransferResult": ".client.transfer",
     "ShellSession": ".client.shell",
@@ -228,6 +230,7 @@ __all__ = [
     "JobNotFoundError",
     "JobNotRunningError",
     "NoSpaceError",
+    "OutputSlice",
     "PathEscapeError",
     "PortClosedError",
     "PortConnInfo",

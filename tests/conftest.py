@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
@@ -39,10 +41,42 @@ def agent_pid(state_dir: Path) -> int | None:
         return sb.info.pid
 
 
-def stop_agent(state_dir: Path) -> None:
-    pid = agent_pid(state_dir)
-    if pid is not None:
-        os.kill(pid, signal.SIGTERM)
+def stop_agent(state_dir: Path, timeout: float = 30.0) -> None:
+    """End the keeper and agent of ``state_dir`` (if any) and wait until both are gone.
+
+    SIGTERM goes to the keeper: it passes it on to the agent, which ends its jobs and exits 0;
+    the keeper then ends what is left and exits. SIGTERM to the agent alone is not enough in
+    every case (a crash-restart could be under way), and would leave the keeper lingering.
+    Starts nothing: no connect, only the keeper's control socket.
+    """
+    from remote_exec.agent.keeperlink import keeper_call
+
+    hello = None
+    if (state_dir / "keeper.sock").exists():
+        with contextlib.suppress(OSError, ValueError):
+            hello = keeper_call(state_dir, {"op": "hello"}, 10.0)
+    info = hello or {}
+    pids = [int(p) for p in (info.get("pid"), info.get("agent_pid")) if p]
+    if not pids and (state_dir / "agent.sock").exists():  # an agent without a keeper
+        with contextlib.suppress(rx.RemoteExecError, OSError):
+            pid = agent_pid(state_dir)
+            pids = [pid] if pid else []
+    if not pids:
+        return
+    fds = []
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            fds.append(os.pidfd_open(pid))
+    try:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pids[0], signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for fd in fds:  # a pidfd turns readable when its process exits
+            if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+                raise AssertionError(f"the agent of {state_dir} (pids {pids}) did not exit within {timeout} s")
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 @pytest.fixture(scope="session")

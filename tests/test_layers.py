@@ -168,8 +168,6 @@ REACH_INS = {
     ("remote_exec.jupyter.headless", "widget._model_id"),  # ipywidgets' id of a widget without a comm
     # The agent's shell drains the run's pipes when its shell exits (a job method, not part of #13's seam).
     ("remote_exec.agent.shell.session", "self.run._resume_all"),
-    # The dashboard reads a job's tail by offset; the durable-jobs work adds the public read for it.
-    ("remote_exec.jupyter.dashboard", "sandbox._core"),
 }
 
 

@@ -18,11 +18,13 @@ import os
 import sys
 from pathlib import Path
 
+from .._version import __version__
 from ..errors import AgentUnavailableError
 from ..protocol import default_agent_dir
 from .relay import error_line, refuse_stdio, relay_call, relay_stdio
 from .statedir import describe, ensure_server
 from .stream import STREAM_SOCKET
+from .upgrade import take_over
 
 __all__ = ["main"]
 
@@ -65,6 +67,14 @@ def _parser() -> argparse.ArgumentParser:
         )
         for flag, default, text in _LIMITS:
             s.add_argument(flag, type=int, default=default, help=text)
+        s.add_argument(
+            "--disk-cap", type=int, default=1 << 30, help="bytes of each job output stream kept on disk (head dropped)"
+        )
+        s.add_argument(
+            "--retain-seconds", type=float, default=7 * 24 * 3600.0, help="forget an ended job this long after its end"
+        )
+        s.add_argument("--max-retained", type=int, default=1000, help="ended jobs kept at most (oldest forgotten)")
+        s.add_argument("--report-version", default=None, help=argparse.SUPPRESS)  # tests: fake another version
         if name == "serve":
             s.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     return p
@@ -72,9 +82,18 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``remote-exec-agent`` and ``python -m remote_exec.agent``."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["keeper"]:
+        from .keeper import run_cli
+
+        return run_cli(argv[1:])
     args = _parser().parse_args(argv)
     state_dir: Path = args.dir or default_agent_dir()
     serve_args = ["--idle-timeout", str(args.idle_timeout), "--buffer-limit", str(args.buffer_limit)]
+    serve_args += ["--disk-cap", str(args.disk_cap)]
+    serve_args += ["--retain-seconds", str(args.retain_seconds), "--max-retained", str(args.max_retained)]
+    if args.report_version:
+        serve_args += ["--report-version", args.report_version]
     serve_args += ["--shell-ttl", str(args.shell_ttl)] + (["--port-any-host"] if args.port_any_host else [])
     if args.memory_budget is not None:
         serve_args += ["--memory-budget", str(args.memory_budget)]
@@ -84,7 +103,9 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(args, state_dir)
     body = sys.stdin.buffer.read() if args.cmd == "call" else b""
     try:
-        ensure_server(state_dir, serve_args)
+        started = ensure_server(state_dir, serve_args)
+        if not started and args.cmd in ("ensure", "stdio"):
+            take_over(state_dir, serve_args, args.report_version or __version__)
     except AgentUnavailableError as exc:
         print(f"remote-exec-agent: {exc}", file=sys.stderr)
         # The host reads stdout, not stderr: answer its request(s) with the reason, so that its
@@ -105,6 +126,7 @@ def _serve(args: argparse.Namespace, state_dir: Path) -> int:
     from .budget import default_budget
     from .files.sessions import FileLimits
     from .jobs.controller import JobLimits
+    from .keeper import HANDOVER_EXIT
     from .ports.controller import PortLimits
     from .server import ServerConfig, serve
     from .shell.controller import ShellLimits
@@ -113,16 +135,24 @@ def _serve(args: argparse.Namespace, state_dir: Path) -> int:
     config = ServerConfig(
         state_dir,
         args.idle_timeout,
-        JobLimits(buffer_limit=args.buffer_limit, max_running=args.max_running),
+        JobLimits(
+            buffer_limit=args.buffer_limit,
+            max_running=args.max_running,
+            retain_seconds=args.retain_seconds,
+            max_retained=args.max_retained,
+        ),
         ShellLimits(ttl=args.shell_ttl, max_open=args.max_shells),
         PortLimits(any_host=args.port_any_host, max_open=args.max_conns),
         FileLimits(max_sessions=args.max_write_sessions),
         memory_budget=args.memory_budget or default_budget(),
+        disk_cap=args.disk_cap,
+        report_version=args.report_version or __version__,
     )
     code = 0
     loop = asyncio.new_event_loop()
     try:
-        loop.run_until_complete(serve(config, args.ready_fd))
+        if loop.run_until_complete(serve(config, args.ready_fd)):
+            code = HANDOVER_EXIT  # tells the keeper: jobs stay, the next agent comes with a ``start``
     except (OSError, AgentUnavailableError) as exc:  # the state dir: full, read-only, not ours
         why = describe(exc) if isinstance(exc, OSError) else str(exc)
         print(f"remote-exec-agent: cannot serve in {state_dir}: {why}", file=sys.stderr)

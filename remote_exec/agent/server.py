@@ -26,7 +26,11 @@ from .files.methods import file_methods
 from .files.sessions import FileLimits
 from .intake import LINE_PIECE, Intake, LineTooLong, read_body
 from .jobs.controller import JobController, JobLimits
+from .jobs.diskjob import JobHome
+from .jobs.logfile import DEFAULT_CAP, Inotify
 from .jobs.methods import job_methods
+from .keeper import reset_signals
+from .keeperlink import KeeperLink
 from .metrics import MetricsController, metrics_methods
 from .ports.controller import PortController, PortLimits
 from .ports.methods import port_methods
@@ -43,7 +47,7 @@ MAX_REQUEST = 96 * 1024 * 1024  # a 64 MiB stdin write, base64'd, plus the envel
 SHUTDOWN_TIMEOUT = 2.0
 WRITE_JOURNAL = "writes"  # in the state dir: one entry per open write (see files/journal.py)
 CAPABILITIES = ["exec_remote", "long_poll", "base64", "stdin_offset", "idempotent_start", "shell", "payload", "ports"]
-CAPABILITIES += ["files", "ping", "stats"]
+CAPABILITIES += ["files", "ping", "stats", "durable_jobs"]
 
 
 @dataclass
@@ -57,6 +61,8 @@ class ServerConfig:
     :ivar file_limits: write-session bounds (how long an abandoned one lives, how many at once).
     :ivar memory_budget: bytes the agent holds for others at most (requests arriving, stdin
         queued, output retained); see :mod:`remote_exec.agent.budget`.
+    :ivar disk_cap: bytes of each job output stream kept on disk by default.
+    :ivar report_version: the version ``server_info`` reports (tests fake an older agent with it).
     """
 
     state_dir: Path
@@ -66,6 +72,8 @@ class ServerConfig:
     port_limits: PortLimits = field(default_factory=PortLimits)
     file_limits: FileLimits = field(default_factory=FileLimits)
     memory_budget: int = field(default_factory=default_budget)
+    disk_cap: int = DEFAULT_CAP
+    report_version: str = __version__
 
 
 class _Activity:
@@ -84,6 +92,10 @@ INTAKE = web.AppKey("intake", Intake)
 HANDLE_FRAME: web.AppKey[Callable[[frames.Frame], Awaitable[bytes | None]]] = web.AppKey("handle_frame")
 INSTANCE_ID = web.AppKey("instance_id", str)
 PEERS = web.AppKey("peers", Peers)
+KEEPER = web.AppKey("keeper", KeeperLink)
+INOTIFY = web.AppKey("inotify", Inotify)
+HANDOVER = web.AppKey("handover", bool)
+STOP = web.AppKey("stop", asyncio.Event)
 """Typed keys of what :func:`build_app` stores in the app (aiohttp warns about string keys)."""
 
 
@@ -92,7 +104,11 @@ def build_app(config: ServerConfig) -> web.Application:
     instance_id = secrets.token_hex(4)
     budget = MemoryBudget(config.memory_budget)
     intake = Intake(budget)
-    jobs = JobController(instance_id, config.limits, budget)
+    jobs_root = secure_dir(config.state_dir / "jobs")
+    keeper = KeeperLink(config.state_dir)
+    inotify = Inotify()
+    home = JobHome(jobs_root, keeper, inotify if inotify.available else None, config.disk_cap)
+    jobs = JobController(instance_id, config.limits, budget, home, prefix=_state_id(jobs_root))
     started_at = time.time()
     dispatcher = Dispatcher()
     dispatcher.register(job_methods(jobs))
@@ -105,12 +121,13 @@ def build_app(config: ServerConfig) -> web.Application:
 
     async def server_info(_: Empty) -> ServerInfo:
         return ServerInfo(
-            version=__version__,
+            version=config.report_version,
             protocol_version=PROTOCOL_VERSION,
             pid=os.getpid(),
             started_at=started_at,
             instance_id=instance_id,
             capabilities=CAPABILITIES,
+            keeper_pid=keeper.hello.get("pid") if keeper.present else None,
         )
 
     dispatcher.register(metrics_methods(MetricsController(jobs, config.state_dir)))
@@ -118,7 +135,16 @@ def build_app(config: ServerConfig) -> web.Application:
     async def ping(_: Empty) -> Empty:
         return Empty()  # the frame arriving is the news: serve_frames stamped its Peer
 
-    dispatcher.register({Method.SERVER_INFO: server_info, Method.PING: ping})
+    async def server_handover(_: Empty) -> ServerInfo:
+        # Answer first, then leave: the jobs stay with the keeper for the next agent.
+        info = await server_info(Empty())
+        if not keeper.present:
+            raise RemoteExecError("this agent has no keeper: its jobs would die with it, so it does not hand over")
+        app[HANDOVER] = True
+        asyncio.get_running_loop().call_soon(app[STOP].set)
+        return info
+
+    dispatcher.register({Method.SERVER_INFO: server_info, Method.PING: ping, Method.SERVER_HANDOVER: server_handover})
     activity = _Activity()
 
     async def tracked(answer: Awaitable[bytes | None]) -> bytes | None:
@@ -158,7 +184,11 @@ def build_app(config: ServerConfig) -> web.Application:
 
     async def on_cleanup(_: web.Application) -> None:
         # Kills first: they need no worker thread, and nothing after them may hold them up.
-        await jobs.aclose()
+        # A handover kills no job: the keeper holds them for the next agent.
+        if app[HANDOVER]:
+            jobs.detach()
+        else:
+            await jobs.aclose()
         await shells.aclose()
         await ports.aclose()
         await files.aclose()
@@ -176,7 +206,28 @@ def build_app(config: ServerConfig) -> web.Application:
     app[HANDLE_FRAME] = handle_frame
     app[PEERS] = Peers()
     app[INSTANCE_ID] = instance_id
+    app[KEEPER] = keeper
+    app[INOTIFY] = inotify
+    app[HANDOVER] = False
+    app[STOP] = asyncio.Event()
     return app
+
+
+def _state_id(jobs_root: Path) -> str:
+    """The state dir's id (made once, kept in ``jobs/ID``): the prefix of every job id, so ids
+    stay valid across agents but never match another state dir's."""
+    path = jobs_root / "ID"
+    try:
+        text = path.read_text().strip()
+        if text.isalnum() and 0 < len(text) <= 32:
+            return text
+    except OSError:
+        pass
+    text = secrets.token_hex(4)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+    return text
 
 
 def _raise_fd_limit() -> None:
@@ -186,8 +237,10 @@ def _raise_fd_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
-    """Serve until SIGTERM/SIGINT or until idle; running jobs are killed on the way out."""
+async def serve(config: ServerConfig, ready_fd: int | None = None) -> bool:
+    """Serve until SIGTERM/SIGINT or until idle (every job's tree is then killed), or until a
+    ``server_handover`` (jobs left running for the keeper); True after a handover."""
+    reset_signals()  # jobs must not inherit an ignored SIGINT/SIGHUP from whoever started us
     _raise_fd_limit()
     if sys.version_info < (3, 12):
         # 3.11's default watcher runs a thread per child; pidfds scale to thousands of jobs.
@@ -203,6 +256,13 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
     # thread) is abandoned after this many seconds rather than holding the agent up.
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT)
     app[FILES].recover()  # temporary files of write sessions a killed agent left behind
+    if await app[KEEPER].connect():
+        restored = await app[JOBS].restore()
+        await app[JOBS].end_dead_shells()
+        log.info("keeper %s holds this state dir; %d job(s) re-adopted", app[KEEPER].hello.get("pid"), restored)
+    if app[INOTIFY].available:
+        asyncio.get_running_loop().add_reader(app[INOTIFY].fd, app[INOTIFY].on_readable)
+    app[JOBS].start_sweeper()
     await runner.setup()
     for stale in (sock, stream_sock):  # ensure_server holds the lock and found nobody accepting
         if stale.exists():
@@ -224,7 +284,7 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
         os.umask(old_umask)
     os.chmod(sock, 0o600)
     os.chmod(stream_sock, 0o600)
-    stop = asyncio.Event()
+    stop: asyncio.Event = app[STOP]
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -242,6 +302,7 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> None:
             with contextlib.suppress(OSError):
                 path.unlink()
         await runner.cleanup()
+    return bool(app[HANDOVER])
 
 
 async def _idle_watch(app: web.Application, idle_timeout: float, stop: asyncio.Event) -> None:

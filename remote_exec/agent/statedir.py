@@ -3,8 +3,14 @@
 Layout of the directory (mode 0700, owned by the agent's user)::
 
     agent.sock   the server's Unix socket (0600)
+    agent.stream the server's frame-stream socket (0600)
+    keeper.sock  the keeper's control socket (0600; see :mod:`remote_exec.agent.keeper`)
     agent.lock   flock'd while a client checks for / starts the server
-    agent.log    the detached server's stdout and stderr
+    agent.log    the keeper's and the servers' stdout and stderr
+    jobs/        one dir per job: its metadata and output (see :mod:`remote_exec.agent.jobs.diskjob`)
+
+The server runs as the keeper's child: ``ensure`` starts a keeper (which starts the server) when
+none answers, or asks the running keeper to start a server when only the server is gone.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from pathlib import Path
 
 from ..errors import AgentUnavailableError, UntrustedAgentError
 from ..protocol.ownership import check_peer, check_socket, check_state_dir, describe_uid
+from .keeper import KEEPER_SOCKET
+from .keeperlink import keeper_call
 
 __all__ = ["describe", "ensure_server", "open_private", "secure_dir", "server_command", "socket_accepts"]
 
@@ -97,11 +105,11 @@ def open_private(path: Path, flags: int) -> int:
     return fd
 
 
-def server_command(state_dir: Path, extra: list[str]) -> list[str]:
-    """The argv that runs ``serve`` with this very agent (Python package or frozen bundle)."""
+def server_command(state_dir: Path, extra: list[str], sub: str = "serve") -> list[str]:
+    """The argv that runs ``serve`` (or ``sub``) with this very agent (package or frozen bundle)."""
     if getattr(sys, "frozen", False):
-        return [sys.executable, "serve", "--dir", os.fspath(state_dir), *extra]
-    return [sys.executable, "-m", "remote_exec.agent", "serve", "--dir", os.fspath(state_dir), *extra]
+        return [sys.executable, sub, "--dir", os.fspath(state_dir), *extra]
+    return [sys.executable, "-m", "remote_exec.agent", sub, "--dir", os.fspath(state_dir), *extra]
 
 
 def ensure_server(state_dir: Path, serve_args: list[str] | None = None) -> bool:
@@ -127,12 +135,21 @@ def _ensure_server(state_dir: Path, serve_args: list[str] | None) -> bool:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if socket_accepts(sock):
             return False
-        read_fd, write_fd = os.pipe()
         log_path = state_dir / "agent.log"
+        agent = server_command(state_dir, serve_args or [])
+        if socket_accepts(state_dir / KEEPER_SOCKET):
+            # The keeper outlived its agent (a handover, or it is restarting a crashed one).
+            answer = keeper_call(state_dir, {"op": "start", "argv": agent}, READY_TIMEOUT)
+            if answer is not None and answer.get("ok"):
+                return True
+            tail = log_path.read_bytes()[-2000:].decode(errors="replace")
+            why = answer.get("error") if answer else "the keeper did not answer"
+            raise AgentUnavailableError(f"agent server in {state_dir} did not start ({why}):\n{tail}")
+        read_fd, write_fd = os.pipe()
         try:
             with open(open_private(log_path, os.O_WRONLY | os.O_APPEND), "ab") as log:
                 subprocess.Popen(
-                    server_command(state_dir, [*(serve_args or []), "--ready-fd", str(write_fd)]),
+                    server_command(state_dir, ["--ready-fd", str(write_fd), "--", *agent], sub="keeper"),
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,

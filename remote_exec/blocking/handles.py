@@ -10,10 +10,11 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from anyio.from_thread import BlockingPortal
 
+from ..client.logs import OutputSlice
 from ..client.ports import PortForward
 from ..client.process import ExecRemoteProcess
 from ..client.sandbox import AsyncSandbox
@@ -146,6 +147,9 @@ class BlockingExecRemoteProcess(_Handle):
 
     def kill(self, grace: float | None = None) -> None:
         self._call(self.async_process.kill, grace)
+
+    def tail(self, n_bytes: int, stream: Literal["stdout", "stderr"] = "stdout") -> OutputSlice:
+        return self._portal.call(self.async_process.tail, n_bytes, stream)
 
     def release(self) -> None:
         self._call(self.async_process.release)

@@ -17,13 +17,15 @@ from typing import Any, Literal, TypeVar, Unpack, overload
 
 from anyio.from_thread import BlockingPortal, BlockingPortalProvider
 
+from ..client.logs import OutputSlice, Stream
 from ..client.process import ExecRemoteProcess
 from ..client.sandbox import AsyncSandbox
 from ..client.shell import ShellSession
 from ..client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, TransferResult
 from ..client.types import ExecRemoteOptions, ExecResult, OptionOverrides
 from ..errors import SandboxClosedError
-from ..protocol import FileInfo, JobInfo, JobStats, SandboxStats, ServerInfo, ShellInfo
+from ..protocol import DEFAULT_MAX_BYTES as READ_BYTES
+from ..protocol import FileInfo, JobInfo, JobStats, PruneResult, SandboxStats, ServerInfo, ShellInfo
 from ..sandboxes import open_sandbox
 from .handles import BlockingExecRemoteProcess, BlockingPortForward, BlockingShellSession, interruptible
 
@@ -187,6 +189,25 @@ class Sandbox:
         """
         proc = self._call(self.async_sandbox.attach, job_id, options)
         return BlockingExecRemoteProcess(self._portal, proc, sandbox=self.async_sandbox)
+
+    def read_output(
+        self, job_id: str, stream: Stream = "stdout", *, offset: int = 0, max_bytes: int = READ_BYTES
+    ) -> OutputSlice:
+        """Up to ``max_bytes`` of a job's ``stream`` from byte ``offset`` (see the async twin)."""
+        read = functools.partial(self.async_sandbox.read_output, offset=offset, max_bytes=max_bytes)
+        return self._call(read, job_id, stream)
+
+    def tail_output(self, job_id: str, n_bytes: int, stream: Stream = "stdout") -> OutputSlice:
+        """The last ``n_bytes`` of a job's ``stream``."""
+        return self._call(self.async_sandbox.tail_output, job_id, n_bytes, stream)
+
+    def forget(self, job_id: str) -> None:
+        """Forget an ended job, its record and logs (a running one is refused)."""
+        self._call(self.async_sandbox.forget, job_id)
+
+    def prune(self, *, older_than: float | None = None, keep: int | None = None) -> PruneResult:
+        """Forget ended jobs over ``older_than`` seconds old or beyond the newest ``keep``."""
+        return self._call(functools.partial(self.async_sandbox.prune, older_than=older_than, keep=keep))
 
     def shell(self, *, cwd: str | None = None, env: dict[str, str] | None = None) -> BlockingShellSession:
         """Open a stateful shell session (see :meth:`AsyncSandbox.shell`).

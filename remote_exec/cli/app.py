@@ -8,6 +8,8 @@
 ``remote-exec shell [--session ID]``            a prompt on a shell session (see shell.py)
 ``remote-exec cp SRC DST``                      copy files or trees; ``sandbox:PATH`` is the sandbox's
                                                 side (see cp.py)
+``remote-exec logs JOB_ID [-f] [-n BYTES]``      a job's log from disk, raw (see logs.py)
+``remote-exec prune [--older-than S] [--keep N] [JOB_ID...]``  forget ended jobs and their logs
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..protocol import JobInfo
 from ..sandboxes import open_sandbox
 from ..termsafe import terminal_safe
 from .cp import add_cp_parser, copy
+from .logs import add_logs_parsers, logs, prune
 from .shell import shell_repl
 from .top import add_top_parser, top
 
@@ -64,6 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     shell.add_argument("--keep", action="store_true", help="leave the new session open on exit")
     add_cp_parser(sub)
     add_top_parser(sub)
+    add_logs_parsers(sub)
     return p
 
 
@@ -134,6 +138,10 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
         return await copy(sb, args)
     if args.cmd == "top":
         return await top(sb, args)
+    if args.cmd == "logs":
+        return await logs(sb, args)
+    if args.cmd == "prune":
+        return await prune(sb, args)
     if args.cmd == "attach":
         return await _follow(await sb.attach(args.job_id))
     proc = await sb.attach(args.job_id)

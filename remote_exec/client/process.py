@@ -9,7 +9,7 @@ import secrets
 import signal as _signal
 from collections import deque
 from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
@@ -30,6 +30,7 @@ from ..protocol import (
     WriteStdinParams,
     WriteStdinResult,
 )
+from .logs import OutputSlice, read_output
 from .rpc import RpcClient
 from .tail import Tail
 from .types import Completed, ExecRemoteEvent, ExecRemoteOptions, ExecResult, StderrChunk, StdoutChunk
@@ -315,11 +316,14 @@ class ExecRemoteProcess:
         """Stop the job: SIGTERM to its group, SIGKILL after ``grace`` (default ``kill_grace``).
 
         Means "not interested": iteration stops and buffered output is discarded. Returns once
-        the whole group is gone. Killing an ended job does nothing; a second ``kill()`` waits
-        for the first. Cancelling ``kill()`` does not stop the kill, which completes in the agent.
+        every process of the job is gone, descendants in their own session included. On an
+        ended job it ends the job's leftovers (``sleep 300 &`` in a finished script); a second
+        ``kill()`` waits for the first. Cancelling ``kill()`` does not stop the kill, which
+        completes in the agent.
         """
         if self._kill_task is None:
             if self._ended:
+                await self._do_kill(grace)  # leftovers only: the result stays what it was
                 return
             self._killed = True
             self._queue.clear()
@@ -336,6 +340,16 @@ class ExecRemoteProcess:
             KillResult,
             timeout=grace + self._margin,
         )
+
+    async def tail(self, n_bytes: int, stream: Literal["stdout", "stderr"] = "stdout") -> OutputSlice:
+        """The last ``n_bytes`` of the job's ``stream`` (its log on disk), whatever this handle has
+        read; moves no cursor. Cancelling abandons the read.
+
+        :raises JobNotFoundError: the job was forgotten.
+        """
+        await self.started()
+        assert self._job_id is not None
+        return await read_output(self._rpc, self._job_id, stream, tail=n_bytes, max_bytes=max(1, n_bytes))
 
     async def release(self) -> None:
         """Tell the agent to forget the job (killing it if it still runs).
@@ -385,6 +399,7 @@ def launch(rpc: RpcClient, command: list[str] | str, options: ExecRemoteOptions,
         encoding=options.encoding,
         label=options.label,
         idempotency_key=secrets.token_hex(8),
+        output_cap=options.output_cap,
     )
     return starting(rpc, rpc.call(Method.EXEC_REMOTE_START, params, StartResult), options, margin)
 

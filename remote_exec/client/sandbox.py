@@ -8,13 +8,16 @@ from typing import Any, Literal, Unpack, overload
 
 from ..errors import ExecTimeoutError, JobNotFoundError, ProtocolError
 from ..protocol import (
+    DEFAULT_MAX_BYTES,
     Empty,
+    JobIdParams,
     JobInfo,
     JobStats,
     JobStatsParams,
     ListParams,
     ListResult,
     Method,
+    PruneResult,
     SandboxStats,
     SandboxStatsParams,
     ServerInfo,
@@ -22,6 +25,7 @@ from ..protocol import (
 )
 from .channel import DEFAULT_LIVENESS, Liveness
 from .core import OPEN_TIMEOUT, SandboxCore
+from .logs import OutputSlice, Stream, prune_jobs, read_output
 from .ports import PortForward
 from .process import RESPONSE_MARGIN, ExecRemoteProcess, attached, launch
 from .sandbox_files import SandboxFiles
@@ -218,6 +222,40 @@ class AsyncSandbox(SandboxFiles):
                 # Not tracked: closing this sandbox leaves a job it did not start alone.
                 return attached(self._core.rpc, info, opts, self._core.response_margin)
         raise JobNotFoundError(f"no job {job_id} in {self.url}", job_id=job_id)
+
+    # -- logs and retention (see client/logs.py) -------------------------------------------
+
+    async def read_output(
+        self, job_id: str, stream: Stream = "stdout", *, offset: int = 0, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> OutputSlice:
+        """Up to ``max_bytes`` of a job's ``stream`` from byte ``offset``, moving no cursor.
+
+        Cancelling abandons the read.
+
+        :raises JobNotFoundError: no such job (or it was forgotten).
+        :raises InvalidParamsError: ``offset`` is past the end of the stream.
+        """
+        return await read_output(self._core.rpc, job_id, stream, offset=offset, max_bytes=max_bytes)
+
+    async def tail_output(self, job_id: str, n_bytes: int, stream: Stream = "stdout") -> OutputSlice:
+        """The last ``n_bytes`` (at most 64 MiB) of a job's ``stream``. Cancelling abandons the read.
+
+        :raises JobNotFoundError: no such job (or it was forgotten).
+        """
+        return await read_output(self._core.rpc, job_id, stream, tail=n_bytes, max_bytes=max(1, n_bytes))
+
+    async def forget(self, job_id: str) -> None:
+        """Forget an ended job: its record and its logs are removed from the sandbox.
+
+        :raises JobNotFoundError: no such job.
+        :raises InvalidParamsError: the job is still running (kill it first).
+        """
+        await self._core.rpc.call(Method.EXEC_REMOTE_FORGET, JobIdParams(job_id=job_id), Empty)
+
+    async def prune(self, *, older_than: float | None = None, keep: int | None = None) -> PruneResult:
+        """Forget ended jobs that ended over ``older_than`` seconds ago or beyond the newest
+        ``keep``; running jobs stay. Returns how many went (and their ids, up to a page)."""
+        return await prune_jobs(self._core.rpc, older_than, keep)
 
     # -- shell sessions (see client/shell.py) ----------------------------------------------
 

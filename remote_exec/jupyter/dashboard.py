@@ -8,7 +8,6 @@ job, shown under the table).
 from __future__ import annotations
 
 import asyncio
-import base64
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -19,7 +18,7 @@ import traitlets
 from ..blocking import BlockingExecRemoteProcess, Sandbox
 from ..client.sandbox import AsyncSandbox
 from ..errors import JobNotFoundError, JobNotRunningError, RemoteExecError
-from ..protocol import JobInfo, Method, PollParams, PollResult
+from ..protocol import JobInfo
 from ._assets import css, esm
 from .display import jobs_table, widgets_enabled
 from .follow import loop_of
@@ -41,20 +40,10 @@ def _last_line(text: str) -> str:
 async def tail_line(sandbox: AsyncSandbox, job: JobInfo) -> tuple[str, int]:
     """The last non-empty line of the job's stdout (else stderr), read from the end only, and
     the bytes written by then (the line may be newer than ``job``'s counts)."""
-    params = PollParams(
-        job_id=job.job_id,
-        stdout_offset=max(0, job.stdout_bytes - TAIL_BYTES),
-        stderr_offset=max(0, job.stderr_bytes - TAIL_BYTES),
-        wait=0,
-        max_bytes=TAIL_BYTES,
-    )
-    # No public "read a job's output from this offset" exists yet (a process handle reads from its
-    # own cursor): the durable-jobs work adds one; until then this is the one reach-in left.
-    r = await sandbox._core.rpc.call(Method.EXEC_REMOTE_POLL, params, PollResult)
-    out, err = r.stdout, r.stderr
-    if job.encoding == "base64":
-        out, err = (base64.b64decode(x).decode("utf-8", "replace") for x in (out, err))
-    return _last_line(out) or _last_line(err), r.stdout_offset + r.stderr_offset
+    out = await sandbox.tail_output(job.job_id, TAIL_BYTES, "stdout")
+    err = await sandbox.tail_output(job.job_id, TAIL_BYTES, "stderr")
+    texts = [x.data.decode("utf-8", "replace") for x in (out, err)]
+    return _last_line(texts[0]) or _last_line(texts[1]), out.size + err.size
 
 
 class Dashboard(anywidget.AnyWidget):

@@ -64,6 +64,10 @@ from .jobs import (
     ListResult,
     PollParams,
     PollResult,
+    PruneParams,
+    PruneResult,
+    ReadParams,
+    ReadResult,
     ServerInfo,
     SignalParams,
     StartParams,
@@ -153,6 +157,10 @@ __all__ = [
     "MethodSpec",
     "PollParams",
     "PollResult",
+    "PruneParams",
+    "PruneResult",
+    "ReadParams",
+    "ReadResult",
     "PortConnInfo",
     "PortConnectParams",
     "PortIdParams",
@@ -194,7 +202,11 @@ class Method(StrEnum):
     EXEC_REMOTE_KILL = "exec_remote_kill"
     EXEC_REMOTE_LIST = "exec_remote_list"
     EXEC_REMOTE_RELEASE = "exec_remote_release"
+    EXEC_REMOTE_READ = "exec_remote_read"
+    EXEC_REMOTE_FORGET = "exec_remote_forget"
+    EXEC_REMOTE_PRUNE = "exec_remote_prune"
     SERVER_INFO = "server_info"
+    SERVER_HANDOVER = "server_handover"
     SHELL_OPEN = "shell_open"
     SHELL_RUN = "shell_run"
     SHELL_LIST = "shell_list"
@@ -242,7 +254,11 @@ METHODS: dict[str, MethodSpec] = {
     Method.EXEC_REMOTE_KILL: MethodSpec(params=KillParams, result=KillResult),
     Method.EXEC_REMOTE_LIST: MethodSpec(params=ListParams, result=ListResult),
     Method.EXEC_REMOTE_RELEASE: MethodSpec(params=JobIdParams, result=Empty),
+    Method.EXEC_REMOTE_READ: MethodSpec(params=ReadParams, result=ReadResult, gives_payload=True),
+    Method.EXEC_REMOTE_FORGET: MethodSpec(params=JobIdParams, result=Empty),
+    Method.EXEC_REMOTE_PRUNE: MethodSpec(params=PruneParams, result=PruneResult),
     Method.SERVER_INFO: MethodSpec(params=Empty, result=ServerInfo),
+    Method.SERVER_HANDOVER: MethodSpec(params=Empty, result=ServerInfo),
     Method.SHELL_OPEN: MethodSpec(params=ShellOpenParams, result=ShellInfo),
     Method.SHELL_RUN: MethodSpec(params=ShellRunParams, result=StartResult),
     Method.SHELL_LIST: MethodSpec(params=ShellListParams, result=ShellListResult),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -17,6 +17,10 @@ __all__ = [
     "ListResult",
     "PollParams",
     "PollResult",
+    "PruneParams",
+    "PruneResult",
+    "ReadParams",
+    "ReadResult",
     "ServerInfo",
     "SignalParams",
     "StartParams",
@@ -35,6 +39,8 @@ class StartParams(WireModel):
     the job's process group gets SIGTERM, then SIGKILL after ``kill_grace``. With
     ``encoding="base64"`` output (and ``input``) travel base64-encoded, byte-exact.
     ``idempotency_key`` makes a retried start return the job the first attempt created.
+    ``output_cap``: bytes of each output stream kept on disk (default: the agent's, 1 GiB);
+    past it the oldest bytes are dropped, and counted, as ``*_dropped``.
     """
 
     command: (
@@ -51,6 +57,7 @@ class StartParams(WireModel):
     encoding: Encoding = "utf-8"
     label: Annotated[str, Field(max_length=256)] | None = None
     idempotency_key: Annotated[str, Field(max_length=128)] | None = None
+    output_cap: Annotated[int, Field(ge=64 * 1024)] | None = None
 
     @field_validator("command")
     @classmethod
@@ -104,6 +111,48 @@ class PollResult(WireModel):
     stdout_dropped: Offset = 0
     stderr_dropped: Offset = 0
     payload_sizes: tuple[Offset, Offset] | None = None
+
+
+class ReadParams(WireModel):
+    """Params of ``exec_remote_read``: up to ``max_bytes`` of one stream from ``offset``, or, with
+    ``tail``, its last ``tail`` bytes (``offset`` is then ignored). It answers at once (no wait)
+    and moves no cursor: any number of readers may read a job's log at any offset."""
+
+    job_id: JobId
+    stream: Literal["stdout", "stderr"] = "stdout"
+    offset: Offset = 0
+    tail: Annotated[int, Field(ge=0, le=64 * 1024 * 1024)] | None = None
+    max_bytes: Annotated[int, Field(ge=1, le=64 * 1024 * 1024)] = DEFAULT_MAX_BYTES
+
+
+class ReadResult(WireModel):
+    """Result of ``exec_remote_read``; the bytes are the response's payload.
+
+    ``offset``: where the payload starts (past the asked offset by ``dropped`` bytes that the disk
+    cap dropped); ``size``: the stream's bytes written so far; ``state``/``exit_code``: the job's
+    now. The stream is complete once ``state`` is terminal and ``offset`` + payload == ``size``.
+    """
+
+    offset: Offset
+    dropped: Offset
+    size: Offset
+    state: JobState
+    exit_code: int | None = None
+
+
+class PruneParams(WireModel):
+    """Params of ``exec_remote_prune``: forget ended jobs (record and logs) that ended more than
+    ``older_than`` seconds ago, or beyond the newest ``keep`` ended ones. Running jobs stay."""
+
+    older_than: Annotated[float, Field(ge=0)] | None = None
+    keep: Annotated[int, Field(ge=0)] | None = None
+
+
+class PruneResult(WireModel):
+    """Result of ``exec_remote_prune``: how many jobs were forgotten, and (at most a page of) their ids."""
+
+    forgotten: Offset
+    job_ids: Annotated[list[JobId], Field(max_length=MAX_PAGE_ITEMS)]
 
 
 class WriteStdinParams(WireModel):
@@ -173,7 +222,10 @@ _Arg = Annotated[str, Field(max_length=1 << 20)]
 
 
 class JobInfo(WireModel):
-    """One row of ``exec_remote_list`` (its strings bounded as :class:`StartParams` bounds them)."""
+    """One row of ``exec_remote_list`` (its strings bounded as :class:`StartParams` bounds them).
+
+    ``leftovers``: pids of the job's processes still alive after its leader exited (``sleep 300 &``
+    in a finished script); ``exec_remote_kill`` on the ended job ends them."""
 
     job_id: JobId
     pid: int
@@ -188,6 +240,7 @@ class JobInfo(WireModel):
     stdin_open: bool
     stdin_bytes: int
     encoding: Encoding
+    leftovers: list[int] = Field(default_factory=list, max_length=1024)
 
 
 class ListParams(WireModel):
@@ -209,8 +262,9 @@ class ListResult(WireModel):
 class ServerInfo(WireModel):
     """Result of ``server_info``.
 
-    ``instance_id`` changes every time an agent starts; job ids carry it, which is how a client
-    tells "job released" from "the agent restarted and every job died with it".
+    ``instance_id`` changes every time an agent starts. Job ids do not carry it (jobs outlive
+    the agent): they carry the state dir's id. ``keeper_pid`` is the process that holds the jobs
+    while agents come and go (``None``: an agent run without one, whose jobs die with it).
     """
 
     version: Annotated[str, Field(max_length=64)]
@@ -219,3 +273,4 @@ class ServerInfo(WireModel):
     started_at: float
     instance_id: Annotated[str, Field(max_length=128)]
     capabilities: Annotated[list[Annotated[str, Field(max_length=64)]], Field(max_length=256)]
+    keeper_pid: int | None = None

@@ -6,8 +6,9 @@ be re-attached; it exits by itself after ``idle_timeout`` seconds with no jobs a
 URL query options: ``dir`` (state directory), ``channel`` (``socket``, the default, talks to the
 agent's socket directly; ``stdio`` and ``call`` go through the agent CLI as remote sandboxes
 do), ``idle_timeout`` (seconds, 0 = never), ``buffer_limit`` (bytes kept per stream per job),
-``memory_budget`` (bytes the agent holds in all; default from the cgroup limit). The last three
-apply when this call starts the agent.
+``memory_budget`` (bytes the agent holds in all; default from the cgroup limit), ``disk_cap``
+(bytes of each job output stream kept on disk, default 1 GiB). The last four apply when this
+call starts the agent.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from .hostcli import parse_query
 __all__ = ["LocalTransport"]
 
 ChannelKind = Literal["socket", "stdio", "call"]
-_OPTIONS = {"dir", "channel", "idle_timeout", "buffer_limit", "memory_budget"}
+_OPTIONS = {"dir", "channel", "idle_timeout", "buffer_limit", "memory_budget", "disk_cap"}
 
 
 class LocalTransport(SandboxTransport):
@@ -45,12 +46,14 @@ class LocalTransport(SandboxTransport):
         idle_timeout: float = 900.0,
         buffer_limit: int = 8 * 1024 * 1024,
         memory_budget: int | None = None,
+        disk_cap: int | None = None,
     ) -> None:
         self.state_dir = state_dir or default_agent_dir()
         self.channel_kind = channel
         self.idle_timeout = idle_timeout
         self.buffer_limit = buffer_limit
         self.memory_budget = memory_budget
+        self.disk_cap = disk_cap
         # Quoted, so that a dir holding "&" or "#" gives a URL that opens this same dir again.
         self.url = f"local://?dir={quote(os.fspath(self.state_dir), safe='/')}" if state_dir else "local://"
 
@@ -69,10 +72,13 @@ class LocalTransport(SandboxTransport):
             idle = float(query.get("idle_timeout", 900.0))
             buffer_limit = int(query.get("buffer_limit", 8 * 1024 * 1024))
             memory_budget = int(query["memory_budget"]) if "memory_budget" in query else None
+            disk_cap = int(query["disk_cap"]) if "disk_cap" in query else None
         except ValueError:
-            raise SandboxError(f"idle_timeout, buffer_limit and memory_budget must be numbers: {url!r}") from None
+            raise SandboxError(
+                f"idle_timeout, buffer_limit, memory_budget and disk_cap must be numbers: {url!r}"
+            ) from None
         state_dir = Path(query["dir"]) if "dir" in query else None
-        transport = cls(state_dir, channel, idle, buffer_limit, memory_budget)  # type: ignore[arg-type]
+        transport = cls(state_dir, channel, idle, buffer_limit, memory_budget, disk_cap)  # type: ignore[arg-type]
         transport.url = url
         return transport
 
@@ -89,6 +95,7 @@ class LocalTransport(SandboxTransport):
             "--buffer-limit",
             str(self.buffer_limit),
             *(["--memory-budget", str(self.memory_budget)] if self.memory_budget is not None else []),
+            *(["--disk-cap", str(self.disk_cap)] if self.disk_cap is not None else []),
         ]
 
     @property

@@ -13,16 +13,17 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
 import pytest
 
 import remote_exec as rx
 from remote_exec.protocol import STREAM_SOCKET, frames
 
+from ..conftest import stop_agent
 from .conftest import Adversary
 
 pytestmark = pytest.mark.anyio
@@ -72,7 +73,7 @@ async def small_agent(tmp_path: Path, buffer_limit: int = 8 * MiB) -> AsyncItera
     try:
         yield pid, state
     finally:
-        os.kill(pid, signal.SIGTERM)
+        await anyio.to_thread.run_sync(stop_agent, state)  # the keeper too; waits until both are gone
 
 
 @contextlib.asynccontextmanager
@@ -142,13 +143,18 @@ async def test_an_honest_big_stdin_write_still_arrives_whole(tmp_path: Path, adv
         _bounded(adversary, pid, baseline, ("agent memory", "64 MiB stdin write: peak RSS"))
 
 
-async def test_finished_jobs_output_is_dropped_oldest_first_and_counted(tmp_path: Path, adversary: Adversary) -> None:
-    """(b) 12 finished jobs x 8 MiB retained would be 96 MiB: the oldest jobs' output goes."""
+async def test_finished_jobs_output_is_on_disk_and_capped_with_exact_counts(
+    tmp_path: Path, adversary: Adversary
+) -> None:
+    """(b) 12 finished jobs x 8 MiB (96 MiB, three budgets) used to be held in RAM; output is now
+    on disk (#14): the agent's RSS stays flat, and a stream past its disk cap loses its head with
+    an exact count, never silently."""
+    cap = MiB
     async with small_agent(tmp_path) as (pid, state), raw(state) as conn:
         baseline = _status(pid, "VmRSS")
-        jobs = [await _start(conn, "head -c 8388608 /dev/zero") for _ in range(12)]
-        # Nobody polls them (polling would make them "watched" and paused): wait for the process
-        # state in the job list instead, with a deadline.
+        jobs = [await _start(conn, "head -c 8388608 /dev/zero", output_cap=cap) for _ in range(11)]
+        jobs.append(await _start(conn, "head -c 8388608 /dev/zero"))  # the default cap (1 GiB): all kept
+        # Nobody polls them: wait for the process state in the job list instead, with a deadline.
         deadline = asyncio.get_running_loop().time() + 60
         while True:
             listed = (await conn.call("exec_remote_list", {}))["result"]["jobs"]
@@ -157,17 +163,24 @@ async def test_finished_jobs_output_is_dropped_oldest_first_and_counted(tmp_path
             assert asyncio.get_running_loop().time() < deadline, listed
             await asyncio.sleep(0.1)
         assert [(j["exit_code"], j["stdout_bytes"]) for j in listed] == [(0, 8 * MiB)] * 12
-        dropped = []
+        dropped, read = [], []
         for job_id in jobs:  # each job's output from 0: what is gone is counted, not hidden
             params = {"job_id": job_id, "stdout_offset": 0, "stderr_offset": 0, "max_bytes": MiB, "wait": 0}
             answer = (await conn.call("exec_remote_poll", params))["result"]
-            assert answer["state"] == "completed" or answer["stdout_offset"] > answer["stdout_dropped"]
             dropped.append(answer["stdout_dropped"])
-        kept = 12 * 8 * MiB - sum(dropped)
-        assert kept <= BUDGET, dropped
-        assert max(dropped) == 8 * MiB and min(dropped) < 8 * MiB, dropped  # old ones went, new ones stay
-        adversary.tried("agent memory", "96 MiB of finished jobs' output: dropped, counted", refused=True)
-        _bounded(adversary, pid, baseline, ("agent memory", "finished jobs' output: peak RSS"))
+            read.append(answer["stdout_offset"] - answer["stdout_dropped"])
+        # 8 MiB - 1 MiB is a whole number of 4 KiB blocks: exactly that much of the head is gone.
+        assert dropped == [7 * MiB] * 11 + [0], dropped
+        assert read == [MiB] * 12, read
+        on_disk = sum(f.stat().st_blocks * 512 for f in (state / "jobs").glob("*/stdout"))
+        assert on_disk <= 11 * cap + 8 * MiB + 12 * 4096, on_disk  # the punched heads are freed blocks
+        adversary.tried("agent memory", "96 MiB of finished jobs' output: on disk, capped, counted", refused=True)
+        peak = _bounded(adversary, pid, baseline, ("agent memory", "finished jobs' output: peak RSS"))
+        flat = peak <= baseline + SLACK  # not even the budget: the bytes never pass through the agent
+        adversary.tried(
+            "agent memory", f"RSS flat with 96 MiB of output (+{(peak - baseline) // MiB} MiB)", refused=flat
+        )
+        assert flat, f"agent peak RSS {peak / MiB:.0f} MiB against {baseline / MiB:.0f} MiB before"
 
 
 async def test_half_sent_requests_are_refused_and_the_agent_keeps_answering(

@@ -26,6 +26,7 @@ import pytest
 import remote_exec as rx
 from remote_exec.sandboxes.jail import JailTransport
 
+from ..conftest import stop_agent
 from ..sandboxes.backend_jail import require_jail
 from .conftest import Adversary
 
@@ -75,6 +76,7 @@ def var_tmp() -> Iterator[Path]:
     try:
         yield path
     finally:
+        stop_agent(path / "agent")  # a test's host agent (and its keeper): its dir goes next
         shutil.rmtree(path, ignore_errors=True)
 
 

@@ -47,7 +47,8 @@ def test_invalid_params_carry_details(agent_sock: Path) -> None:
 
 
 def test_job_errors_name_the_job(agent_sock: Path) -> None:
-    instance = rpc(agent_sock, "server_info")["result"]["instance_id"]
+    job = rpc(agent_sock, "exec_remote_start", {"command": ["true"]})["result"]["job_id"]
+    instance = job.rsplit("-", 1)[0]  # the state dir's id: job ids stay valid across agents
     err = rpc(agent_sock, "exec_remote_poll", {"job_id": f"{instance}-99999"})["error"]
     assert err["code"] == -32001 and err["data"]["job_id"] == f"{instance}-99999"
     err = rpc(agent_sock, "exec_remote_kill", {"job_id": "deadbeef-3"})["error"]

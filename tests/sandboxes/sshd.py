@@ -10,7 +10,6 @@ import contextlib
 import getpass
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -146,10 +145,7 @@ def running_sshd(root: Path, *, max_sessions: int = 100) -> Iterator[SSHServer]:
 
 
 def _stop_agent(state_dir: Path) -> None:
-    """SIGTERM the agent the ssh sessions started (it is detached: sshd's exit leaves it running)."""
-    if not (state_dir / "agent.sock").exists():
-        return
-    import remote_exec as rx
+    """End the keeper and agent the ssh sessions started (detached: sshd's exit leaves them running)."""
+    from ..conftest import stop_agent
 
-    with contextlib.suppress(rx.RemoteExecError, OSError), rx.connect(f"local://?dir={state_dir}") as sb:
-        os.kill(sb.info.pid, signal.SIGTERM)
+    stop_agent(state_dir)

@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
 import signal
 import time
 from collections import OrderedDict
@@ -12,6 +17,7 @@ from typing import TypeVar
 
 from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, ServerBusyError
 from ...protocol import (
+    MAX_PAGE_ITEMS,
     PAGE_BYTES,
     Empty,
     JobIdParams,
@@ -22,6 +28,10 @@ from ...protocol import (
     ListResult,
     PollParams,
     PollResult,
+    PruneParams,
+    PruneResult,
+    ReadParams,
+    ReadResult,
     SignalParams,
     StartParams,
     StartResult,
@@ -30,9 +40,16 @@ from ...protocol import (
 )
 from ..budget import MemoryBudget
 from ..rpc import WithPayload
+from .diskjob import DiskJob, JobHome
 from .job import Job
+from .proctable import scan
+from .proctree import kill_tree, marked_processes, signal_all
 
 __all__ = ["JobController", "JobLimits"]
+
+log = logging.getLogger("remote_exec.agent")
+COUNTER = "counter"  # in the jobs dir: the last job number handed out
+SWEEP = 1.0  # seconds between disk-cap checks of running jobs' files
 
 J = TypeVar("J", bound=Job)
 
@@ -43,21 +60,37 @@ class JobLimits:
 
     :ivar buffer_limit: bytes retained per stream per job (older bytes are reported as dropped).
     :ivar max_running: running jobs at once; more starts get ``ServerBusyError``.
-    :ivar retain_seconds: how long a finished job stays readable (for attach and dashboards).
-    :ivar max_retained: finished jobs kept at most; the oldest are released first.
+    :ivar retain_seconds: how long a finished job stays readable, its record and logs on disk
+        (for attach, ``logs`` and dashboards); older ones are forgotten.
+    :ivar max_retained: finished jobs kept at most; the oldest are forgotten first.
     """
 
     buffer_limit: int = 8 * 1024 * 1024
     max_running: int = 4096
-    retain_seconds: float = 3600.0
-    max_retained: int = 512
+    retain_seconds: float = 7 * 24 * 3600.0  # a three-day run's logs outlive the run by days
+    max_retained: int = 1000
 
 
 class JobController:
-    """Owns every job of one agent instance; job ids are ``<instance>-<n>``, never reused."""
+    r"""Owns the jobs of one state dir; job ids are ``<prefix>-<n>``, never reused.
 
-    def __init__(self, instance_id: str, limits: JobLimits | None = None, budget: MemoryBudget | None = None) -> None:
-        self.instance_id = instance_id
+    With a :class:`JobHome` (the server's case), jobs write to files and outlive this agent:
+    ``prefix`` is the state dir's id, so ids stay valid for the next agent, which
+    :meth:`restore`\ s them. Without one (unit tests), jobs live in memory and die with it.
+    """
+
+    def __init__(
+        self,
+        instance_id: str,
+        limits: JobLimits | None = None,
+        budget: MemoryBudget | None = None,
+        home: JobHome | None = None,
+        prefix: str | None = None,
+    ) -> None:
+        self.instance_id = instance_id  # this agent's (shell sessions carry it: they die with it)
+        self.prefix = prefix or instance_id  # job ids carry it
+        self.home = home
+        self._sweeper: asyncio.TimerHandle | None = None
         self.limits = limits or JobLimits()
         self.budget = budget
         if budget is not None:
@@ -67,6 +100,9 @@ class JobController:
         self._by_key: dict[str, str] = {}
         self._starting: dict[str, asyncio.Future[StartResult]] = {}
         self._counter = 0
+        if home is not None:  # carry on from the previous agents' counter
+            with contextlib.suppress(OSError, ValueError):
+                self._counter = int((home.root / COUNTER).read_bytes())
         self._spawning = 0  # starts between the limit check and registering (their spawn awaited)
 
     @property
@@ -87,15 +123,37 @@ class JobController:
         """
         return self._get(job_id).info()
 
+    def _next_id(self) -> str:
+        """A new job id. The counter is on disk before the job exists: a forgotten job's id is
+        never handed out again by a later agent, which would otherwise start counting from the
+        highest id it still finds."""
+        self._counter += 1
+        if self.home is not None:
+            with contextlib.suppress(OSError):  # a full disk: the spawn fails anyway
+                fd = os.open(self.home.root / COUNTER, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+                try:
+                    os.pwrite(fd, b"%20d\n" % self._counter, 0)
+                finally:
+                    os.close(fd)
+        return f"{self.prefix}-{self._counter}"
+
     def _get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)
         if job is not None:
             return job
         instance, sep, _ = job_id.rpartition("-")
-        if sep and instance != self.instance_id:
+        agent, shell, _ = instance.rpartition("-sh")
+        if sep and shell and agent != self.instance_id:
             raise AgentLostError(
-                f"job {job_id} belonged to agent instance {instance}, which is gone; this agent "
-                f"({self.instance_id}) started after it and knows nothing of that job's state or output",
+                f"job {job_id} was a run of shell {instance}, which died with its agent instance {agent}: "
+                "shell sessions and their runs do not outlive the agent (jobs do)",
+                data={"job_id": job_id, "session_id": instance},
+            )
+        if sep and instance != self.prefix and not shell:
+            what = "state dir" if self.home is not None else "agent instance"
+            raise AgentLostError(
+                f"job {job_id} belonged to agent instance {instance}, which is gone; this agent's "
+                f"{what} ({self.prefix}) has no record of that job's state or output",
                 data={"job_id": job_id},
             )
         raise JobNotFoundError(f"no job {job_id} (never started, released, or expired)", job_id=job_id)
@@ -116,6 +174,8 @@ class JobController:
                 buf.discard()  # gives its bytes back to the memory budget
             if job.params.idempotency_key is not None:
                 self._by_key.pop(job.params.idempotency_key, None)
+            if isinstance(job, DiskJob):
+                shutil.rmtree(job.dir, ignore_errors=True)
 
     def _reclaim(self, n: int) -> int:
         """Free ``n`` bytes of the memory budget by dropping finished jobs' output, oldest job
@@ -139,12 +199,16 @@ class JobController:
             # A retry while the first attempt is still spawning: answer with that attempt's job.
             return await asyncio.shield(self._starting[key])
         if key is not None and key in self._by_key:
-            job = self._jobs[self._by_key[key]]
-            return StartResult(job_id=job.job_id, pid=job.pid)
+            known = self._jobs[self._by_key[key]]
+            return StartResult(job_id=known.job_id, pid=known.pid)
         self._expire()
         self._check_room()
-        self._counter += 1
-        job = Job(f"{self.instance_id}-{self._counter}", p, self.limits.buffer_limit, self._job_done)
+        job_id = self._next_id()
+        job: Job
+        if self.home is not None:
+            job = DiskJob(job_id, p, self.limits.buffer_limit, self._job_done, self.home)
+        else:
+            job = Job(job_id, p, self.limits.buffer_limit, self._job_done)
         if self.budget is not None:
             job.charge_to(self.budget)
         pending: asyncio.Future[StartResult] = asyncio.get_running_loop().create_future()
@@ -168,17 +232,21 @@ class JobController:
         pending.set_result(result)
         return result
 
-    def adopt(self, make: Callable[[str, int, Callable[[Job], None]], J]) -> J:
+    def adopt(self, make: Callable[[str, int, Callable[[Job], None]], J], owner: str | None = None) -> J:
         """Register a job made elsewhere (a shell run) so the job methods serve it too.
 
         ``make(job_id, buffer_limit, on_done)`` builds it; it counts against ``max_running``.
+        Its id starts with ``owner`` (a shell session's id) instead of the state dir's: such a
+        job dies with this agent, and a later agent can say so by its id.
 
         :raises ServerBusyError: the agent is at its limit of running jobs.
         """
         self._expire()
         self._check_room()
-        self._counter += 1
-        job = make(f"{self.instance_id}-{self._counter}", self.limits.buffer_limit, self._job_done)
+        job_id = self._next_id()
+        if owner is not None:
+            job_id = f"{owner}-{_seq(job_id)}"
+        job = make(job_id, self.limits.buffer_limit, self._job_done)
         if self.budget is not None:
             job.charge_to(self.budget)
         self._jobs[job.job_id] = job
@@ -209,6 +277,8 @@ class JobController:
         self._expire()
         start = -1 if p.after is None else _seq(p.after)
         jobs = sorted((j for j in self._jobs.values() if _seq(j.job_id) > start), key=lambda j: _seq(j.job_id))
+        if any(not j.running and isinstance(j, DiskJob) for j in jobs[: p.limit]):
+            await self._find_leftovers()
         page: list[JobInfo] = []
         size = 0
         for job in jobs:
@@ -226,10 +296,163 @@ class JobController:
         self._release(p.job_id)
         return Empty()
 
+    async def read(self, p: ReadParams) -> WithPayload:
+        """Bytes of one stream at an offset (or its tail), as the payload; moves no cursor."""
+        job = self._get(p.job_id)
+        stream = job.streams[1 if p.stream == "stdout" else 2]
+        size = stream.end
+        if p.tail is not None:
+            n = min(p.tail, p.max_bytes)
+            offset = max(0, size - n)
+        else:
+            n, offset = p.max_bytes, p.offset
+        try:
+            got = stream.read(offset, n, "base64", peek=True, raw=True)  # base64 + raw: bytes, uncut
+        except ValueError as exc:
+            raise InvalidParamsError(str(exc), data={"job_id": p.job_id}) from None
+        assert isinstance(got.data, bytes)
+        state = job.state
+        result = ReadResult(
+            offset=got.start,
+            dropped=got.dropped,
+            size=max(size, got.end),
+            state=state,
+            exit_code=None if state == "running" else job.exit_code,
+        )
+        return WithPayload(result, got.data)
+
+    async def forget(self, p: JobIdParams) -> Empty:
+        """Forget an ended job: its record and its logs go (a running one is refused)."""
+        job = self._get(p.job_id)
+        if job.running:
+            raise InvalidParamsError(
+                f"job {p.job_id} is still running: kill it first, then forget it", data={"job_id": p.job_id}
+            )
+        self._release(p.job_id)
+        return Empty()
+
+    async def prune(self, p: PruneParams) -> PruneResult:
+        """Forget ended jobs older than ``p.older_than`` seconds or beyond the newest ``p.keep``."""
+        now = time.monotonic()
+        ended = list(self._finished.items())  # oldest end first
+        doomed = {job_id for job_id, at in ended if p.older_than is not None and now - at > p.older_than}
+        if p.keep is not None:
+            doomed.update(job_id for job_id, _ in ended[: max(0, len(ended) - p.keep)])
+        gone = [job_id for job_id, _ in ended if job_id in doomed]
+        for job_id in gone:
+            self._release(job_id)
+        return PruneResult(forgotten=len(gone), job_ids=gone[:MAX_PAGE_ITEMS])
+
     async def aclose(self) -> None:
-        """Kill every running job (the agent is shutting down; jobs die with it)."""
+        """Kill every job's whole tree, leftovers of ended jobs included (an explicit shutdown:
+        everything ends), then give the killed jobs a moment to have their ends recorded."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         for job in list(self._jobs.values()):
             await job.aclose()
+        if self.home is not None:
+            for _ in range(50):  # a few rounds: a process may fork while we kill
+                found = await scan(marked_processes, self.prefix + "-")
+                if not found:
+                    break
+                signal_all(set().union(*found.values()), signal.SIGKILL)
+            running = [j.ended() for j in self._jobs.values() if j.running]
+            if running:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.gather(*running), 1.0)
+
+    def detach(self) -> None:
+        """The agent hands its jobs over: leave every process running, stop watching them."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for job in self._jobs.values():
+            if isinstance(job, DiskJob):
+                job.detach()
+
+    # -- outliving the agent ---------------------------------------------------------------
+
+    async def restore(self) -> int:
+        """Re-adopt the jobs of the state dir (a previous agent's); return how many.
+
+        Running ones (same pid and start time) are watched again; those that ended meanwhile
+        get the exit the keeper recorded. A job dir without a readable ``job.json`` (the agent
+        died while starting it) is removed.
+        """
+        home = self.home
+        if home is None:
+            return 0
+        answer, _ = await home.keeper.request({"op": "exits"})
+        exits = answer.get("exits") or {}
+        restored: list[DiskJob] = []
+        for entry in os.scandir(home.root):
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            try:
+                meta = _load_meta(entry.path)
+                if meta.get("job_id") != entry.name or not entry.name.startswith(self.prefix + "-"):
+                    raise ValueError("not a job of this state dir")
+                restored.append(await DiskJob.restore(meta, self.limits.buffer_limit, self._job_done, home, exits))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                log.warning("cannot re-adopt %s: %s; ending its processes and removing it", entry.name, exc)
+                if entry.name.startswith(self.prefix + "-"):
+                    # An agent killed between the spawn and the job.json: the process runs (and the
+                    # keeper may hold its stdin) but nobody can name it. End it: the client's retry
+                    # of the start (same idempotency key) is told nothing of it and starts afresh.
+                    await scan(kill_tree, entry.name)
+                    await home.keeper.request({"op": "drop", "key": entry.name})
+                shutil.rmtree(entry.path, ignore_errors=True)
+        restored.sort(key=lambda j: _seq(j.job_id))
+        ended = sorted((j for j in restored if not j.running), key=lambda j: j.ended_at or 0.0)
+        for job in restored:
+            self._jobs[job.job_id] = job
+            self._counter = max(self._counter, _seq(job.job_id))
+            if job.params.idempotency_key is not None:
+                self._by_key[job.params.idempotency_key] = job.job_id
+        for job in ended:
+            self._finished[job.job_id] = time.monotonic() - max(0.0, time.time() - (job.ended_at or time.time()))
+        self._expire()
+        return len(restored)
+
+    async def end_dead_shells(self) -> int:
+        """End the shells (and their runs) an earlier agent of this state dir left behind.
+
+        A shell dies with its agent by design (its state is in the agent), but one busy with a
+        command only notices once that command ends: until then it would run on, unlisted.
+        They carry the marker ``<state dir id>-<agent instance>-sh<n>``; this agent's own
+        shells start after this runs. Returns how many processes were killed.
+        """
+        total = 0
+        for _ in range(50):  # a process may fork while we kill
+            found = await scan(marked_processes, self.prefix + "-")
+            pids = set().union(*(p for mark, p in found.items() if "-sh" in mark and self.instance_id not in mark))
+            if not pids:
+                break
+            signal_all(pids, signal.SIGKILL)
+            total += len(pids)
+        return total
+
+    def start_sweeper(self) -> None:
+        """Check running jobs' files against their disk cap every :data:`SWEEP` seconds."""
+        for job in self._jobs.values():
+            if job.running and isinstance(job, DiskJob):
+                for stream in job.files:
+                    stream.enforce_cap()
+        self._sweeper = asyncio.get_running_loop().call_later(SWEEP, self.start_sweeper)
+
+    async def _find_leftovers(self) -> None:
+        found = await scan(marked_processes, self.prefix + "-")
+        for job in self._jobs.values():
+            if isinstance(job, DiskJob) and not job.running:
+                job.leftovers = sorted(found.get(job.job_id, ()))
+
+
+def _load_meta(job_dir: str) -> dict[str, object]:
+    """A job dir's ``job.json`` (small; read once per job when an agent starts)."""
+    with open(os.path.join(job_dir, "job.json"), "rb") as f:
+        meta = json.load(f)
+    if not isinstance(meta, dict):
+        raise ValueError("job.json is not an object")
+    return meta
 
 
 def _seq(job_id: str) -> int:

@@ -97,17 +97,7 @@ class Job:
         """Start the process; raises :class:`SpawnError` if it cannot be started."""
         p = self.params
         argv = ["/bin/sh", "-c", p.command] if isinstance(p.command, str) else list(p.command)
-        env = dict(os.environ)
-        kwargs: dict[str, object] = {}
-        if p.user is not None:
-            try:
-                pw = pwd.getpwnam(p.user) if not p.user.isdigit() else pwd.getpwuid(int(p.user))
-            except KeyError:
-                raise SpawnError(f"unknown user {p.user!r}", job_id=self.job_id) from None
-            kwargs.update(user=pw.pw_uid, group=pw.pw_gid, extra_groups=os.getgrouplist(pw.pw_name, pw.pw_gid))
-            env.update(HOME=pw.pw_dir, USER=pw.pw_name, LOGNAME=pw.pw_name)
-        if p.env:
-            env.update(p.env)
+        env, kwargs = self._environment()
         wants_stdin = p.stdin_open or p.input is not None
         loop = asyncio.get_running_loop()
         stdin_input = self._decode_input(p.input) if p.input is not None else None
@@ -146,6 +136,25 @@ class Job:
         if p.timeout is not None:
             self._timers.append(loop.call_later(p.timeout, self._begin_end, "timed_out", p.kill_grace))
 
+    def _environment(self) -> tuple[dict[str, str], dict[str, object]]:
+        """The job's environment and the user switch for ``subprocess``.
+
+        :raises SpawnError: the user is unknown.
+        """
+        p = self.params
+        env = dict(os.environ)
+        kwargs: dict[str, object] = {}
+        if p.user is not None:
+            try:
+                pw = pwd.getpwnam(p.user) if not p.user.isdigit() else pwd.getpwuid(int(p.user))
+            except KeyError:
+                raise SpawnError(f"unknown user {p.user!r}", job_id=self.job_id) from None
+            kwargs.update(user=pw.pw_uid, group=pw.pw_gid, extra_groups=os.getgrouplist(pw.pw_name, pw.pw_gid))
+            env.update(HOME=pw.pw_dir, USER=pw.pw_name, LOGNAME=pw.pw_name)
+        if p.env:
+            env.update(p.env)
+        return env, kwargs
+
     @property
     def state(self) -> JobState:
         return self._state
@@ -153,6 +162,10 @@ class Job:
     @property
     def running(self) -> bool:
         return self._state == "running"
+
+    async def ended(self) -> None:
+        """Wait until the job has ended and its end is recorded; cancelling only stops waiting."""
+        await self._done.wait()
 
     def info(self) -> JobInfo:
         return JobInfo(
@@ -285,9 +298,19 @@ class Job:
                     # A fast producer: encode the next answer while the client decodes this one.
                     loop.call_soon(self._speculate, (out.end, err.end, p.max_bytes, p.binary))
                 return self._answer(out, err, finished, p.binary)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):  # no task per wait, unlike wait_for
-                    await changed.wait()
+            self._wait_begin()
+            try:
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):  # no task per wait, unlike wait_for
+                        await changed.wait()
+            finally:
+                self._wait_end()
+
+    def _wait_begin(self) -> None:
+        """A poller is about to wait for output (a job writing to files watches them now)."""
+
+    def _wait_end(self) -> None:
+        """The poller stopped waiting."""
 
     def _answer(self, out: Slice, err: Slice, finished: bool, binary: bool) -> PollResult | WithPayload:
         result = PollResult(

@@ -19,4 +19,7 @@ def job_methods(ctl: JobController) -> dict[str, Handler]:
         Method.EXEC_REMOTE_KILL: ctl.kill,
         Method.EXEC_REMOTE_LIST: ctl.list,
         Method.EXEC_REMOTE_RELEASE: ctl.release,
+        Method.EXEC_REMOTE_READ: ctl.read,
+        Method.EXEC_REMOTE_FORGET: ctl.forget,
+        Method.EXEC_REMOTE_PRUNE: ctl.prune,
     }

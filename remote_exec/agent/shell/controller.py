@@ -120,7 +120,8 @@ class ShellController:
         )
         self._opening += 1  # the slot is taken before the await: concurrent opens cannot overshoot
         try:
-            await session.start(p.cwd, p.env)  # SpawnError propagates; the session was never registered
+            mark = f"{self.jobs.prefix}-{session.session_id}"  # the next agent ends it if it outlives us
+            await session.start(p.cwd, p.env, mark)  # SpawnError propagates; the session was never registered
         finally:
             self._opening -= 1
         self._sessions[session.session_id] = session
@@ -143,7 +144,7 @@ class ShellController:
         def make(job_id: str, buffer_limit: int, on_done: Callable[[Job], None]) -> ShellRun:
             return ShellRun(job_id, params, buffer_limit, on_done, session)
 
-        run = self.jobs.adopt(make)
+        run = self.jobs.adopt(make, owner=p.session_id)
         session.runs.append(run.job_id)
         while len(session.runs) > self.limits.retain_runs + 1:  # the new run is not finished yet
             with contextlib.suppress(JobNotFoundError):

@@ -33,6 +33,7 @@ from typing import Any
 
 from ...errors import NoSpaceError, SpawnError
 from ...protocol import ShellInfo
+from ..jobs.proctree import MARKER
 from . import signals
 from .framing import Frame, frame_script, init_script, new_nonce, recovery_lines
 from .run import ShellRun
@@ -130,10 +131,16 @@ class ShellSession:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    async def start(self, cwd: str | None, env: dict[str, str] | None) -> None:
-        """Start the shell and wait until it ran a first frame; :class:`SpawnError` if it cannot."""
+    async def start(self, cwd: str | None, env: dict[str, str] | None, mark: str | None = None) -> None:
+        """Start the shell and wait until it ran a first frame; :class:`SpawnError` if it cannot.
+
+        ``mark``: the job marker its processes carry, so that the next agent finds and ends a
+        shell (and its run) that outlived this one (see ``JobController.end_dead_shells``).
+        """
         full_env = dict(os.environ)
         full_env.update(env or {})
+        if mark is not None:
+            full_env[MARKER] = mark
         loop = asyncio.get_running_loop()
         # Made before the shell: a full disk then refuses the open with nothing to kill.
         self._tmpdir = _private_tmpdir(self.session_id)

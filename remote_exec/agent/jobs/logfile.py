@@ -1,0 +1,199 @@
+"""A job's output stream as a file in its job dir, read at byte offsets, its head dropped by
+punching a hole once it passes its cap.
+
+The job writes the file itself (its fd 1 or 2 is the file, opened ``O_APPEND``): no pipe to the
+agent, so no SIGPIPE when the agent dies, output keeps flowing while no agent runs, and the
+agent's memory does not grow with output. A reader's cursor is a file offset, so it stays valid
+across agents.
+
+The cap: once ``size - base`` passes ``cap``, the agent punches ``[0, new_base)`` out of the
+file (``fallocate(PUNCH_HOLE | KEEP_SIZE)``, ``new_base`` rounded down to 4 KiB): the blocks are
+freed, offsets do not move, and a reader before ``new_base`` is told exactly how many bytes it
+missed (``*_dropped``). ``base`` is recovered after a restart from ``lseek(SEEK_DATA)`` (the
+first byte that is not a hole). Where punching is unsupported (``EOPNOTSUPP``: some FUSE and
+network file systems) the cap cannot be applied: the file grows and the agent logs it once.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import errno
+import logging
+import os
+import struct
+
+from ..buffer import Slice, utf8_safe_end
+
+__all__ = ["DEFAULT_CAP", "Inotify", "LogFile"]
+
+log = logging.getLogger("remote_exec.agent")
+DEFAULT_CAP = 1 << 30
+BLOCK = 4096
+FALLOC_FL_KEEP_SIZE = 1
+FALLOC_FL_PUNCH_HOLE = 2
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+
+
+class LogFile:
+    """One output stream of one job: ``path`` and what the agent knows of it.
+
+    The read interface matches :class:`~remote_exec.agent.buffer.StreamBuffer`'s, so polls serve
+    both alike. No fd is held between reads: 5 000 jobs cost no descriptors.
+    """
+
+    __slots__ = ("_size", "_warned", "base", "cap", "eof", "path", "read_cursor")
+
+    def __init__(self, path: str, cap: int) -> None:
+        self.path = path
+        self.cap = cap
+        self.eof = False  # set when the job ended (the leader exited)
+        self.read_cursor = 0
+        self._size = 0
+        self._warned = False
+        self.base = self._find_base()
+
+    def _find_base(self) -> int:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return 0
+        try:
+            self._size = os.fstat(fd).st_size
+            return os.lseek(fd, 0, os.SEEK_DATA)
+        except OSError as exc:  # ENXIO: all hole (or empty)
+            return self._size if exc.errno == errno.ENXIO else 0
+        finally:
+            os.close(fd)
+
+    @property
+    def end(self) -> int:
+        """Bytes written so far (the file's size)."""
+        with contextlib.suppress(OSError):
+            self._size = os.stat(self.path).st_size
+        return self._size
+
+    def enforce_cap(self) -> int:
+        """Punch the head out if the stream passed its cap; return the bytes newly dropped."""
+        size = self.end
+        if size - self.base <= self.cap:
+            return 0
+        new_base = (size - self.cap) // BLOCK * BLOCK
+        if new_base <= self.base:
+            return 0
+        try:
+            fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+        except OSError:
+            return 0
+        try:
+            if _libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, new_base) != 0:
+                err = ctypes.get_errno()
+                if not self._warned:
+                    self._warned = True
+                    log.warning("cannot drop the head of %s (%s): its cap is not applied", self.path, os.strerror(err))
+                return 0
+        finally:
+            os.close(fd)
+        dropped, self.base = new_base - self.base, new_base
+        return dropped
+
+    def discard(self, n: int | None = None) -> int:
+        return 0  # the memory budget's reclaimer: a file holds no memory
+
+    def mark_read(self, stop: int) -> None:
+        if stop > self.read_cursor:
+            self.read_cursor = stop
+
+    def wants_pause(self) -> bool:
+        return False  # nothing to pause: the job writes straight to the file
+
+    def read(self, offset: int, max_bytes: int, encoding: str, peek: bool = False, raw: bool = False) -> Slice:
+        """The data from ``offset`` on, at most ``max_bytes`` of it (see ``StreamBuffer.read``).
+
+        :raises ValueError: ``offset`` is past the end of the stream.
+        """
+        end = self.end
+        if offset > end:
+            raise ValueError(f"offset {offset} is past the end of the stream ({end} bytes)")
+        start = max(offset, self.base)
+        dropped = start - offset
+        stop = min(end, start + max_bytes)
+        chunk = b""
+        if stop > start:
+            try:
+                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                fd = -1
+            if fd >= 0:
+                try:
+                    chunk = os.pread(fd, stop - start, start)
+                finally:
+                    os.close(fd)
+        stop = start + len(chunk)
+        data: str | bytes
+        if encoding == "base64":
+            data = chunk if raw else base64.b64encode(chunk).decode("ascii")
+        else:
+            cut = utf8_safe_end(chunk, self.eof and stop == end)
+            if cut < len(chunk):
+                chunk = chunk[:cut]
+                stop = start + cut
+            data = chunk if raw else str(chunk, "utf-8", "replace")
+        if not peek:
+            self.mark_read(stop)
+        return Slice(data, start, stop, dropped)
+
+
+class Inotify:
+    """One inotify fd for the agent: a watch per job dir only while a poller waits on the job.
+
+    ``watch(path, callback)`` returns a handle for ``unwatch``; the callback runs on every change
+    under the dir (a write to either stream). The event loop reads the fd: no thread.
+    """
+
+    IN_MODIFY = 0x2
+    _EVENT = struct.Struct("iIII")
+
+    def __init__(self) -> None:
+        self.fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._callbacks: dict[int, list[object]] = {}  # wd -> [callback, refs]
+
+    @property
+    def available(self) -> bool:
+        return bool(self.fd >= 0)
+
+    def watch(self, path: str, callback: object) -> int:
+        wd = int(_libc.inotify_add_watch(self.fd, path.encode(), self.IN_MODIFY))
+        if wd < 0:
+            return -1
+        entry = self._callbacks.setdefault(wd, [callback, 0])
+        entry[1] = int(entry[1]) + 1  # type: ignore[call-overload]
+        return wd
+
+    def unwatch(self, wd: int) -> None:
+        entry = self._callbacks.get(wd)
+        if entry is None:
+            return
+        entry[1] = int(entry[1]) - 1  # type: ignore[call-overload]
+        if int(entry[1]) <= 0:  # type: ignore[call-overload]
+            del self._callbacks[wd]
+            _libc.inotify_rm_watch(self.fd, wd)
+
+    def on_readable(self) -> None:
+        """Dispatch the events the fd holds (called by the event loop)."""
+        try:
+            data = os.read(self.fd, 65536)
+        except OSError:
+            return
+        fired: set[int] = set()
+        pos = 0
+        while pos + self._EVENT.size <= len(data):
+            wd, _, _, length = self._EVENT.unpack_from(data, pos)
+            pos += self._EVENT.size + length
+            fired.add(wd)
+        for wd in fired:
+            entry = self._callbacks.get(wd)
+            if entry is not None:
+                entry[0]()  # type: ignore[operator]

@@ -1,0 +1,116 @@
+"""Finding and ending every process of a job, whatever session or parent it ended up in.
+
+A job's processes are (a) the leader's descendants by parent pid, and (b) every process whose
+environment carries the job's marker ``REMOTE_EXEC_JOB=<job id>`` (set at spawn and inherited),
+with *their* descendants. (a) catches children that cleaned their environment; (b) catches
+those that left the tree: a ``setsid`` daemon, or a child orphaned when its parent died, which
+the keeper (the child subreaper) adopts instead of the job. ``/proc/PID/environ`` is readable
+for processes of the same user, which is every job of this agent.
+
+Killing is a loop (scan, SIGKILL everything found, again) until a scan finds nothing, since a
+process may fork while it is being killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterable
+
+__all__ = ["MARKER", "job_processes", "kill_tree", "marked_processes"]
+
+MARKER = "REMOTE_EXEC_JOB"
+KILL_ROUNDS = 200
+
+
+def _table() -> tuple[dict[int, int], dict[int, bytes]]:
+    """``(ppid of each live process, its job marker value or b"")``."""
+    ppids: dict[int, int] = {}
+    marks: dict[int, bytes] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return ppids, marks
+    key = MARKER.encode() + b"="
+    for name in names:
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] in (b"Z", b"X"):
+            continue  # a zombie holds nothing: its parent reaps it
+        ppids[pid] = int(fields[1])
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read()
+        except OSError:
+            continue
+        i = env.find(b"\0" + key) if not env.startswith(key) else -1
+        if env.startswith(key) or i >= 0:
+            start = (0 if i < 0 else i + 1) + len(key)
+            stop = env.find(b"\0", start)
+            marks[pid] = env[start : stop if stop >= 0 else len(env)]
+    return ppids, marks
+
+
+def _closure(roots: Iterable[int], ppids: dict[int, int]) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, ppid in ppids.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    todo = [r for r in roots if r in ppids]
+    while todo:
+        pid = todo.pop()
+        if pid in found:
+            continue
+        found.add(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+def job_processes(job_id: str, leader: int = 0) -> set[int]:
+    """Live processes of job ``job_id`` (``leader``: its first process, if still alive)."""
+    ppids, marks = _table()
+    want = job_id.encode()
+    roots = [pid for pid, mark in marks.items() if mark == want]
+    if leader:
+        roots.append(leader)
+    return _closure(roots, ppids) - {os.getpid()}
+
+
+def marked_processes(prefix: str) -> dict[str, set[int]]:
+    """Live processes of every job whose id starts with ``prefix``, by job id."""
+    ppids, marks = _table()
+    want = prefix.encode()
+    by_job: dict[str, set[int]] = {}
+    for pid, mark in marks.items():
+        if mark.startswith(want):
+            by_job.setdefault(mark.decode(errors="replace"), set()).add(pid)
+    me = os.getpid()
+    return {job: _closure(pids, ppids) - {me} for job, pids in by_job.items()}
+
+
+def signal_all(pids: Iterable[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def kill_tree(job_id: str, leader: int = 0) -> int:
+    """SIGKILL every process of the job until none is left; return how many were signalled.
+
+    Blocking (a few /proc scans): run it in a thread.
+    """
+    total = 0
+    for _ in range(KILL_ROUNDS):
+        pids = job_processes(job_id, leader)
+        if not pids:
+            return total
+        signal_all(pids, signal.SIGKILL)
+        total += len(pids)
+    return total

@@ -1,0 +1,97 @@
+"""Upgrade in place: an ``ensure`` of another version takes over a running agent's jobs.
+
+``ensure`` (and ``stdio``) of this agent, finding an agent of another version or protocol
+serving the state dir, asks it to ``server_handover``: it answers, stops accepting, and exits
+with :data:`~remote_exec.agent.keeper.HANDOVER_EXIT` without touching its jobs; the keeper
+keeps them (and their stdin) and waits. ``ensure`` then asks the keeper to ``start`` its own
+agent, which re-adopts every job from the state dir. An agent too old to know
+``server_handover`` (protocol < 4, which also had no keeper) answers "method not found": it is
+left running with its jobs, and ``ensure`` fails saying so.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import select
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import AgentUnavailableError
+from ..protocol import PROTOCOL_VERSION, Method
+from .statedir import ensure_server
+
+__all__ = ["take_over"]
+
+HANDOVER_TIMEOUT = 30.0
+
+
+class _UnixHTTP(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
+
+
+def _call(sock: Path, method: str, timeout: float) -> dict[str, Any]:
+    conn = _UnixHTTP(os.fspath(sock), timeout)
+    try:
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {}})
+        conn.request("POST", "/rpc", body, {"Content-Type": "application/json"})
+        answer = json.loads(conn.getresponse().read(1 << 20))
+    finally:
+        conn.close()
+    return answer if isinstance(answer, dict) else {}
+
+
+def take_over(state_dir: Path, serve_args: list[str], version: str) -> bool:
+    """Hand the state dir's jobs over to an agent of ``version`` if another version serves it;
+    True if a handover happened. Blocking.
+
+    :raises AgentUnavailableError: the running agent cannot hand over (too old, no keeper) or
+        did not leave in time.
+    """
+    sock = state_dir / "agent.sock"
+    try:
+        info = _call(sock, Method.SERVER_INFO, 10.0).get("result") or {}
+    except (OSError, ValueError, http.client.HTTPException):
+        return False  # it went away meanwhile: the next connect starts ours
+    if info.get("version") == version and info.get("protocol_version") == PROTOCOL_VERSION:
+        return False
+    theirs = f"version {info.get('version')} (protocol {info.get('protocol_version')})"
+    try:
+        answer = _call(sock, Method.SERVER_HANDOVER, 10.0)
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        raise AgentUnavailableError(
+            f"the agent of {theirs} in {state_dir} did not answer server_handover: {exc}"
+        ) from None
+    if "error" in answer:
+        why = (answer.get("error") or {}).get("message", "")
+        raise AgentUnavailableError(
+            f"an agent of {theirs} serves {state_dir} and cannot hand its jobs over to version {version} ({why}); "
+            "it was left running with its jobs: stop it (SIGTERM to its pid ends its jobs) or wait for its idle exit"
+        )
+    _wait_gone(int(info.get("pid") or 0), HANDOVER_TIMEOUT)
+    ensure_server(state_dir, serve_args)
+    return True
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    """Until ``pid`` has exited (its pidfd turns readable)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return  # gone already
+    try:
+        deadline = time.monotonic() + timeout
+        if not select.select([fd], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            raise AgentUnavailableError(f"the agent (pid {pid}) did not exit within {timeout:.0f} s of its handover")
+    finally:
+        os.close(fd)

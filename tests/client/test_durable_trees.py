@@ -1,0 +1,88 @@
+"""Whole trees (#14), beyond test_durable.py: the grace-period child is proven to have been
+started (its trap leaves a mark), and a job re-adopted after a SIGKILL of the agent (so its
+processes are the keeper's, not the agent's) loses every descendant to ``kill()`` and to its
+timeout; a finished job's leftovers that left its session or were orphaned go with ``kill()``.
+The process table is read directly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+import remote_exec as rx
+
+from .test_durable import procs_with, wait_until
+
+pytestmark = pytest.mark.anyio
+
+# An own-session child (setsid), a grandchild in a new session (Popen start_new_session), and on
+# SIGTERM a child started during the grace period, which also leaves a mark in {mark}.
+TREE = (
+    "trap 'sleep {t}3 & echo trapped > {mark}' TERM; setsid sleep {t}1 & "
+    + sys.executable
+    + ' -c \'import subprocess; subprocess.Popen(["sleep", "{t}2"], start_new_session=True)\'; '
+    "echo ready; while true; do sleep 0.05; done"
+)
+
+
+async def _started_tree(sb: rx.AsyncSandbox, t: int, mark: Path, timeout: float | None = None) -> rx.ExecRemoteProcess:
+    proc = sb.exec_remote(["bash", "-c", TREE.format(t=t, mark=mark)], kill_grace=0.5, timeout=timeout)
+    assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
+    await wait_until("both escaped", lambda: procs_with(f"sleep {t}1") and procs_with(f"sleep {t}2"))
+    return proc
+
+
+async def _agent_killed(sb: rx.AsyncSandbox) -> None:
+    """SIGKILL the agent (not the keeper) and wait for the keeper's next one to answer."""
+    old = sb.info.pid
+    os.kill(old, signal.SIGKILL)
+    with anyio.fail_after(30):
+        assert (await sb.server_info()).pid != old  # the call reconnects to the restarted agent
+
+
+async def test_kill_ends_a_readopted_jobs_whole_tree(fresh_agent_dir: Path, tmp_path: Path) -> None:
+    mark = tmp_path / "trapped"
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        proc = await _started_tree(sb, 4610, mark)
+        await _agent_killed(sb)
+        assert [j.state for j in await sb.jobs() if j.job_id == proc.job_id] == ["running"]
+        await proc.kill()
+        assert procs_with("sleep 4610") == []
+    assert mark.read_text() == "trapped\n"  # the grace-period child was started, and is gone too
+
+
+async def test_timeout_ends_a_readopted_jobs_whole_tree(fresh_agent_dir: Path, tmp_path: Path) -> None:
+    mark = tmp_path / "trapped"
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        proc = await _started_tree(sb, 4620, mark, timeout=4.0)
+        await _agent_killed(sb)  # the new agent re-arms the timeout from the job's start time
+        with anyio.fail_after(30), pytest.raises(rx.ExecTimeoutError):
+            await proc.wait()
+        assert procs_with("sleep 4620") == []
+    assert mark.read_text() == "trapped\n"
+
+
+async def test_kill_ends_the_grace_child_it_provokes(agent_dir: Path, tmp_path: Path) -> None:
+    mark = tmp_path / "trapped"
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = await _started_tree(sb, 4630, mark)
+        await proc.kill()
+        assert procs_with("sleep 4630") == []
+    assert mark.read_text() == "trapped\n"
+
+
+async def test_kill_ends_a_finished_jobs_escaped_leftovers(agent_dir: Path) -> None:
+    # Left behind by the leader: a subshell, an own-session sleep, a grandchild orphaned to the
+    # keeper (its parent exits at once). Leftovers get SIGKILL at once: there is no grace here.
+    leftovers = "(while :; do sleep 0.04640; done) & setsid sleep 46401 & (sleep 46402 &) ; echo started"
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = sb.exec_remote(["bash", "-c", leftovers], kill_grace=0.5)
+        assert (await proc.wait()).stdout == "started\n"  # the leader is gone, its children live
+        await wait_until("leftovers up", lambda: procs_with("sleep 46401") and procs_with("sleep 46402"))
+        await proc.kill()
+        assert procs_with("sleep 4640") == [] and procs_with("sleep 0.04640") == []

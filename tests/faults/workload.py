@@ -1,0 +1,78 @@
+"""The fault suite's jobs: each writes a stream fully determined by its index, so the host knows
+every byte it must receive (and its sha256) and the exit code it must see.
+
+A job streams paced lines (``read -t`` on its stdin paces it without forking a ``sleep``), so it
+is mid-stream while the agent dies, then waits for a ``go`` line on stdin (written by the host
+once the faults are over; the keeper holds the pipe while no agent runs), then ends with its own
+exit code: 0 to 4, or death by SIGKILL. Every 40th job is a bulk one (``seq``, ~1.3 MB at once,
+read by the host at offsets while agents come and go).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+__all__ = ["Expected", "job_command", "expected"]
+
+PACE_EVERY = 10  # lines between two paced pauses
+PACE = 0.25  # seconds a pause waits for stdin at most
+
+
+def _lines(k: int) -> int:
+    return 60 + (k * 13) % 240
+
+
+def _pad(k: int) -> str:
+    return "abcdefghijklmnopqrstuvwxyz0123456789"[k % 36] * ((k * 37) % 150)
+
+
+def _bulk(k: int) -> bool:
+    return k % 40 == 39
+
+
+def job_command(tag: str, k: int) -> list[str]:
+    """Job ``k``'s argv (bash: ``read -t``); ``tag`` marks its command line for the process table."""
+    if _bulk(k):
+        return ["bash", "-c", f": {tag}; seq 1 {150000 + k}; echo bulk {k} >&2; exit 3"]
+    script = f""": {tag}; K={k}; i=0; go=
+while [ $i -lt {_lines(k)} ]; do
+  printf '{tag} job %d line %d %s\\n' $K $i '{_pad(k)}'
+  [ $((i % 7)) -eq 0 ] && printf 'job %d err %d\\n' $K $i >&2
+  i=$((i+1))
+  if [ $((i % {PACE_EVERY})) -eq 0 ] && [ -z "$go" ]; then read -t {PACE} go; fi
+done
+[ -z "$go" ] && read go
+printf 'got %s\\n' "$go"; printf 'end %d\\n' $K >&2
+[ $((K % 9)) -eq 8 ] && kill -9 $$
+exit $((K % 5))"""
+    return ["bash", "-c", script]
+
+
+def go_line(k: int) -> bytes:
+    return b"go %d\n" % k
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What job ``k`` must deliver: its streams' sizes and sha256, its exit code."""
+
+    stdout_len: int
+    stdout_sha: str
+    stderr_sha: str
+    exit_code: int
+    needs_go: bool
+
+
+def expected(tag: str, k: int) -> Expected:
+    if _bulk(k):
+        out = "".join(f"{i}\n" for i in range(1, 150001 + k)).encode()
+        err = f"bulk {k}\n".encode()
+        return Expected(len(out), hashlib.sha256(out).hexdigest(), hashlib.sha256(err).hexdigest(), 3, False)
+    pad = _pad(k)
+    out_lines = [f"{tag} job {k} line {i} {pad}\n" for i in range(_lines(k))]
+    err_lines = [f"job {k} err {i}\n" for i in range(_lines(k)) if i % 7 == 0]
+    out = ("".join(out_lines) + f"got go {k}\n").encode()
+    err = ("".join(err_lines) + f"end {k}\n").encode()
+    code = -9 if k % 9 == 8 else k % 5
+    return Expected(len(out), hashlib.sha256(out).hexdigest(), hashlib.sha256(err).hexdigest(), code, True)
