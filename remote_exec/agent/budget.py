@@ -24,7 +24,7 @@ import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["DEFAULT_BUDGET", "MemoryBudget", "default_budget"]
+__all__ = ["DEFAULT_BUDGET", "MemoryBudget", "default_budget", "memory_limit"]
 
 DEFAULT_BUDGET = 256 * 1024 * 1024
 """The budget when the sandbox's cgroup sets no memory limit."""
@@ -35,18 +35,24 @@ Reclaimer = Callable[[int], int]
 how many it released."""
 
 
+def memory_limit(cgroup: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The memory cgroup's limit in bytes (v2 ``memory.max``, then v1), or None if it sets none."""
+    for name in ("memory.max", "memory/memory.limit_in_bytes"):  # cgroup v2, then v1
+        with contextlib.suppress(OSError, ValueError):
+            text = (cgroup / name).read_text().strip()
+            if text != "max":
+                return int(text)
+    return None
+
+
 def default_budget(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
     """A quarter of the cgroup's memory limit (jobs share that limit), at most 256 MiB.
 
     A sandbox with 512 MiB gives the agent 128 MiB; one without a readable limit gets
     :data:`DEFAULT_BUDGET`. Never less than 16 MiB, below which nothing useful fits.
     """
-    for name in ("memory.max", "memory/memory.limit_in_bytes"):  # cgroup v2, then v1
-        with contextlib.suppress(OSError, ValueError):
-            text = (cgroup / name).read_text().strip()
-            if text != "max":
-                return max(_MIN_BUDGET, min(DEFAULT_BUDGET, int(text) // 4))
-    return DEFAULT_BUDGET
+    limit = memory_limit(cgroup)
+    return DEFAULT_BUDGET if limit is None else max(_MIN_BUDGET, min(DEFAULT_BUDGET, limit // 4))
 
 
 class MemoryBudget:

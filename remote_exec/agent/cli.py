@@ -71,6 +71,13 @@ def _parser() -> argparse.ArgumentParser:
             "--disk-cap", type=int, default=1 << 30, help="bytes of each job output stream kept on disk (head dropped)"
         )
         s.add_argument(
+            "--log-budget",
+            type=int,
+            default=None,
+            help="bytes of all jobs' logs kept on disk (heads dropped, ended jobs' first; default: a "
+            "quarter of the state dir's file system, on a tmpfs at most a quarter of the memory limit)",
+        )
+        s.add_argument(
             "--retain-seconds", type=float, default=7 * 24 * 3600.0, help="forget an ended job this long after its end"
         )
         s.add_argument("--max-retained", type=int, default=1000, help="ended jobs kept at most (oldest forgotten)")
@@ -97,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     serve_args += ["--shell-ttl", str(args.shell_ttl)] + (["--port-any-host"] if args.port_any_host else [])
     if args.memory_budget is not None:
         serve_args += ["--memory-budget", str(args.memory_budget)]
+    if args.log_budget is not None:
+        serve_args += ["--log-budget", str(args.log_budget)]
     for flag, _, _ in _LIMITS:
         serve_args += [flag, str(getattr(args, flag[2:].replace("-", "_")))]
     if args.cmd == "serve":
@@ -146,6 +155,7 @@ def _serve(args: argparse.Namespace, state_dir: Path) -> int:
         FileLimits(max_sessions=args.max_write_sessions),
         memory_budget=args.memory_budget or default_budget(),
         disk_cap=args.disk_cap,
+        log_budget=args.log_budget,
         report_version=args.report_version or __version__,
     )
     code = 0

@@ -27,6 +27,7 @@ from .files.sessions import FileLimits
 from .intake import LINE_PIECE, Intake, LineTooLong, read_body
 from .jobs.controller import JobController, JobLimits
 from .jobs.diskjob import JobHome
+from .jobs.logbudget import LogBudget, default_log_budget
 from .jobs.logfile import DEFAULT_CAP, Inotify
 from .jobs.methods import job_methods
 from .keeper import reset_signals
@@ -62,6 +63,8 @@ class ServerConfig:
     :ivar memory_budget: bytes the agent holds for others at most (requests arriving, stdin
         queued, output retained); see :mod:`remote_exec.agent.budget`.
     :ivar disk_cap: bytes of each job output stream kept on disk by default.
+    :ivar log_budget: bytes of all jobs' logs kept on disk at most; None: derived from the
+        state dir's file system (see :func:`~remote_exec.agent.jobs.logbudget.default_log_budget`).
     :ivar report_version: the version ``server_info`` reports (tests fake an older agent with it).
     """
 
@@ -73,6 +76,7 @@ class ServerConfig:
     file_limits: FileLimits = field(default_factory=FileLimits)
     memory_budget: int = field(default_factory=default_budget)
     disk_cap: int = DEFAULT_CAP
+    log_budget: int | None = None
     report_version: str = __version__
 
 
@@ -107,7 +111,8 @@ def build_app(config: ServerConfig) -> web.Application:
     jobs_root = secure_dir(config.state_dir / "jobs")
     keeper = KeeperLink(config.state_dir)
     inotify = Inotify()
-    home = JobHome(jobs_root, keeper, inotify if inotify.available else None, config.disk_cap)
+    logs = LogBudget(config.log_budget or default_log_budget(jobs_root))
+    home = JobHome(jobs_root, keeper, inotify if inotify.available else None, config.disk_cap, logs)
     jobs = JobController(instance_id, config.limits, budget, home, prefix=_state_id(jobs_root))
     started_at = time.time()
     dispatcher = Dispatcher()

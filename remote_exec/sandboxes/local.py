@@ -7,8 +7,9 @@ URL query options: ``dir`` (state directory), ``channel`` (``socket``, the defau
 agent's socket directly; ``stdio`` and ``call`` go through the agent CLI as remote sandboxes
 do), ``idle_timeout`` (seconds, 0 = never), ``buffer_limit`` (bytes kept per stream per job),
 ``memory_budget`` (bytes the agent holds in all; default from the cgroup limit), ``disk_cap``
-(bytes of each job output stream kept on disk, default 1 GiB). The last four apply when this
-call starts the agent.
+(bytes of each job output stream kept on disk, default 1 GiB), ``log_budget`` (bytes of all
+jobs' logs on disk; default a quarter of the state dir's file system). The last five apply when
+this call starts the agent.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from .hostcli import parse_query
 __all__ = ["LocalTransport"]
 
 ChannelKind = Literal["socket", "stdio", "call"]
-_OPTIONS = {"dir", "channel", "idle_timeout", "buffer_limit", "memory_budget", "disk_cap"}
+_OPTIONS = {"dir", "channel", "idle_timeout", "buffer_limit", "memory_budget", "disk_cap", "log_budget"}
 
 
 class LocalTransport(SandboxTransport):
@@ -47,6 +48,7 @@ class LocalTransport(SandboxTransport):
         buffer_limit: int = 8 * 1024 * 1024,
         memory_budget: int | None = None,
         disk_cap: int | None = None,
+        log_budget: int | None = None,
     ) -> None:
         self.state_dir = state_dir or default_agent_dir()
         self.channel_kind = channel
@@ -54,6 +56,7 @@ class LocalTransport(SandboxTransport):
         self.buffer_limit = buffer_limit
         self.memory_budget = memory_budget
         self.disk_cap = disk_cap
+        self.log_budget = log_budget
         # Quoted, so that a dir holding "&" or "#" gives a URL that opens this same dir again.
         self.url = f"local://?dir={quote(os.fspath(self.state_dir), safe='/')}" if state_dir else "local://"
 
@@ -73,12 +76,13 @@ class LocalTransport(SandboxTransport):
             buffer_limit = int(query.get("buffer_limit", 8 * 1024 * 1024))
             memory_budget = int(query["memory_budget"]) if "memory_budget" in query else None
             disk_cap = int(query["disk_cap"]) if "disk_cap" in query else None
+            log_budget = int(query["log_budget"]) if "log_budget" in query else None
         except ValueError:
             raise SandboxError(
-                f"idle_timeout, buffer_limit, memory_budget and disk_cap must be numbers: {url!r}"
+                f"idle_timeout, buffer_limit, memory_budget, disk_cap and log_budget must be numbers: {url!r}"
             ) from None
         state_dir = Path(query["dir"]) if "dir" in query else None
-        transport = cls(state_dir, channel, idle, buffer_limit, memory_budget, disk_cap)  # type: ignore[arg-type]
+        transport = cls(state_dir, channel, idle, buffer_limit, memory_budget, disk_cap, log_budget)  # type: ignore[arg-type]
         transport.url = url
         return transport
 
@@ -96,6 +100,7 @@ class LocalTransport(SandboxTransport):
             str(self.buffer_limit),
             *(["--memory-budget", str(self.memory_budget)] if self.memory_budget is not None else []),
             *(["--disk-cap", str(self.disk_cap)] if self.disk_cap is not None else []),
+            *(["--log-budget", str(self.log_budget)] if self.log_budget is not None else []),
         ]
 
     @property

@@ -235,7 +235,9 @@ def _host_pid(container_id: str, pid_inside: int) -> int:
 
 async def test_agent_survives_an_output_flood_in_a_small_container(adversary: Adversary) -> None:
     """(d) docker+image with memory=192m: 24 jobs x 8 MiB of retained output (192 MiB) used to get
-    the agent OOM-killed with every job; its budget (a quarter of the cgroup limit) now holds."""
+    the agent OOM-killed with every job: first in RAM, then (#14) as logs on the ``/tmp`` tmpfs,
+    whose pages the memory cgroup charges too. The log budget (on a tmpfs, a quarter of the
+    cgroup limit: 48 MiB) drops the oldest ended jobs' heads, each byte counted."""
     from ..sandboxes.backend_docker import docker_or_skip, image_or_skip
     from ..sandboxes.test_docker import docker_transport
 
@@ -260,3 +262,13 @@ async def test_agent_survives_an_output_flood_in_a_small_container(adversary: Ad
             "agent memory", f"192 MiB output flood in a 192m container (peak {peak // MiB} MiB)", refused=survived
         )
         assert survived, jobs
+        kept = dropped = 0
+        for job in jobs:  # every byte is either still there or counted as dropped, never hidden
+            got = await sb.read_output(job.job_id, offset=0, max_bytes=8 * MiB)
+            assert got.offset == got.dropped and got.dropped + len(got.data) == 8 * MiB, (job.job_id, got.dropped)
+            kept, dropped = kept + len(got.data), dropped + got.dropped
+        # Within the budget (plus what the last, still running jobs wrote before the next check).
+        assert kept <= 48 * MiB + 8 * MiB and dropped == 24 * 8 * MiB - kept, (kept, dropped)
+        adversary.tried(
+            "agent memory", f"logs on a tmpfs: {kept // MiB} MiB kept, {dropped // MiB} dropped", refused=True
+        )

@@ -42,6 +42,7 @@ from ..budget import MemoryBudget
 from ..rpc import WithPayload
 from .diskjob import DiskJob, JobHome
 from .job import Job
+from .logbudget import evict
 from .proctable import scan
 from .proctree import kill_tree, marked_processes, signal_all
 
@@ -175,6 +176,8 @@ class JobController:
             if job.params.idempotency_key is not None:
                 self._by_key.pop(job.params.idempotency_key, None)
             if isinstance(job, DiskJob):
+                for stream in job.files:
+                    stream.charge_to(None)  # its bytes leave the log budget with its dir
                 shutil.rmtree(job.dir, ignore_errors=True)
 
     def _reclaim(self, n: int) -> int:
@@ -192,6 +195,21 @@ class JobController:
     def _job_done(self, job: Job) -> None:
         self._finished[job.job_id] = time.monotonic()
         self._expire()
+        self.enforce_log_budget()  # its final size was just read: a quick job may have filled it
+
+    def enforce_log_budget(self) -> int:
+        """Keep all logs within the agent's log budget: drop ended jobs' logs (oldest end
+        first), then the largest running streams' heads; return the bytes dropped. Uses the
+        sizes last seen (no directory walk): the sweep, a job's end and reads keep them fresh."""
+        logs = self.home.logs if self.home is not None else None
+        if logs is None or logs.over <= 0:
+            return 0
+        finished = [j.files for j in map(self._jobs.get, self._finished) if isinstance(j, DiskJob)]
+        running = [s for j in self._jobs.values() if j.running and isinstance(j, DiskJob) for s in j.files]
+        dropped = evict(logs, finished, running)
+        if dropped:
+            log.info("log budget (%d bytes): dropped the head of %d bytes of logs", logs.limit, dropped)
+        return dropped
 
     async def start(self, p: StartParams) -> StartResult:
         key = p.idempotency_key
@@ -203,6 +221,7 @@ class JobController:
             return StartResult(job_id=known.job_id, pid=known.pid)
         self._expire()
         self._check_room()
+        self.enforce_log_budget()
         job_id = self._next_id()
         job: Job
         if self.home is not None:
@@ -437,6 +456,7 @@ class JobController:
             if job.running and isinstance(job, DiskJob):
                 for stream in job.files:
                     stream.enforce_cap()
+        self.enforce_log_budget()
         self._sweeper = asyncio.get_running_loop().call_later(SWEEP, self.start_sweeper)
 
     async def _find_leftovers(self) -> None:

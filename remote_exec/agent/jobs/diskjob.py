@@ -34,6 +34,7 @@ from ..buffer import StreamBuffer
 from ..keeper import proc_starttime
 from ..keeperlink import KeeperLink
 from .job import Job, _killpg
+from .logbudget import LogBudget
 from .logfile import Inotify, LogFile
 from .proctable import scan
 from .proctree import MARKER, job_processes, kill_tree, signal_all
@@ -48,12 +49,14 @@ class JobHome:
     """What every disk job of one agent shares: where job dirs live, the inotify fd, the keeper.
 
     :ivar cap: the default disk cap per stream (a start may set its own).
+    :ivar logs: the agent-wide budget of all streams' bytes on disk (see :mod:`.logbudget`).
     """
 
     root: Path
     keeper: KeeperLink
     inotify: Inotify | None
     cap: int
+    logs: LogBudget | None = None
 
 
 class _StdinProtocol(asyncio.BaseProtocol):
@@ -82,6 +85,8 @@ class DiskJob(Job):
         # LogFile serves StreamBuffer's read interface (read, end, eof, mark_read, wants_pause).
         files = {1: LogFile(os.fspath(self.dir / "stdout"), cap), 2: LogFile(os.fspath(self.dir / "stderr"), cap)}
         self.files = list(files.values())
+        for stream in self.files:
+            stream.charge_to(home.logs)
         self.streams = cast("dict[int, StreamBuffer]", files)
         self.starttime: int | None = None
         self.leftovers: list[int] = []

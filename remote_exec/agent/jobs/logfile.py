@@ -23,8 +23,12 @@ import errno
 import logging
 import os
 import struct
+from typing import TYPE_CHECKING
 
 from ..buffer import Slice, utf8_safe_end
+
+if TYPE_CHECKING:
+    from .logbudget import LogBudget
 
 __all__ = ["DEFAULT_CAP", "Inotify", "LogFile"]
 
@@ -44,7 +48,7 @@ class LogFile:
     both alike. No fd is held between reads: 5 000 jobs cost no descriptors.
     """
 
-    __slots__ = ("_size", "_warned", "base", "cap", "eof", "path", "read_cursor")
+    __slots__ = ("_size", "_warned", "base", "cap", "eof", "ledger", "path", "read_cursor")
 
     def __init__(self, path: str, cap: int) -> None:
         self.path = path
@@ -53,7 +57,27 @@ class LogFile:
         self.read_cursor = 0
         self._size = 0
         self._warned = False
+        self.ledger: LogBudget | None = None
         self.base = self._find_base()
+
+    @property
+    def held(self) -> int:
+        """Bytes of the stream still on disk, as last seen (no stat)."""
+        return self._size - self.base
+
+    def charge_to(self, ledger: LogBudget | None) -> None:
+        """Count this stream's bytes in ``ledger`` (the agent's log budget); None stops counting."""
+        if self.ledger is not None:
+            self.ledger.charge(-self.held)
+        self.ledger = ledger
+        if ledger is not None:
+            ledger.charge(self.held)
+
+    def _moved(self, size: int, base: int) -> None:
+        """The size or base changed: tell the ledger by how much the bytes held did."""
+        if self.ledger is not None:
+            self.ledger.charge((size - base) - self.held)
+        self._size, self.base = size, base
 
     def _find_base(self) -> int:
         try:
@@ -72,7 +96,9 @@ class LogFile:
     def end(self) -> int:
         """Bytes written so far (the file's size)."""
         with contextlib.suppress(OSError):
-            self._size = os.stat(self.path).st_size
+            size = os.stat(self.path).st_size
+            if size != self._size:
+                self._moved(size, self.base)
         return self._size
 
     def enforce_cap(self) -> int:
@@ -80,7 +106,22 @@ class LogFile:
         size = self.end
         if size - self.base <= self.cap:
             return 0
-        new_base = (size - self.cap) // BLOCK * BLOCK
+        return self._punch((size - self.cap) // BLOCK * BLOCK)
+
+    def drop_head(self, n: int) -> int:
+        """Drop about ``n`` bytes of the head (the log budget's eviction); return how many went.
+
+        Rounded up to a whole 4 KiB block, but never into the last partial block: the job may
+        still be appending to it (or a leftover of a finished one), and a punch there would
+        lose bytes written after our ``stat`` without a count.
+        """
+        if n <= 0:
+            return 0
+        size = self.end
+        return self._punch(min(-(-(self.base + n) // BLOCK) * BLOCK, size // BLOCK * BLOCK))
+
+    def _punch(self, new_base: int) -> int:
+        """Punch ``[0, new_base)`` (block-aligned) out of the file; return the bytes newly dropped."""
         if new_base <= self.base:
             return 0
         try:
@@ -96,7 +137,8 @@ class LogFile:
                 return 0
         finally:
             os.close(fd)
-        dropped, self.base = new_base - self.base, new_base
+        dropped = new_base - self.base
+        self._moved(self._size, new_base)
         return dropped
 
     def discard(self, n: int | None = None) -> int:
