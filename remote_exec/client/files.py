@@ -333,7 +333,10 @@ class FileClient:
             return info
         sid = secrets.token_urlsafe(12)
         open_params = FileWriteOpenParams(session_id=sid, path=path, root=self.root, mode=mode, parents=parents)
-        await self.rpc.call(Method.FILE_WRITE_OPEN, open_params, FileWriteOpenResult)
+        # Shielded: an open cancelled in flight would still create the session (and its temporary
+        # file) in the agent after we stopped waiting, with no one left to abort it.
+        with anyio.CancelScope(shield=True):
+            await self.rpc.call(Method.FILE_WRITE_OPEN, open_params, FileWriteOpenResult)
         try:
 
             async def one(offset: int) -> None:

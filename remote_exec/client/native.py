@@ -19,6 +19,8 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+import anyio
+
 from ..errors import FileError, RemoteExecError
 from ..protocol import (
     STAGED_NAME,
@@ -119,7 +121,8 @@ async def write_staged(
     counted = _Counted(progress)
     params = FileWriteOpenParams(session_id=sid, path=path, root=files.root, mode=mode, parents=parents, staged=True)
     try:
-        opened = await files.rpc.call(Method.FILE_WRITE_OPEN, params, FileWriteOpenResult)
+        with anyio.CancelScope(shield=True):  # see FileClient._write: an open is seen through
+            opened = await files.rpc.call(Method.FILE_WRITE_OPEN, params, FileWriteOpenResult)
         if opened.stage_dir is None or opened.uid is None or opened.gid is None:
             raise FileError(f"the agent opened no staging directory for {path}", path=path)
         await native.put(fd, size, opened.stage_dir, STAGED_NAME, (opened.uid, opened.gid), counted)
