@@ -127,22 +127,28 @@ def test_only_this_kernels_jobs_by_default_with_a_toggle_for_all(sb: rx.Sandbox,
         wait_for(lambda: row(d, theirs.job_id) is not None, what="every client's jobs")
     finally:
         d.close()
-        mine.kill(), theirs.kill()
+        mine.kill()
+        theirs.kill()
 
 
 class _Tagged(JobInfo):
     tags: dict[str, str] | None = None  # what the job protocol's optional tags will carry
 
 
+def _info(job_id: str, tags: dict[str, str] | None = None) -> JobInfo:
+    fields = {"job_id": job_id, "pid": 1, "command": "x", "label": None, "state": "running", "exit_code": None,
+              "started_at": 0.0, "ended_at": None, "stdout_bytes": 0, "stderr_bytes": 0, "stdin_open": False,
+              "stdin_bytes": 0, "encoding": "utf-8"}  # fmt: skip
+    return JobInfo.model_validate(fields) if tags is None else _Tagged.model_validate({**fields, "tags": tags})
+
+
 def test_tags_name_the_kernel_or_the_notebook() -> None:
-    base = dict(pid=1, command="x", label=None, state="running", exit_code=None, started_at=0.0, ended_at=None,
-                stdout_bytes=0, stderr_bytes=0, stdin_open=False, stdin_bytes=0, encoding="utf-8")  # fmt: skip
     who = Identity(kernel_id="k1", notebook="work/a.ipynb")
-    assert is_mine(_Tagged(job_id="j1", tags={KERNEL_TAG: "k1"}, **base), who)
+    assert is_mine(_info("j1", {KERNEL_TAG: "k1"}), who)
     # a job of an earlier kernel of the same notebook (after a restart) is still mine
-    assert is_mine(_Tagged(job_id="j2", tags={KERNEL_TAG: "k0", NOTEBOOK_TAG: "work/a.ipynb"}, **base), who)
-    assert not is_mine(_Tagged(job_id="j3", tags={NOTEBOOK_TAG: "other.ipynb"}, **base), who)
-    assert not is_mine(JobInfo(job_id="j4", **base), who) and is_mine(JobInfo(job_id="j4", **base), who, {"j4"})
+    assert is_mine(_info("j2", {KERNEL_TAG: "k0", NOTEBOOK_TAG: "work/a.ipynb"}), who)
+    assert not is_mine(_info("j3", {NOTEBOOK_TAG: "other.ipynb"}), who)
+    assert not is_mine(_info("j4"), who) and is_mine(_info("j4"), who, {"j4"})
 
 
 @pytest.fixture

@@ -218,6 +218,7 @@ def test_remote_jobs_lists_mine_or_every_job(ip: InteractiveShell, sb: rx.Sandbo
             ip.run_cell_magic("exec_remote", "--bg --name mine", "sleep 30")
         mine = ip.user_ns["mine"]
         wait_for(lambda: other.job_id is not None and mine.job_id is not None, what="started")
+        assert other.job_id is not None and mine.job_id is not None
         with capture_output() as cap:
             ip.run_line_magic("remote_jobs", "")  # --mine: the handles this kernel made
         assert mine.job_id in cap.stdout and other.job_id not in cap.stdout
