@@ -1,15 +1,20 @@
-"""``Dashboard``: every job of one sandbox, or of several (a fleet), refreshed live.
+"""``Dashboard``: the jobs of one sandbox, or of several (a fleet), refreshed live.
 
-Rows come from ``jobs()``, so they include jobs started by other clients or a previous kernel.
-Each row has Interrupt, Kill and Open (a :class:`~remote_exec.jupyter.job_view.JobView` of the
-job, shown under the table).
+Rows come from ``jobs()``; by default only this kernel's/notebook's are shown (a toggle shows
+every client's). Shell commands fold under their session; filters, "clear finished" and pages
+keep thousands of jobs usable. Each job row has Interrupt, Kill and Open (a
+:class:`~remote_exec.jupyter.job_view.JobView` of the job, shown under the table).
+
+What persists (filters, page, folds) is widget state; rows travel as ``{type: "rows"}``
+messages carrying only the rows that changed since the last one, so the front end updates its
+table in place (a selection, focus or a press on a button survives a refresh).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import anywidget
@@ -17,9 +22,10 @@ import traitlets
 
 from ..blocking import BlockingExecRemoteProcess, Sandbox
 from ..client.sandbox import AsyncSandbox
-from ..errors import JobNotFoundError, JobNotRunningError, RemoteExecError
+from ..errors import JobNotFoundError, JobNotRunningError, RemoteExecError, SandboxClosedError
 from ..protocol import JobInfo
 from ._assets import css, esm
+from .dashboard_view import STATE_FILTERS, Filters, Identity, Page, is_mine, job_row, session_row, visible
 from .display import jobs_table, widgets_enabled
 from .follow import loop_of
 from .job_view import JobView
@@ -51,31 +57,70 @@ class Dashboard(anywidget.AnyWidget):
 
     :param sandboxes: one blocking sandbox (``rx.connect(url)``) or several.
     :param interval: seconds between refreshes while a view is shown (and ``auto_refresh``).
+    :param mine_only: show only this kernel's/notebook's jobs (the toggle "only mine" changes it).
+    :param known: handles (or job ids) of jobs this kernel started, counted as its own.
+    :param page_size: lines per page.
+    :param state: show only jobs in this state: ``all``, ``running``, ``finished`` or ``failed``.
+    :param text: show only jobs whose label, command or id contains this (case-insensitive).
+    :raises SandboxClosedError: a sandbox is closed already.
     """
 
     _esm = esm("dashboard")
     _css = css("dashboard")
 
-    rows = traitlets.List(traitlets.Dict()).tag(sync=True)
     sandboxes = traitlets.List(traitlets.Unicode()).tag(sync=True)
     errors = traitlets.Dict().tag(sync=True)
     interval = traitlets.Float(2.0).tag(sync=True)
     auto_refresh = traitlets.Bool(True).tag(sync=True)
-    now = traitlets.Float(0.0).tag(sync=True)
     message = traitlets.Unicode("").tag(sync=True)
     opened = anywidget.WidgetTrait().tag(sync=True)
+    mine_only = traitlets.Bool(True).tag(sync=True)
+    state_filter = traitlets.Unicode("all").tag(sync=True)
+    text_filter = traitlets.Unicode("").tag(sync=True)
+    page = traitlets.Int(0).tag(sync=True)
+    page_size = traitlets.Int(50).tag(sync=True)
+    expanded = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    counts = traitlets.Dict().tag(sync=True)
 
-    def __init__(self, sandboxes: Sandbox | Sequence[Sandbox], *, interval: float = 2.0) -> None:
+    def __init__(
+        self,
+        sandboxes: Sandbox | Sequence[Sandbox],
+        *,
+        interval: float = 2.0,
+        mine_only: bool = True,
+        known: Iterable[BlockingExecRemoteProcess | str] = (),
+        page_size: int = 50,
+        state: str = "all",
+        text: str = "",
+    ) -> None:
         self._sbs = [sandboxes] if isinstance(sandboxes, Sandbox) else list(sandboxes)
         if not self._sbs:
             raise ValueError("a dashboard needs at least one sandbox")
-        super().__init__(sandboxes=[sb.url for sb in self._sbs], interval=interval)
+        for sb in self._sbs:
+            if sb.closed:
+                raise SandboxClosedError(f"{sb.url}: this sandbox is closed; open a new one with rx.connect()")
+        super().__init__(
+            sandboxes=[sb.url for sb in self._sbs],
+            interval=interval,
+            mine_only=mine_only,
+            page_size=page_size,
+            state_filter=state if state in STATE_FILTERS else "all",
+            text_filter=text,
+        )
         self._loop = loop_of(self._sbs[0])
+        self._who = Identity.current()
+        self._known = list(known)
         self._jobs: list[tuple[int, JobInfo]] = []
         self._tails: dict[str, tuple[int, str]] = {}  # job id -> (bytes written, last line) when read
+        self._cleared: set[str] = set()  # finished jobs hidden by "clear finished"
+        self._sent: dict[str, dict[str, Any]] = {}  # key -> row as the front end last got it
+        self._order: list[str] = []
+        self.rows: list[dict[str, Any]] = []
+        """The rows of the page shown (what the front end draws)."""
         self._refresher: asyncio.Task[None] | None = None
         self._closed = False
         self.on_msg(self._on_front_end_msg)
+        self.observe(self._on_view_change, ["mine_only", "state_filter", "text_filter", "page", "expanded"])
         if not widgets_enabled():
             self.refresh()  # plain text shows a snapshot
 
@@ -85,43 +130,69 @@ class Dashboard(anywidget.AnyWidget):
         jobs: list[tuple[int, JobInfo]] = []
         errors: dict[str, str] = {}
         for i, sb in enumerate(self._sbs):
+            if sb.closed:  # the blocking face's words, not the async core's
+                errors[sb.url] = "this sandbox is closed; open a new one with rx.connect()"
+                continue
             try:
                 jobs += [(i, j) for j in await sb.async_sandbox.jobs()]
-            except (RemoteExecError, RuntimeError) as exc:  # RuntimeError: that sandbox was closed
+            except (RemoteExecError, RuntimeError) as exc:  # RuntimeError: closed meanwhile
                 errors[sb.url] = str(exc)
-        rows = []
-        for i, job in sorted(jobs, key=lambda x: -x[1].started_at):
-            rows.append(await self._row(i, job))
         live = {job.job_id for _, job in jobs}
         self._tails = {k: v for k, v in self._tails.items() if k in live}
+        self._cleared &= live
         self._jobs = jobs
-        with self.hold_sync():
-            self.rows, self.errors, self.now = rows, errors, time.time()
+        if errors != self.errors:
+            self.errors = errors
+        await self._publish()
 
-    async def _row(self, i: int, job: JobInfo) -> dict[str, Any]:
+    def _known_ids(self) -> set[str]:
+        return {k if isinstance(k, str) else (k.job_id or "") for k in self._known}
+
+    def _page(self) -> Page:
+        filters = Filters(self.mine_only, self.state_filter, self.text_filter)
+        return visible(
+            self._jobs,
+            filters=filters,
+            who=self._who,
+            known=self._known_ids(),
+            cleared=self._cleared,
+            expanded=self.expanded,
+            page=self.page,
+            page_size=self.page_size,
+        )
+
+    async def _publish(self) -> None:
+        """Recompute the page shown and send the rows that changed (nothing if none did)."""
+        view = self._page()
+        rows = []
+        for entry in view.entries:
+            if entry[0] == "session":
+                _, i, sid, jobs = entry
+                rows.append(session_row(i, sid, jobs, f"shell:{i}:{sid}" in self.expanded))
+            else:
+                _, i, job, depth = entry
+                rows.append(job_row(i, job, *await self._tail(i, job), depth=depth))
+        self.rows = rows
+        if view.counts != self.counts:
+            self.counts = view.counts
+        order = [r["key"] for r in rows]
+        changed = [r for r in rows if self._sent.get(r["key"]) != r]
+        if changed or order != self._order:
+            self._sent = {r["key"]: r for r in rows}
+            self._order = order
+            self.send({"type": "rows", "order": order, "rows": changed, "now": time.time()})
+
+    async def _tail(self, i: int, job: JobInfo) -> tuple[str, int]:
         written = job.stdout_bytes + job.stderr_bytes
         cached = self._tails.get(job.job_id)
         if cached is not None and cached[0] >= written:
-            written, tail = cached
-        else:
-            try:
-                tail, written = await tail_line(self._sbs[i].async_sandbox, job)
-            except RemoteExecError:
-                tail = ""  # released meanwhile: the next refresh drops the row
-            self._tails[job.job_id] = (written, tail)
-        command = job.command if isinstance(job.command, str) else " ".join(job.command)
-        return {
-            "sandbox": i,
-            "job_id": job.job_id,
-            "command": command,
-            "label": job.label or "",
-            "state": job.state,
-            "exit_code": job.exit_code,
-            "started_at": job.started_at,
-            "ended_at": job.ended_at,
-            "bytes": written,
-            "tail": tail,
-        }
+            return cached[1], cached[0]
+        try:
+            tail, written = await tail_line(self._sbs[i].async_sandbox, job)
+        except (RemoteExecError, RuntimeError):
+            tail = ""  # released (or the sandbox closed) meanwhile: the next refresh drops the row
+        self._tails[job.job_id] = (written, tail)
+        return tail, written
 
     async def _auto(self) -> None:
         while not self._closed and self.auto_refresh:
@@ -167,24 +238,55 @@ class Dashboard(anywidget.AnyWidget):
         if isinstance(old, JobView):
             old.close()
 
+    async def _clear_finished(self) -> None:
+        known = self._known_ids()
+        self._cleared |= {
+            j.job_id
+            for _, j in self._jobs
+            if j.state != "running" and (not self.mine_only or is_mine(j, self._who, known))
+        }
+        await self._publish()
+
     # -- from the front end (main thread) ---------------------------------------------------------
 
     def _on_front_end_msg(self, _widget: object, content: object, _buffers: object) -> None:
         if not isinstance(content, dict):
             return
         kind, job_id, sb = content.get("type"), content.get("job_id"), self._sandbox(content.get("sandbox"))
-        if kind == "hello":
-            self._loop.call_soon(self._start_auto)
+        if kind == "hello":  # a view rendered: it has no rows yet, send them all
+            self._loop.call_soon(self._hello)
         elif kind == "refresh":
             self._loop.spawn(self._guard, self._refresh)
         elif kind == "auto":
             self._loop.call_soon(self._set_auto, bool(content.get("on")))
+        elif kind == "clear_finished":
+            self._loop.spawn(self._guard, self._clear_finished)
+        elif kind == "show_cleared":
+            self._loop.spawn(self._guard, self._show_cleared)
         elif kind == "close_view":
             self._loop.call_soon(self._close_opened)
         elif kind in ("kill", "interrupt") and sb is not None and isinstance(job_id, str):
             self._loop.spawn(self._guard, self._signal, sb, job_id, kind)
         elif kind == "open" and sb is not None and isinstance(job_id, str):
             self._loop.spawn(self._guard, self._open, sb, job_id)
+
+    def _on_view_change(self, change: Any) -> None:
+        if change["name"] == "state_filter" and change["new"] not in STATE_FILTERS:
+            self.state_filter = "all"  # a value no control offers: from a stale or foreign front end
+            return
+        if change["name"] in ("mine_only", "state_filter", "text_filter") and self.page:
+            self.page = 0  # a new filter starts at its first page (this change publishes)
+            return
+        self._loop.spawn(self._guard, self._publish)
+
+    def _hello(self) -> None:
+        self._sent, self._order = {}, []
+        self._loop.spawn(self._guard, self._publish)
+        self._start_auto()
+
+    async def _show_cleared(self) -> None:
+        self._cleared.clear()
+        await self._publish()
 
     def _set_auto(self, on: bool) -> None:
         self.auto_refresh = on
@@ -201,6 +303,14 @@ class Dashboard(anywidget.AnyWidget):
     def refresh(self) -> None:
         """Fetch the job lists now (blocking)."""
         self._loop.call(self._refresh)
+
+    def clear_finished(self) -> None:
+        """Hide the finished jobs shown now (their records stay in the agent; see :meth:`show_cleared`)."""
+        self._loop.call(self._clear_finished)
+
+    def show_cleared(self) -> None:
+        """Show the jobs :meth:`clear_finished` hid again."""
+        self._loop.call(self._show_cleared)
 
     def open_job(self, job_id: str) -> JobView:
         """Show a live view of ``job_id`` under the table, and return it.
@@ -222,8 +332,20 @@ class Dashboard(anywidget.AnyWidget):
         super().close()
 
     def __repr__(self) -> str:
-        jobs = [(self._sbs[i].url, j) for i, j in sorted(self._jobs, key=lambda x: -x[1].started_at)]
-        return jobs_table(jobs)
+        view = self._page()
+        shown = [(self._sbs[e[1]].url, e[2]) for e in view.entries if e[0] == "job"]
+        for e in view.entries:
+            if e[0] == "session":  # folded: its newest command stands for the session
+                shown.append((self._sbs[e[1]].url, max(e[3], key=lambda j: j.started_at)))
+        shown.sort(key=lambda x: -x[1].started_at)
+        text = jobs_table(shown)
+        c = view.counts
+        notes = []
+        if c["pages"] > 1:
+            notes.append(f"page {c['page'] + 1} of {c['pages']}")
+        if self.mine_only and c["total"] > c["scope"]:
+            notes.append(f"{c['total'] - c['scope']} jobs of other clients hidden (mine_only=False shows them)")
+        return text + "".join(f"\n({n})" for n in notes)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         if not widgets_enabled():

@@ -27,7 +27,8 @@ from ..client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, TransferResu
 from ..errors import RemoteExecError, SandboxError
 from ..protocol import FileInfo
 from .dashboard import Dashboard
-from .display import RemoteCommandError, jobs_table, show, widgets_enabled
+from .dashboard_view import STATE_FILTERS
+from .display import RemoteCommandError, show, widgets_enabled
 from .kernel_state import KernelState
 from .runner import CellJob, failure
 from .shell_view import ShellView
@@ -327,22 +328,32 @@ class RemoteExecMagics(Magics):
 
     @_magic_arguments()
     @_argument("--sandbox", metavar="URL", action="append", help="a sandbox to show (repeat for a fleet)")
-    @_argument("--all", action="store_true", help="every sandbox this kernel has used")
+    @_argument("--fleet", action="store_true", help="every sandbox this kernel has used")
+    @_argument("--mine", dest="mine", action="store_true", default=True, help="this kernel's/notebook's jobs (default)")
+    @_argument("--all", dest="mine", action="store_false", help="every client's jobs")
+    @_argument("--state", choices=STATE_FILTERS, default="all", help="only jobs in this state")
+    @_argument("--filter", metavar="TEXT", default="", help="only jobs whose label or command contains TEXT")
     @_line_magic
     def remote_jobs(self, line: str) -> Dashboard | None:
-        """Show every job of the sandbox (or several: a fleet view), live."""
+        """Show the jobs of the sandbox (or several: a fleet view), live: this kernel's and
+        notebook's by default, every client's with ``--all``."""
         args = _parse(self.remote_jobs, line)
         urls = list(args.sandbox or [])
         sandboxes = [self._sandbox(u) for u in dict.fromkeys(urls or [self.state.defaults.sandbox])]
-        if args.all:
+        if args.fleet:
             sandboxes += [sb for sb in self.state.sandboxes if sb not in sandboxes]
-        if not widgets_enabled():
+        dash = Dashboard(
+            sandboxes, mine_only=args.mine, known=self.state.background, state=args.state, text=args.filter
+        )
+        if not widgets_enabled():  # it has refreshed once: a snapshot
             try:
-                print(jobs_table([(sb.url, job) for sb in sandboxes for job in sb.jobs()]))
-            except RemoteExecError as exc:
-                raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc
+                if dash.errors:
+                    raise RemoteCommandError("\n".join(f"{u}: {m}" for u, m in dash.errors.items()))
+                print(repr(dash))
+            finally:
+                dash.close()
             return None
-        return Dashboard(sandboxes)
+        return dash
 
     @_magic_arguments()
     @_argument("--sandbox", metavar="URL", help="where to open the shell (default: %%exec_remote_config's)")

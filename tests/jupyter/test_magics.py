@@ -211,14 +211,24 @@ def test_interrupt_kills_a_job_that_ignores_sigint(ip: InteractiveShell, tmp_pat
     assert gone(int((tmp_path / "pid").read_text()))
 
 
-def test_remote_jobs_lists_every_job(ip: InteractiveShell, sb: rx.Sandbox, plain: None) -> None:
+def test_remote_jobs_lists_mine_or_every_job(ip: InteractiveShell, sb: rx.Sandbox, plain: None) -> None:
     other = sb.exec_remote(["sleep", "30"], label="from-another-client")
     try:
+        with capture_output():
+            ip.run_cell_magic("exec_remote", "--bg --name mine", "sleep 30")
+        mine = ip.user_ns["mine"]
+        wait_for(lambda: other.job_id is not None and mine.job_id is not None, what="started")
+        assert other.job_id is not None and mine.job_id is not None
         with capture_output() as cap:
-            ip.run_line_magic("remote_jobs", "")
-        assert other.job_id is not None and other.job_id in cap.stdout and "running" in cap.stdout
+            ip.run_line_magic("remote_jobs", "")  # --mine: the handles this kernel made
+        assert mine.job_id in cap.stdout and other.job_id not in cap.stdout
+        assert "jobs of other clients hidden" in cap.stdout
+        with capture_output() as cap:
+            ip.run_line_magic("remote_jobs", "--all --state running --filter another")
+        assert other.job_id in cap.stdout and "running" in cap.stdout and mine.job_id not in cap.stdout
     finally:
         other.kill()
+        ip.user_ns["mine"].kill()
 
 
 def test_remote_jobs_and_shell_give_widgets(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:

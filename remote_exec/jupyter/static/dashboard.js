@@ -1,85 +1,229 @@
-// Dashboard: the jobs of one sandbox or a fleet. Traits: rows, sandboxes, errors, interval,
-// auto_refresh, now, message, opened (a JobView shown under the table).
-// Sends {type: "hello" | "refresh" | "auto" | "close_view" | "kill" | "interrupt" | "open"}.
+// Dashboard: the jobs of one sandbox or a fleet. State (traits): sandboxes, errors, interval,
+// auto_refresh, message, opened (a JobView shown under the table), mine_only, state_filter,
+// text_filter, page, page_size, expanded, counts. Rows arrive as {type: "rows", order, rows, now}
+// messages carrying only the rows that changed: each row's <tr> is kept and updated in place, so
+// a selection, focus or a press on a button survives a refresh.
+// Sends {type: "hello" | "refresh" | "auto" | "clear_finished" | "show_cleared" | "close_view" |
+// "kill" | "interrupt" | "open"}.
+
+const STATES = [["all", "all states"], ["running", "running"], ["finished", "finished"], ["failed", "failed"]];
+
+function rxStateText(r) {
+  if (r.state === "timed_out") return "timed out";
+  return r.state === "completed" && r.exit_code ? "failed" : r.state;
+}
 
 export default {
   render({ model, el, host }) {
     const root = rxEl("div", "rx-widget rx-dashboard");
     el.appendChild(root);
-    const header = rxEl("div", "rx-header");
-    const title = rxEl("strong", "", "Jobs");
-    const status = rxEl("span", "rx-muted");
-    const autoLabel = rxEl("label", "rx-muted rx-dash-auto");
+    const save = (name, value) => {
+      model.set(name, value);
+      model.save_changes();
+    };
+
+    // header: title and counts, then the controls (they wrap on a narrow notebook)
+    const header = rxEl("div", "rx-header rx-dash-header");
+    const status = rxEl("span", "rx-muted rx-dash-status");
+    const mineLabel = rxEl("label", "rx-muted rx-dash-check");
+    const mine = rxEl("input");
+    mine.type = "checkbox";
+    mine.title = "Only the jobs this kernel or notebook started; untick to see every client's";
+    mine.addEventListener("change", () => save("mine_only", mine.checked));
+    mineLabel.append(mine, document.createTextNode(" only mine"));
+    const stateSel = rxEl("select", "rx-dash-state");
+    stateSel.title = "Show jobs in this state";
+    for (const [value, text] of STATES) {
+      const o = rxEl("option", "", text);
+      o.value = value;
+      stateSel.appendChild(o);
+    }
+    stateSel.addEventListener("change", () => save("state_filter", stateSel.value));
+    const text = rxEl("input", "rx-dash-filter");
+    text.type = "search";
+    text.placeholder = "filter label / command";
+    let textTimer = null;
+    text.addEventListener("input", () => {
+      clearTimeout(textTimer);
+      textTimer = setTimeout(() => save("text_filter", text.value), 250);
+    });
+    const clear = rxButton("Clear finished", "Hide finished jobs (their records stay in the agent)", () =>
+      model.send({ type: "clear_finished" }));
+    const autoLabel = rxEl("label", "rx-muted rx-dash-check");
     const auto = rxEl("input");
     auto.type = "checkbox";
     auto.addEventListener("change", () => model.send({ type: "auto", on: auto.checked }));
     autoLabel.append(auto, document.createTextNode(" auto-refresh"));
     const refresh = rxButton("Refresh", "Fetch the job list now", () => model.send({ type: "refresh" }));
-    header.append(title, status, rxEl("span", "rx-spacer"), autoLabel, refresh);
+    const controls = rxEl("span", "rx-dash-controls");
+    controls.append(mineLabel, stateSel, text, clear, autoLabel, refresh);
+    header.append(rxEl("strong", "", "Jobs"), status, rxEl("span", "rx-spacer"), controls);
+
+    const notice = rxEl("div", "rx-muted rx-dash-notice");
     const errors = rxEl("div", "rx-error");
     const table = rxEl("table", "rx-dash-table");
+    const thead = rxEl("thead");
     const body = rxEl("tbody");
-    table.append(rxEl("thead"), body);
+    table.append(thead, body);
+    const empty = rxEl("div", "rx-muted rx-dash-empty");
+    const pager = rxEl("div", "rx-dash-pager");
+    const prev = rxButton("‹ Newer", "Previous page", () => save("page", Math.max(0, model.get("counts").page - 1)));
+    const next = rxButton("Older ›", "Next page", () => save("page", model.get("counts").page + 1));
+    const pageText = rxEl("span", "rx-muted");
+    pager.append(prev, pageText, next);
     const openedBox = rxEl("div", "rx-dash-opened");
-    root.append(header, errors, table, openedBox);
+    root.append(header, notice, errors, table, empty, pager, openedBox);
 
+    const fleet = () => model.get("sandboxes").length > 1;
+    const renderHead = () => {
+      const head = [["", "id"], ["command", "command"], ["state", "state"], ["elapsed", "elapsed"],
+        ["output", "bytes"], ["last line", "tail"], ["", "actions"]];
+      if (fleet()) head.splice(1, 0, ["sandbox", "sandbox"]);
+      const tr = rxEl("tr");
+      for (const [h, cls] of head) tr.appendChild(rxEl("th", `rx-dash-col-${cls}`, h));
+      thead.replaceChildren(tr);
+    };
+
+    // -- rows, keyed and kept ------------------------------------------------------------------
+    const rows = new Map(); // key -> {tr, cells, data}
     let offset = 0; // browser clock minus kernel clock
-    const renderRows = () => {
-      const rows = model.get("rows");
-      const fleet = model.get("sandboxes").length > 1;
+    const setText = (node, value) => {
+      if (node.textContent !== value) node.textContent = value;
+    };
+    const act = (entry, type) => () => {
+      const r = entry.data;
+      model.send({ type, sandbox: r.sandbox, job_id: r.job_id });
+    };
+    const makeRow = (key) => {
+      const tr = rxEl("tr", "rx-dash-row");
+      tr.dataset.key = key;
+      const c = {
+        id: rxEl("td", "rx-muted rx-mono rx-dash-col-id"),
+        sandbox: rxEl("td", "rx-muted rx-dash-col-sandbox"),
+        command: rxEl("td", "rx-mono rx-dash-command rx-dash-col-command"),
+        state: rxEl("td", "rx-dash-col-state"),
+        elapsed: rxEl("td", "rx-dash-col-elapsed"),
+        bytes: rxEl("td", "rx-dash-col-bytes"),
+        tail: rxEl("td", "rx-mono rx-muted rx-dash-tail rx-dash-col-tail"),
+        actions: rxEl("td", "rx-dash-actions rx-dash-col-actions"),
+      };
+      const entry = { tr, c, data: null, kind: null };
+      c.badge = rxEl("span", "rx-badge");
+      c.code = document.createTextNode("");
+      c.state.append(c.badge, c.code);
+      c.fold = rxEl("button", "rx-dash-fold");
+      c.fold.type = "button";
+      c.fold.addEventListener("click", () => {
+        const k = entry.data.key;
+        const open = new Set(model.get("expanded"));
+        if (open.has(k)) open.delete(k);
+        else open.add(k);
+        save("expanded", [...open]);
+      });
+      c.text = rxEl("span");
+      c.command.append(c.fold, c.text);
+      c.intr = rxButton("Interrupt", "Send SIGINT", act(entry, "interrupt"));
+      c.kill = rxButton("Kill", "Kill the job", act(entry, "kill"), "rx-danger");
+      c.open = rxButton("Open", "Show this job's output live, under the table", act(entry, "open"));
+      c.actions.append(c.intr, c.kill, c.open);
+      tr.append(c.id, ...(fleet() ? [c.sandbox] : []), c.command, c.state, c.elapsed, c.bytes, c.tail, c.actions);
+      return entry;
+    };
+    const update = (entry, r) => {
+      const { tr, c } = entry;
+      entry.data = r;
+      tr.dataset.state = r.state;
+      tr.dataset.kind = r.kind;
+      tr.dataset.jobId = r.job_id ?? "";
+      tr.classList.toggle("rx-dash-child", r.depth > 0);
+      const session = r.kind === "session";
+      setText(c.id, session ? "shell" : r.job_id.split("-").pop());
+      setText(c.sandbox, model.get("sandboxes")[r.sandbox] ?? "");
+      c.fold.hidden = !session;
+      setText(c.fold, session ? (r.expanded ? "▾" : "▸") : "");
+      c.fold.title = session ? (r.expanded ? "Fold this session's commands" : "Show this session's commands") : "";
+      const first = r.command.split("\n")[0];
+      setText(c.text, session
+        ? `shell ${r.session}: ${r.count} command${r.count === 1 ? "" : "s"}${r.running ? `, ${r.running} running` : ""} · last: ${first}`
+        : (r.label && r.depth === 0 ? `[${r.label}] ` : "") + first);
+      c.command.title = session ? `shell session ${r.session}` : `${r.job_id}\n${r.command}`;
+      const state = rxStateText(r);
+      setText(c.badge, state);
+      c.badge.className = `rx-badge rx-state-${state.replace(/ /g, "-")}`;
+      c.code.textContent = r.exit_code === null ? "" : ` (${r.exit_code})`;
+      setText(c.bytes, rxFormatBytes(r.bytes));
+      setText(c.tail, r.tail);
+      c.tail.title = r.tail;
+      const running = r.state === "running";
+      c.intr.hidden = c.kill.hidden = c.open.hidden = session;
+      if (c.intr.disabled === running) c.intr.disabled = c.kill.disabled = !running;
+      elapsed(entry);
+    };
+    const elapsed = (entry) => {
+      const r = entry.data;
       const now = Date.now() / 1000 - offset;
-      const head = ["", "command", "state", "elapsed", "output", "last line", ""];
-      if (fleet) head.splice(1, 0, "sandbox");
-      table.tHead.replaceChildren(rxEl("tr"));
-      for (const h of head) table.tHead.rows[0].appendChild(rxEl("th", "", h));
-      body.replaceChildren();
-      for (const r of rows) {
-        const tr = rxEl("tr", "rx-dash-row");
-        tr.dataset.jobId = r.job_id;
-        tr.dataset.state = r.state;
-        const state = r.state === "timed_out" ? "timed out" : r.state === "completed" && r.exit_code ? "failed" : r.state;
-        const badge = rxEl("span", `rx-badge rx-state-${state.replace(/ /g, "-")}`, state);
-        const code = r.exit_code === null ? "" : ` (${r.exit_code})`;
-        const cmd = rxEl("td", "rx-mono rx-dash-command", (r.label ? `[${r.label}] ` : "") + r.command.split("\n")[0]);
-        cmd.title = `${r.job_id}\n${r.command}`;
-        const cells = [
-          rxEl("td", "rx-muted rx-mono", r.job_id.split("-").pop()),
-          cmd,
-          rxEl("td"),
-          rxEl("td", "", rxFormatDuration((r.ended_at ?? now) - r.started_at)),
-          rxEl("td", "", rxFormatBytes(r.bytes)),
-          rxEl("td", "rx-mono rx-muted rx-dash-tail", r.tail),
-          rxEl("td", "rx-dash-actions"),
-        ];
-        cells[2].append(badge, document.createTextNode(code));
-        if (fleet) cells.splice(1, 0, rxEl("td", "rx-muted", model.get("sandboxes")[r.sandbox]));
-        const running = r.state === "running";
-        const act = (type) => () => model.send({ type, sandbox: r.sandbox, job_id: r.job_id });
-        const actions = cells[cells.length - 1];
-        const intr = rxButton("Interrupt", "Send SIGINT", act("interrupt"));
-        const kill = rxButton("Kill", "Kill the job", act("kill"), "rx-danger");
-        intr.disabled = kill.disabled = !running;
-        actions.append(intr, kill, rxButton("Open", "Show this job's output live", act("open")));
-        tr.append(...cells);
-        body.appendChild(tr);
+      setText(entry.c.elapsed, rxFormatDuration(Math.max(0, (r.ended_at ?? now) - r.started_at)));
+    };
+    const onRows = (msg) => {
+      offset = Date.now() / 1000 - msg.now;
+      for (const r of msg.rows) {
+        let entry = rows.get(r.key);
+        if (!entry) rows.set(r.key, (entry = makeRow(r.key)));
+        update(entry, r);
       }
-      if (!rows.length) {
-        const tr = rxEl("tr");
-        const td = rxEl("td", "rx-muted", "no jobs");
-        td.colSpan = head.length;
-        tr.appendChild(td);
-        body.appendChild(tr);
+      const keep = new Set(msg.order);
+      for (const [key, entry] of rows) {
+        if (!keep.has(key)) {
+          entry.tr.remove();
+          rows.delete(key);
+        }
       }
-      const running = rows.filter((r) => r.state === "running").length;
-      status.textContent = `${rows.length} jobs, ${running} running`;
+      // Put rows in order, moving only those out of place (a moved node loses focus and a press).
+      let at = body.firstChild;
+      for (const key of msg.order) {
+        const tr = rows.get(key).tr;
+        if (tr === at) at = at.nextSibling;
+        else body.insertBefore(tr, at);
+      }
+      renderStatus();
+    };
+
+    const renderStatus = () => {
+      const c = model.get("counts");
+      if (c.total === undefined) return;
+      setText(status, `${c.matching} jobs, ${c.running} running`);
+      const notes = [];
+      if (model.get("mine_only") && c.total > c.scope) {
+        notes.push(`${c.total - c.scope} jobs of other clients hidden (untick "only mine")`);
+      }
+      if (c.cleared) notes.push(`${c.cleared} finished jobs cleared`);
+      notice.replaceChildren(notes.join(" · "));
+      if (c.cleared) {
+        const show = rxButton("Show cleared", "Show the finished jobs cleared from the table", () =>
+          model.send({ type: "show_cleared" }));
+        notice.append(" ", show);
+      }
+      setText(empty, rows.size ? "" : (c.scope ? "no jobs match the filters" : "no jobs"));
+      pager.hidden = c.pages <= 1;
+      setText(pageText, ` page ${c.page + 1} of ${c.pages} `);
+      prev.disabled = c.page <= 0;
+      next.disabled = c.page >= c.pages - 1;
+    };
+    const renderState = () => {
+      mine.checked = model.get("mine_only");
       auto.checked = model.get("auto_refresh");
+      if (stateSel.value !== model.get("state_filter")) stateSel.value = model.get("state_filter");
+      if (document.activeElement !== text) text.value = model.get("text_filter");
       const errs = Object.entries(model.get("errors")).map(([u, m]) => `${u}: ${m}`);
       if (model.get("message")) errs.push(model.get("message"));
-      errors.textContent = errs.join("\n");
+      setText(errors, errs.join("\n"));
+      renderStatus();
     };
-    const onNow = () => {
-      offset = Date.now() / 1000 - model.get("now");
-      renderRows();
+    const onSandboxes = () => {
+      renderHead();
+      for (const entry of rows.values()) entry.tr.remove();
+      rows.clear();
+      model.send({ type: "hello" }); // the columns changed: have every row sent again
     };
 
     let openedAbort = null;
@@ -101,25 +245,35 @@ export default {
       } catch (e) {
         slot.textContent = `cannot show the job view: ${e}`;
       }
+      // Opened from a row far up a long output: bring the view on screen.
+      if (!controller.signal.aborted) openedBox.scrollIntoView({ block: "nearest", behavior: "auto" });
     };
 
-    const traits = "change:rows change:errors change:message change:auto_refresh change:sandboxes";
-    model.on(traits, renderRows);
-    model.on("change:now", onNow);
+    const onMsg = (msg) => {
+      if (msg?.type === "rows") onRows(msg);
+    };
+    const traits = "change:errors change:message change:auto_refresh change:mine_only change:state_filter " +
+      "change:text_filter change:counts";
+    model.on(traits, renderState);
+    model.on("change:sandboxes", onSandboxes);
     model.on("change:opened", renderOpened);
-    onNow();
+    model.on("msg:custom", onMsg);
+    renderHead();
+    renderState();
     renderOpened();
-    const timer = setInterval(renderElapsed, 1000);
-    function renderElapsed() {
-      if (model.get("rows").some((r) => r.state === "running")) renderRows();
-    }
+    // Elapsed times of running jobs tick here; only their text changes.
+    const timer = setInterval(() => {
+      for (const entry of rows.values()) if (entry.data.state === "running") elapsed(entry);
+    }, 1000);
     model.send({ type: "hello" });
     return () => {
       clearInterval(timer);
+      clearTimeout(textTimer);
       openedAbort?.abort();
-      model.off(traits, renderRows);
-      model.off("change:now", onNow);
+      model.off(traits, renderState);
+      model.off("change:sandboxes", onSandboxes);
       model.off("change:opened", renderOpened);
+      model.off("msg:custom", onMsg);
     };
   },
 };
