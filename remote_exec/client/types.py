@@ -96,6 +96,8 @@ class ExecRemoteOptions:
         tail); characters for text, bytes for base64. Streamed chunks are never cut.
     :ivar encoding: ``"utf-8"`` text (invalid bytes become U+FFFD) or ``"base64"`` for bytes.
     :ivar label: a name shown by ``jobs()`` and dashboards.
+    :ivar tags: notes stored with the job and returned by ``jobs()`` (at most 16; keys up to
+        64 characters, values up to 1024), e.g. the notebook that started it.
     """
 
     input: str | bytes | None = None
@@ -110,6 +112,7 @@ class ExecRemoteOptions:
     output_limit: int = 10 * 1024 * 1024
     encoding: Literal["utf-8", "base64"] = "utf-8"
     label: str | None = None
+    tags: dict[str, str] | None = None
 
     def merged(self, overrides: OptionOverrides) -> ExecRemoteOptions:
         """A copy with ``overrides`` applied."""
@@ -131,3 +134,4 @@ class OptionOverrides(TypedDict, total=False):
     output_limit: int
     encoding: Literal["utf-8", "base64"]
     label: str | None
+    tags: dict[str, str] | None

@@ -8,7 +8,17 @@ from pydantic import Field, field_validator
 
 from .base import _SIGNAL_NAMES, DEFAULT_MAX_BYTES, MAX_PAGE_ITEMS, Encoding, JobId, JobState, Offset, WireModel
 
+MAX_TAGS = 16
+"""The most tags a job carries (each key at most 64 characters, each value at most 1024)."""
+
+Tags = Annotated[
+    dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(max_length=1024)]],
+    Field(max_length=MAX_TAGS),
+]
+"""A job's tags, bounded so a job list stays small whatever the starter sent."""
+
 __all__ = [
+    "MAX_TAGS",
     "JobIdParams",
     "JobInfo",
     "KillParams",
@@ -21,6 +31,7 @@ __all__ = [
     "SignalParams",
     "StartParams",
     "StartResult",
+    "Tags",
     "WriteStdinParams",
     "WriteStdinResult",
 ]
@@ -35,6 +46,8 @@ class StartParams(WireModel):
     the job's process group gets SIGTERM, then SIGKILL after ``kill_grace``. With
     ``encoding="base64"`` output (and ``input``) travel base64-encoded, byte-exact.
     ``idempotency_key`` makes a retried start return the job the first attempt created.
+    ``tags`` are the starter's own bounded notes on the job (e.g. the notebook and kernel that
+    started it), stored with it and returned by ``exec_remote_list``; the agent never reads them.
     """
 
     command: (
@@ -51,6 +64,7 @@ class StartParams(WireModel):
     encoding: Encoding = "utf-8"
     label: Annotated[str, Field(max_length=256)] | None = None
     idempotency_key: Annotated[str, Field(max_length=128)] | None = None
+    tags: Tags | None = None
 
     @field_validator("command")
     @classmethod
@@ -188,6 +202,7 @@ class JobInfo(WireModel):
     stdin_open: bool
     stdin_bytes: int
     encoding: Encoding
+    tags: Tags | None = None
 
 
 class ListParams(WireModel):
