@@ -16,6 +16,7 @@ from IPython.utils.capture import capture_output
 
 import remote_exec as rx
 from remote_exec.jupyter import JobInterrupted, JobView, RemoteCommandError, RemoteExecMagics
+from remote_exec.jupyter.background import BackgroundJob
 from remote_exec.jupyter.headless import HeadlessFrontEnd
 
 from .conftest import gone, wait_for
@@ -138,7 +139,7 @@ def test_background_returns_at_once_and_the_handle_stays_usable(ip: InteractiveS
     jv = front.widget(cap.outputs[0])
     assert isinstance(jv, JobView)
     proc = ip.user_ns["job"]
-    assert isinstance(proc, rx.BlockingExecRemoteProcess) and not proc.done
+    assert isinstance(proc, BackgroundJob) and not proc.done and proc.state == "running"
     assert proc.wait().stdout == "done\n"  # the view reads its own handle, not this one
     assert jv.wait(10) is not None and jv.text("stdout") == "done\n" and jv.state == "completed"
 
