@@ -24,6 +24,7 @@ from ..client.types import ExecResult
 from ..errors import JobNotRunningError, RemoteExecError
 from ._assets import css, esm
 from .base import StreamWidget
+from .display import widgets_enabled
 from .follow import Outcome, follow, loop_of
 from .record import RECORD_LINE_CHARS, RECORD_LINES, JobRecord
 from .transcript import DEFAULT_TAIL_LINES
@@ -182,6 +183,8 @@ class JobView(StreamWidget):
             cast(Any, update_display)(self, display_id=self._display_id)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        if not widgets_enabled():
+            return super()._repr_mimebundle_(**kwargs)  # plain text only: what nbval compares
         record = self.record()
         bundle = super()._repr_mimebundle_(**kwargs)
         data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
