@@ -80,6 +80,9 @@ class ExecRemoteProcess:
         self._kill_task: asyncio.Task[None] | None = None
         self.kill_on_cancel = True
         self._iterated = False
+        self.info: JobInfo | None = None
+        """The agent's record of the job when this handle was made by ``attach`` (its command,
+        ``started_at``, label and tags), else ``None``."""
 
     def _on_started(self, task: asyncio.Task[StartResult]) -> None:
         # job_id and pid are there as soon as the agent answered, awaited or not; a failure is
@@ -398,6 +401,7 @@ def launch(rpc: RpcClient, command: list[str] | str, options: ExecRemoteOptions,
         kill_grace=options.kill_grace,
         encoding=options.encoding,
         label=options.label,
+        tags=options.tags,
         idempotency_key=secrets.token_hex(8),
         output_cap=options.output_cap,
     )
@@ -419,6 +423,7 @@ def attached(rpc: RpcClient, info: JobInfo, options: ExecRemoteOptions, margin: 
     """A handle on the running or retained job ``info`` that someone else started."""
     proc = ExecRemoteProcess(rpc, options, response_margin=margin)
     proc._job_id, proc._pid = info.job_id, info.pid
+    proc.info = info
     proc._stdin_offset = info.stdin_bytes  # our writes continue where the job's stdin is
     proc.kill_on_cancel = False  # someone else's job: interrupting the watcher must not kill it
     return proc

@@ -98,6 +98,8 @@ class ExecRemoteOptions:
     :ivar label: a name shown by ``jobs()`` and dashboards.
     :ivar output_cap: per stream, the bytes the agent keeps on disk (None: the agent's default,
         1 GiB; at least 64 KiB); past it the oldest bytes are dropped and counted.
+    :ivar tags: notes stored with the job and returned by ``jobs()`` (at most 16; keys up to
+        64 characters, values up to 1024), e.g. the notebook that started it.
     """
 
     input: str | bytes | None = None
@@ -113,6 +115,7 @@ class ExecRemoteOptions:
     encoding: Literal["utf-8", "base64"] = "utf-8"
     label: str | None = None
     output_cap: int | None = None
+    tags: dict[str, str] | None = None
 
     def merged(self, overrides: OptionOverrides) -> ExecRemoteOptions:
         """A copy with ``overrides`` applied."""
@@ -135,3 +138,4 @@ class OptionOverrides(TypedDict, total=False):
     encoding: Literal["utf-8", "base64"]
     label: str | None
     output_cap: int | None
+    tags: dict[str, str] | None

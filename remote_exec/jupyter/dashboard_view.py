@@ -32,7 +32,7 @@ __all__ = [
     "visible",
 ]
 
-KERNEL_TAG = "kernel_id"
+KERNEL_TAG = "kernel"
 """The job tag naming the kernel that started a job (set by jobs started from a notebook)."""
 NOTEBOOK_TAG = "notebook"
 """The job tag naming the notebook (its path on the Jupyter server) that started a job."""

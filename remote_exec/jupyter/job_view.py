@@ -2,13 +2,20 @@
 
 The view reads the handle it is given to its end (on the background loop), so give it a handle
 nobody else iterates: ``JobView.attach(sb, job_id)`` makes a fresh one.
+
+Its output bundle carries a record beside the widget (:mod:`~remote_exec.jupyter.record`):
+shown with :meth:`JobView.show`, the view rewrites that record in the notebook
+(``update_display``) on every state change, every :data:`RECORD_PERIOD` seconds while the job
+runs, and at its end, so a saved notebook tells how far the job got.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 import traitlets
 
@@ -17,11 +24,15 @@ from ..client.types import ExecResult
 from ..errors import JobNotRunningError, RemoteExecError
 from ._assets import css, esm
 from .base import StreamWidget
-from .display import format_duration
+from .display import widgets_enabled
 from .follow import Outcome, follow, loop_of
+from .record import RECORD_LINE_CHARS, RECORD_LINES, JobRecord
 from .transcript import DEFAULT_TAIL_LINES
 
-__all__ = ["JobView"]
+__all__ = ["RECORD_PERIOD", "JobView"]
+
+RECORD_PERIOD = 5.0
+"""Seconds between rewrites of a running view's stored record."""
 
 
 def _command_text(command: list[str] | str | None, fallback: str) -> str:
@@ -38,9 +49,14 @@ class JobView(StreamWidget):
     """A live view of one job, with Interrupt (SIGINT) and Kill buttons and Copy/Download.
 
     :param proc: the job's handle; the view reads it to its end.
-    :param command: what to show as the command line (default: the job id).
+    :param command: what to show as the command line (default: the agent's record of an
+        attached handle, else the job id).
     :param sandbox: the sandbox URL, shown next to the job id.
-    :param started_at: when the job started (seconds since the epoch; default: now).
+    :param started_at: when the job started (seconds since the epoch; default: the agent's
+        record of an attached handle, else now).
+    :param control: the handle Kill and Interrupt act through (default: ``proc``). A separate
+        one leaves ``proc`` reading the job to its true end: the view then shows the killed
+        job's exit code and last output.
     :param live: send output before any view said hello (a cell that blocks cannot answer one).
     :param tail_lines: lines per pane the browser keeps; older ones show as "N lines hidden".
     """
@@ -69,8 +85,14 @@ class JobView(StreamWidget):
         started_at: float | None = None,
         live: bool = False,
         tail_lines: int = DEFAULT_TAIL_LINES,
+        control: BlockingExecRemoteProcess | None = None,
     ) -> None:
         job_id = proc.job_id or ""
+        info = proc.async_process.info  # an attached handle knows the job's true command and start
+        if command is None and info is not None:
+            command = info.command
+        if started_at is None:
+            started_at = info.started_at if info is not None else time.time()
         super().__init__(
             loop_of(proc),
             live=live,
@@ -78,10 +100,12 @@ class JobView(StreamWidget):
             command=_command_text(command, f"job {job_id}"),
             job_id=job_id,
             sandbox=sandbox,
-            started_at=time.time() if started_at is None else started_at,
+            started_at=started_at,
         )
         self.process = proc
         """The handle the view follows."""
+        self._control_proc = control or proc
+        self._display_id: str | None = None
         self.outcome: Outcome | None = None
         """How the job ended, once it has."""
         self._done = threading.Event()
@@ -93,31 +117,87 @@ class JobView(StreamWidget):
 
         :raises JobNotFoundError: no such job.
         """
-        info = next((j for j in sandbox.jobs() if j.job_id == job_id), None)
-        proc = sandbox.attach(job_id)
-        if info is not None:
-            kwargs.setdefault("command", info.command)
-            kwargs.setdefault("started_at", info.started_at)
+        proc = sandbox.attach(job_id)  # the agent's record: the view shows its command and start
         kwargs.setdefault("sandbox", sandbox.url)
+        kwargs.setdefault("control", sandbox.attach(job_id))
         return cls(proc, **kwargs)
 
     # -- the job (loop thread) -------------------------------------------------------------------
 
     async def _run(self) -> None:
-        outcome = await follow(self.process.async_process, self._emit)
+        recorder = asyncio.get_running_loop().create_task(self._record_while_running())
+        try:
+            outcome = await follow(self.process.async_process, self._emit)
+        finally:
+            recorder.cancel()
         code = outcome.exit_code
         error = "" if outcome.state != "error" else str(outcome.error)
-        self._set(state=outcome.state, exit_code=code, ended_at=time.time(), error=error)
+        info = self.process.async_process.info  # attached after its end: the agent knows when
+        ended = info.ended_at if info is not None and info.ended_at is not None else time.time()
+        self._set(state=outcome.state, exit_code=code, ended_at=ended, error=error)
         self.outcome = outcome
         await self._drain()
+        self._update_record()  # the final record: what a saved notebook shows from now on
         self._done.set()
+
+    async def _record_while_running(self) -> None:
+        # Cancelled when the job ends (the final record is written after).
+        while True:
+            await asyncio.sleep(RECORD_PERIOD)
+            self._update_record()
+
+    # -- the stored record ---------------------------------------------------------------------
+
+    def record(self) -> JobRecord:
+        """The job as this view knows it now (what its stored fallback shows)."""
+        end = self.ended_at if self.ended_at is not None else time.time()
+        due = self._due  # a state change not yet sent to the front end is already true
+        return JobRecord(
+            job_id=self.job_id,
+            command=self.command,
+            sandbox=self.sandbox,
+            state=due.get("state", self.state),
+            exit_code=due.get("exit_code", self.exit_code),
+            duration=max(0.0, end - self.started_at),
+            stdout=self._tail("stdout"),
+            stderr=self._tail("stderr"),
+        )
+
+    def _tail(self, stream: str) -> tuple[str, int]:
+        pieces, hidden = self._transcript.tail(stream, RECORD_LINES, RECORD_LINES * RECORD_LINE_CHARS)
+        return "".join(text for _, text in pieces), hidden
+
+    def show(self) -> None:
+        """Display the view in the cell's output, its record kept up to date (see the module doc)."""
+        from IPython.display import display
+
+        self._display_id = self._uid
+        cast(Any, display)(self, display_id=self._display_id)
+
+    def _update_record(self) -> None:
+        if self._display_id is None:
+            return
+        from IPython.display import update_display
+
+        with contextlib.suppress(Exception):  # a kernel on its way out: the record stays as it was
+            cast(Any, update_display)(self, display_id=self._display_id)
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        if not widgets_enabled():
+            return super()._repr_mimebundle_(**kwargs)  # plain text only: what nbval compares
+        record = self.record()
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+        # Beside the widget: what GitHub, nbviewer, nbconvert and a reopened notebook show.
+        data = {**data, "text/plain": record.plain(), "text/html": record.html()}
+        return (data, meta) if isinstance(bundle, tuple) else data
 
     def _counters(self) -> dict[str, Any]:
         chars = self._transcript.chars
         return {"stdout_chars": chars["stdout"], "stderr_chars": chars["stderr"]}
 
     async def _control(self, what: str) -> None:
-        proc = self.process.async_process
+        proc = self._control_proc.async_process
         try:
             if what == "kill":
                 await proc.kill()
@@ -157,15 +237,4 @@ class JobView(StreamWidget):
         return self.outcome.result if self.outcome is not None else None
 
     def _plain_text(self) -> str:
-        end = self.ended_at if self.ended_at is not None else time.time()
-        code = "" if self.exit_code is None else f", exit {self.exit_code}"
-        first = self.command.splitlines()[0] if self.command else ""
-        lines = [f"[{self.state}] {first}  (job {self.job_id}, {format_duration(end - self.started_at)}{code})"]
-        for stream in ("stdout", "stderr"):
-            pieces, hidden = self._transcript.tail(stream, 10)
-            text = "".join(t for _, t in pieces)
-            if text:
-                more = f", {hidden} earlier lines hidden" if hidden else ""
-                lines.append(f"--- {stream}{more} ---")
-                lines.append(text.rstrip("\n"))
-        return "\n".join(lines)
+        return self.record().plain()

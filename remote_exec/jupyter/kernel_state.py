@@ -7,11 +7,18 @@ never to the module, so two shells in one process (tests) do not share anything.
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
+import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..blocking import BlockingExecRemoteProcess, BlockingShellSession, Sandbox, connect
 
-__all__ = ["DEFAULT_SANDBOX", "Defaults", "KernelState"]
+if TYPE_CHECKING:
+    from .background import BackgroundJob
+
+__all__ = ["DEFAULT_SANDBOX", "Defaults", "KernelState", "notebook_tags"]
 
 DEFAULT_SANDBOX = "local://"
 
@@ -37,6 +44,22 @@ class Defaults:
         return "\n".join(f"{f.name} = {getattr(self, f.name)!r}" for f in dataclasses.fields(self))
 
 
+def notebook_tags() -> dict[str, str]:
+    """Tags naming where a job was started: ``notebook`` (the path Jupyter Server gives the
+    kernel's session in ``JPY_SESSION_NAME``) and ``kernel`` (the id in the kernel's connection
+    file name, ``kernel-<id>.json``); either is left out where unknown (a terminal IPython)."""
+    tags: dict[str, str] = {}
+    notebook = os.environ.get("JPY_SESSION_NAME", "")
+    if notebook:
+        tags["notebook"] = notebook[-1024:]
+    kernel_app = sys.modules.get("ipykernel.kernelapp")
+    app = getattr(getattr(kernel_app, "IPKernelApp", None), "_instance", None)
+    found = re.search(r"kernel-([0-9A-Za-z-]{1,64})\.json$", str(getattr(app, "connection_file", "") or ""))
+    if found:
+        tags["kernel"] = found.group(1)
+    return tags
+
+
 class KernelState:
     """Defaults, sandboxes (one blocking connection per URL, kept open) and shells of a kernel."""
 
@@ -47,6 +70,8 @@ class KernelState:
         self._last: tuple[str, BlockingShellSession] | None = None
         self.background: list[BlockingExecRemoteProcess] = []
         """Handles of the ``--bg`` jobs started here (left running when the kernel exits)."""
+        self.named: dict[str, BackgroundJob] = {}
+        """The ``--bg --name`` jobs of this kernel by name: a name is not reused while its job runs."""
 
     def sandbox(self, url: str) -> Sandbox:
         """The kernel's connection to ``url``, opened on first use.

@@ -1,5 +1,5 @@
 """The IPython magics: ``%%exec_remote``, ``%exec_remote_config``, ``%remote_jobs``, ``%remote_shell``,
-``%exec_remote_upload`` and ``%exec_remote_download``.
+``%exec_remote_attach``, ``%exec_remote_upload`` and ``%exec_remote_download``.
 
 They parse and delegate: options are read with ``magic_arguments`` (bad input raises
 ``UsageError``), names are resolved in ``shell.user_ns`` (never ``eval``), the work is done by
@@ -10,6 +10,7 @@ They parse and delegate: options are read with ``magic_arguments`` (bad input ra
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import keyword
 import os
 import posixpath
@@ -26,10 +27,11 @@ from ..blocking import Sandbox
 from ..client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, TransferResult
 from ..errors import RemoteExecError, SandboxError
 from ..protocol import FileInfo
+from .attach import attach_view, find_job
 from .dashboard import Dashboard
 from .dashboard_view import STATE_FILTERS
 from .display import RemoteCommandError, show, widgets_enabled
-from .kernel_state import KernelState
+from .kernel_state import KernelState, notebook_tags
 from .runner import CellJob, failure
 from .shell_view import ShellView
 
@@ -160,7 +162,8 @@ class RemoteExecMagics(Magics):
     @_magic_arguments()
     @_WHERE
     @_argument("--bg", action="store_true", help="run in the background: return at once, show a live job view")
-    @_argument("--name", metavar="VAR", help="store the ExecResult (--bg: the process handle) in VAR")
+    @_argument("--name", metavar="VAR", help="store the ExecResult (--bg: the BackgroundJob) in VAR")
+    @_argument("--replace", action="store_true", help="--bg --name: kill the running job of that name first")
     @_argument("--shell", metavar="ID|new|last", help="run in a shell session (cwd and env persist)")
     @_argument("--raise-error", action=argparse.BooleanOptionalAction, default=True, help="raise on failure")
     @_argument("--out", metavar="VAR", help="store the stdout text in VAR")
@@ -185,7 +188,11 @@ class RemoteExecMagics(Magics):
         reused = args.shell not in (None, "new") and (args.shell != "last" or self.state.last_shell(args.sandbox))
         if reused and (args.cwd is not None or args.env):
             raise UsageError("--cwd/--env apply when a shell is opened (--shell new); an open one keeps its own")
+        if args.bg and name is not None:
+            self._free_name(name, args.replace)
         job = self._job(cell, args.sandbox, args.shell, cwd, env, timeout)
+        if args.bg and args.shell is None:
+            job = dataclasses.replace(job, tags={**notebook_tags(), **({"name": name} if name else {})})
         plain = not widgets_enabled()
         # A live view by default, foreground cells too: it shows a flood capped (the newest
         # lines, "N lines hidden", Download for the rest) where streamed text would trip
@@ -193,9 +200,11 @@ class RemoteExecMagics(Magics):
         widget = (args.widget if args.widget is not None else d.widget if d.widget is not None else True) and not plain
         try:
             if args.bg:
-                proc = job.run_background(widget=widget, plain=plain)
-                self.state.background.append(proc)
-                self._store(name, proc)
+                bg = job.run_background(widget=widget, plain=plain, name=name)
+                self.state.background.append(bg.process)
+                if name is not None:
+                    self.state.named[name] = bg
+                self._store(name, bg)
                 return
             outcome = job.run_foreground(widget=widget, plain=plain)
         except RemoteExecError as exc:
@@ -208,6 +217,19 @@ class RemoteExecMagics(Magics):
         error = failure(outcome, timeout)
         if error is not None and args.raise_error:
             raise error
+
+    def _free_name(self, name: str, replace: bool) -> None:
+        """Refuse to start a second ``--bg --name`` job while the first runs, unless ``--replace``."""
+        old = self.state.named.get(name)
+        if old is None or old.done:
+            return
+        if not replace:
+            raise UsageError(
+                f"job {old.job_id} ({name}) is still running: --replace kills it and starts this cell, "
+                f"another --name keeps both, {name}.kill() stops it"
+            )
+        old.kill()
+        old.wait()
 
     def _job(
         self, cell: str, url: str | None, shell: str | None, cwd: str | None, env: dict[str, str], timeout: float | None
@@ -354,6 +376,30 @@ class RemoteExecMagics(Magics):
                 dash.close()
             return None
         return dash
+
+    @_magic_arguments()
+    @_argument(
+        "job", metavar="JOB|NAME", help="a job id, or the --name of a --bg cell (the newest; this notebook's first)"
+    )
+    @_argument("--sandbox", metavar="URL", help="the sandbox (default: %%exec_remote_config's)")
+    @_argument("--name", metavar="VAR", help="store the BackgroundJob in VAR (default: the job's --name)")
+    @_line_magic
+    def exec_remote_attach(self, line: str) -> None:
+        """A live view of a running or finished job, e.g. after a kernel restart: its whole kept
+        output, true command and elapsed time, Interrupt and Kill."""
+        args = _parse(self.exec_remote_attach, line)
+        sb = self._sandbox(args.sandbox or self.state.defaults.sandbox)
+        try:
+            info = find_job(sb, args.job, notebook_tags().get("notebook"))
+            bg = attach_view(sb, info, show=widgets_enabled())
+        except RemoteExecError as exc:
+            raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc
+        if not widgets_enabled():
+            print(f"attached to job {info.job_id} ({info.state})")
+        name = _variable(args.name, "--name") or (bg.name if bg.name and bg.name.isidentifier() else None)
+        self._store(name, bg)
+        if name is not None and bg.name == name:
+            self.state.named[name] = bg
 
     @_magic_arguments()
     @_argument("--sandbox", metavar="URL", help="where to open the shell (default: %%exec_remote_config's)")

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from ..blocking import BlockingExecRemoteProcess, BlockingShellSession, Sandbox
 from ..client.process import ExecRemoteProcess
 from ..errors import JobNotRunningError, RemoteExecError
-from .display import CellWriter, JobInterrupted, RemoteCommandError, show
+from .background import BackgroundJob
+from .display import CellWriter, JobInterrupted, RemoteCommandError
 from .follow import Outcome, follow, loop_of
 from .job_view import JobView
 
@@ -36,6 +37,8 @@ class CellJob:
     """A cell's script and where and how to run it.
 
     :ivar session: run in this shell session instead of as a fresh ``bash -c`` job.
+    :ivar tags: stored with the job by the agent (which notebook and kernel started it, the
+        cell's ``--name``), so a later kernel finds it (``%exec_remote_attach``).
     """
 
     body: str
@@ -45,6 +48,7 @@ class CellJob:
     cwd: str | None = None
     env: dict[str, str] | None = None
     interrupt_grace: float = 2.0
+    tags: dict[str, str] | None = None
 
     def start(self) -> BlockingExecRemoteProcess:
         """Start the script; returns once the agent confirmed it.
@@ -69,7 +73,9 @@ class CellJob:
         if self.session is not None:
             return await self.session.async_session.start(self.body, timeout=self.timeout).started()
         sb = self.sandbox.async_sandbox
-        proc = sb.exec_remote(["bash", "-c", self.body], cwd=self.cwd, env=self.env, timeout=self.timeout, label=LABEL)
+        proc = sb.exec_remote(
+            ["bash", "-c", self.body], cwd=self.cwd, env=self.env, timeout=self.timeout, label=LABEL, tags=self.tags
+        )
         return await proc.started()
 
     # -- foreground --------------------------------------------------------------------------
@@ -86,7 +92,7 @@ class CellJob:
         try:
             if widget:
                 view = JobView(proc, command=self.body, sandbox=self.sandbox.url, live=True)
-                show(view)
+                view.show()
                 drain, outcome = _watch_view(view), view.wait
             else:
                 drain, outcome = _watch_queue(proc, writer)
@@ -128,22 +134,25 @@ class CellJob:
 
     # -- background --------------------------------------------------------------------------
 
-    def run_background(self, *, widget: bool, plain: bool) -> BlockingExecRemoteProcess:
+    def run_background(self, *, widget: bool, plain: bool, name: str | None = None) -> BackgroundJob:
         """Start the script and return its handle at once; show a live view unless ``widget`` is off.
 
-        The view follows a second handle of its own (``attach``), so the returned one stays
-        free for the caller to ``wait()``, iterate or ``kill()``.
+        The view (or the handle's follower) reads a second handle of its own, and Kill acts
+        through a third, so the returned one stays free for the caller to ``wait()`` or iterate,
+        and sees a kill as the job's end, with its output (see :class:`BackgroundJob`).
         """
         proc = self.start()
         assert proc.job_id is not None
+        watcher, control = self.sandbox.attach(proc.job_id), self.sandbox.attach(proc.job_id)
+        view = None
         if widget and not plain:
-            watcher = self.sandbox.attach(proc.job_id)
-            show(JobView(watcher, command=self.body, sandbox=self.sandbox.url))
+            view = JobView(watcher, command=self.body, sandbox=self.sandbox.url, control=control)
+            view.show()
         elif plain:
             print("started in the background")  # no job id: plain output must not vary by run
         else:
             print(f"started job {proc.job_id} in the background")
-        return proc
+        return BackgroundJob(proc, control, watcher, view, name)
 
 
 def _slice(until: float | None) -> float:

@@ -8,7 +8,17 @@ from pydantic import Field, field_validator
 
 from .base import _SIGNAL_NAMES, DEFAULT_MAX_BYTES, MAX_PAGE_ITEMS, Encoding, JobId, JobState, Offset, WireModel
 
+MAX_TAGS = 16
+"""The most tags a job carries (each key at most 64 characters, each value at most 1024)."""
+
+Tags = Annotated[
+    dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(max_length=1024)]],
+    Field(max_length=MAX_TAGS),
+]
+"""A job's tags, bounded so a job list stays small whatever the starter sent."""
+
 __all__ = [
+    "MAX_TAGS",
     "JobIdParams",
     "JobInfo",
     "KillParams",
@@ -25,6 +35,7 @@ __all__ = [
     "SignalParams",
     "StartParams",
     "StartResult",
+    "Tags",
     "WriteStdinParams",
     "WriteStdinResult",
 ]
@@ -41,6 +52,8 @@ class StartParams(WireModel):
     ``idempotency_key`` makes a retried start return the job the first attempt created.
     ``output_cap``: bytes of each output stream kept on disk (default: the agent's, 1 GiB);
     past it the oldest bytes are dropped, and counted, as ``*_dropped``.
+    ``tags`` are the starter's own bounded notes on the job (e.g. the notebook and kernel that
+    started it), stored with it and returned by ``exec_remote_list``; the agent never reads them.
     """
 
     command: (
@@ -58,6 +71,7 @@ class StartParams(WireModel):
     label: Annotated[str, Field(max_length=256)] | None = None
     idempotency_key: Annotated[str, Field(max_length=128)] | None = None
     output_cap: Annotated[int, Field(ge=64 * 1024)] | None = None
+    tags: Tags | None = None
 
     @field_validator("command")
     @classmethod
@@ -241,6 +255,7 @@ class JobInfo(WireModel):
     stdin_bytes: int
     encoding: Encoding
     leftovers: list[int] = Field(default_factory=list, max_length=1024)
+    tags: Tags | None = None
 
 
 class ListParams(WireModel):

@@ -116,6 +116,7 @@ class DiskJob(Job):
             "stdin_open": p.stdin_open,
             "output_cap": p.output_cap,
             "idempotency_key": p.idempotency_key,
+            "tags": p.tags,  # the starter's notes (notebook, kernel, name): what finds it after a restart
             "started_at": self.started_at,
             "pid": self.pid,
             "starttime": self.starttime,
@@ -251,6 +252,7 @@ class DiskJob(Job):
             label=meta.get("label"),
             idempotency_key=meta.get("idempotency_key"),
             output_cap=meta.get("output_cap"),
+            tags=meta.get("tags"),
         )
         job = cls(meta["job_id"], params, buffer_limit, on_done, home)
         job.pid, job.starttime, job.started_at = int(meta.get("pid") or 0), meta.get("starttime"), meta["started_at"]

@@ -182,6 +182,7 @@ class Job:
             stdin_open=self.stdin.open,
             stdin_bytes=self.stdin.written,
             encoding=self.encoding,
+            tags=self.params.tags,
         )
 
     # -- protocol callbacks (event loop) ----------------------------------------------------

@@ -47,8 +47,26 @@ export default {
       const end = model.get("ended_at") ?? Date.now() / 1000 - store.offset;
       return rxFormatDuration(end - model.get("started_at"));
     };
+    // A view whose kernel went away (restart, shutdown, another kernel) can no longer reach its
+    // job: it says so and disables its buttons. The kernel connection the widget manager holds
+    // reports restarts and deaths; a comm the kernel closes fires comm:close on the model.
+    let disconnected = false;
+    const manager = model.widget_manager;
+    const kernel = manager && manager.kernel;
+    const lost = () => {
+      if (disconnected) return;
+      disconnected = true;
+      renderState();
+    };
+    const onStatus = (_k, status) => {
+      if (status === "restarting" || status === "autorestarting" || status === "dead") lost();
+    };
+    if (kernel && kernel.statusChanged) kernel.statusChanged.connect(onStatus);
+    if (kernel && kernel.disposed) kernel.disposed.connect(lost);
+    model.on("comm:close", lost);
     const renderState = () => {
-      const state = model.get("state");
+      if (!disconnected && manager && kernel && manager.kernel !== kernel) disconnected = true;
+      const state = disconnected && model.get("state") === "running" ? "disconnected" : model.get("state");
       badge.textContent = state;
       badge.className = `rx-badge rx-state-${state.replace(/ /g, "-")}`;
       root.dataset.state = state;
@@ -68,7 +86,9 @@ export default {
         .join(" · ");
       const running = state === "running";
       interrupt.disabled = kill.disabled = !running;
-      error.textContent = model.get("error");
+      error.textContent = disconnected
+        ? `The kernel that showed this view is gone; the job goes on in the sandbox. In a running kernel: %exec_remote_attach ${model.get("job_id")}`
+        : model.get("error");
     };
     const onMsg = (msg) => {
       if (msg.kind === "full") rxDeliver(msg.data, `${model.get("job_id")}-${msg.data.stream}.txt`, copies[msg.data.stream]);
@@ -78,12 +98,15 @@ export default {
     const traits = "change:state change:exit_code change:ended_at change:stdout_chars change:stderr_chars change:error change:command";
     model.on(traits, renderState);
     renderState();
-    const timer = setInterval(() => model.get("state") === "running" && renderState(), 500);
+    const timer = setInterval(() => model.get("state") === "running" && !disconnected && renderState(), 500);
     model.send({ type: "hello" });
     return () => {
       clearInterval(timer);
       store.listeners.delete(onMsg);
       model.off(traits, renderState);
+      model.off("comm:close", lost);
+      if (kernel && kernel.statusChanged) kernel.statusChanged.disconnect(onStatus);
+      if (kernel && kernel.disposed) kernel.disposed.disconnect(lost);
     };
   },
 };

@@ -1,0 +1,47 @@
+"""``%exec_remote_attach JOB|NAME``: a live view of a job from the agent's record.
+
+After a kernel restart the handles are gone but the jobs are not: the agent keeps each one with
+its command, start time, output and the tags the notebook gave it (``notebook``, ``kernel``,
+``name``: the cell's ``--name``). A job is found by id, else by name, newest first, this
+notebook's before others'.
+"""
+
+from __future__ import annotations
+
+from ..blocking import Sandbox
+from ..errors import JobNotFoundError
+from ..protocol import JobInfo
+from .background import BackgroundJob
+from .job_view import JobView
+
+__all__ = ["attach_view", "find_job"]
+
+
+def find_job(sb: Sandbox, key: str, notebook: str | None) -> JobInfo:
+    """The job ``key`` names in ``sb``: its id, else a ``--bg --name`` (the newest, this
+    notebook's first), else its label.
+
+    :raises JobNotFoundError: nothing matches.
+    """
+    jobs = sb.jobs()
+    for info in jobs:
+        if info.job_id == key:
+            return info
+    named = [j for j in jobs if (j.tags or {}).get("name") == key] or [j for j in jobs if j.label == key]
+    mine = [j for j in named if notebook and (j.tags or {}).get("notebook") == notebook]
+    found = sorted(mine or named, key=lambda j: j.started_at)
+    if not found:
+        raise JobNotFoundError(f"no job {key!r} in {sb.url} (by id, --name or label; %remote_jobs lists them)")
+    return found[-1]
+
+
+def attach_view(sb: Sandbox, info: JobInfo, *, show: bool) -> BackgroundJob:
+    """A :class:`BackgroundJob` on ``info`` with a live view (replaying the output the agent kept).
+
+    :raises JobNotFoundError: the job was released meanwhile.
+    """
+    proc, watcher, control = (sb.attach(info.job_id) for _ in range(3))
+    view = JobView(watcher, sandbox=sb.url, control=control) if show else None
+    if view is not None:
+        view.show()
+    return BackgroundJob(proc, control, watcher, view, (info.tags or {}).get("name"))

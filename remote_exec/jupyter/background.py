@@ -1,0 +1,101 @@
+"""``BackgroundJob``: the handle a ``%%exec_remote --bg --name VAR`` cell stores in ``VAR``.
+
+It tells the truth without ``wait()``: ``state``, ``done`` and ``returncode`` follow the job as
+its view (or, without a view, a follower of its own) reads it on the background loop. Kill and
+Interrupt act through one control handle, whether pressed in the view or called here, so they
+end the same way: ``wait()`` returns ``ExecResult(state="killed")`` with the output up to the
+kill; it never raises ``JobKilledError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from concurrent.futures import Future
+
+from ..blocking import BlockingExecRemoteProcess
+from ..client.types import ExecResult
+from ..errors import JobNotRunningError
+from .follow import JobState, Outcome, follow, loop_of
+from .job_view import JobView
+
+__all__ = ["BackgroundJob"]
+
+
+class BackgroundJob:
+    """A job started by a ``--bg`` cell.
+
+    :ivar process: a handle nobody else reads: iterate it, or write to its stdin.
+    :ivar view: the cell's live view (``None`` with ``--no-widget`` or in plain-text mode).
+    """
+
+    def __init__(
+        self,
+        process: BlockingExecRemoteProcess,
+        control: BlockingExecRemoteProcess,
+        watcher: BlockingExecRemoteProcess,
+        view: JobView | None,
+        name: str | None = None,
+    ) -> None:
+        self.process = process
+        self.view = view
+        self.name = name
+        self._control = control
+        self._followed: Future[Outcome] | None = None
+        if view is None:
+            self._followed = loop_of(watcher).portal.start_task_soon(follow, watcher.async_process, _ignore)
+
+    @property
+    def job_id(self) -> str:
+        return self.process.job_id or ""
+
+    def _outcome(self) -> Outcome | None:
+        if self.view is not None:
+            return self.view.outcome
+        f = self._followed
+        return f.result() if f is not None and f.done() else None
+
+    @property
+    def state(self) -> JobState:
+        """``running`` until the job ended, then ``completed``, ``failed``, ``killed``, ``timed out``
+        or ``error`` (as the view shows it)."""
+        outcome = self._outcome()
+        return "running" if outcome is None else outcome.state
+
+    @property
+    def done(self) -> bool:
+        """True once the job ended (seen by the view or follower: no ``wait()`` needed)."""
+        return self._outcome() is not None
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code once the job ended (negative: the signal that ended it), else ``None``."""
+        outcome = self._outcome()
+        return outcome.exit_code if outcome is not None else None
+
+    def wait(self) -> ExecResult:
+        """Block until the job ends and return its result, killed jobs included
+        (``result.state == "killed"``). Ctrl-C (the notebook's ■) kills the job.
+
+        :raises ExecTimeoutError: the job's timeout expired (``.result`` holds the partial output).
+        """
+        return self.process.wait()
+
+    def kill(self, grace: float | None = None) -> None:
+        """Kill the job (SIGTERM to its group, SIGKILL after ``grace``); returns once it is gone.
+        The same as the view's Kill button; a job that has ended is left alone."""
+        with contextlib.suppress(JobNotRunningError):
+            self._control.kill(grace)
+
+    def interrupt(self) -> None:
+        """SIGINT to the job's process group (Ctrl-C), as the view's Interrupt button sends."""
+        with contextlib.suppress(JobNotRunningError):
+            self._control.signal("SIGINT")
+
+    def __repr__(self) -> str:
+        code = "" if self.returncode is None else f" exit {self.returncode}"
+        name = f" {self.name}" if self.name else ""
+        return f"<BackgroundJob{name} job_id={self.job_id!r} {self.state}{code}>"
+
+
+def _ignore(_stream: str, _text: str) -> None:
+    """Output the follower does not keep (the process handle keeps the result's tail)."""

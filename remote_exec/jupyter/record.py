@@ -1,0 +1,177 @@
+"""A job view's stored record: what a saved notebook shows where no kernel or widget model is.
+
+A view's output bundle holds, beside the widget, a ``text/plain`` and a ``text/html`` record
+(state, exit code, duration, command, the tail of each stream) that the view rewrites as the job
+moves and at its end. GitHub, nbviewer and ``jupyter nbconvert`` show the HTML; it is plain
+inline-styled HTML (no script, no class a stylesheet must supply) because those renderers strip
+the rest. ANSI colours are kept: SGR sequences become ``<span style=...>``, others are dropped.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from dataclasses import dataclass
+
+from .display import format_duration
+
+__all__ = ["RECORD_LINES", "RECORD_LINE_CHARS", "JobRecord", "ansi_to_html", "tail_lines"]
+
+RECORD_LINES = 40
+"""Lines of each stream a record keeps (the newest)."""
+
+RECORD_LINE_CHARS = 400
+"""Characters a record keeps of one line (a record is small whatever the job printed)."""
+
+_COLOURS = ["#000000", "#cd3131", "#0d7d2c", "#b58900", "#2472c8", "#bc3fbc", "#11a8cd", "#7f7f7f"]
+_BRIGHT = ["#666666", "#f14c4c", "#23d18b", "#d7ba00", "#3b8eea", "#d670d6", "#29b8db", "#e5e5e5"]
+_SGR = re.compile(r"\x1b\[([0-9;]*)m")
+_OTHER = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+_STATE_COLOURS = {"running": "#2472c8", "completed": "#0d7d2c", "failed": "#cd3131", "disconnected": "#7f7f7f"}
+
+
+def _colour(code: int, codes: list[int], i: int) -> tuple[str | None, int]:
+    """The CSS colour of an SGR colour code at ``codes[i]`` (38/48 take more), and the next index."""
+    if 30 <= code <= 37 or 40 <= code <= 47:
+        return _COLOURS[code % 10], i + 1
+    if 90 <= code <= 97 or 100 <= code <= 107:
+        return _BRIGHT[code % 10], i + 1
+    if codes[i + 1 : i + 2] == [5] and i + 2 < len(codes):  # 38;5;N: 256 colours (the first 16 here)
+        n = codes[i + 2]
+        return (_COLOURS[n] if n < 8 else _BRIGHT[n - 8] if n < 16 else None), i + 3
+    if codes[i + 1 : i + 2] == [2] and i + 4 < len(codes):  # 38;2;R;G;B
+        r, g, b = (max(0, min(255, c)) for c in codes[i + 2 : i + 5])
+        return f"#{r:02x}{g:02x}{b:02x}", i + 5
+    return None, i + 1
+
+
+def ansi_to_html(text: str) -> str:
+    """``text`` escaped for HTML, its SGR colours, bold and underline as inline-styled spans."""
+    out: list[str] = []
+    fg: str | None = None
+    bg: str | None = None
+    bold = underline = False
+    pos = 0
+    for m in _SGR.finditer(text):
+        out.append(_span(html.escape(_OTHER.sub("", text[pos : m.start()])), fg, bg, bold, underline))
+        pos = m.end()
+        codes = [int(c) if c else 0 for c in m.group(1).split(";")]
+        i = 0
+        while i < len(codes):
+            code = codes[i]
+            if code == 0:
+                fg = bg = None
+                bold = underline = False
+            elif code == 1:
+                bold = True
+            elif code == 22:
+                bold = False
+            elif code == 4:
+                underline = True
+            elif code == 24:
+                underline = False
+            elif code == 39:
+                fg = None
+            elif code == 49:
+                bg = None
+            elif 30 <= code <= 38 or 90 <= code <= 97:
+                fg, i = _colour(code, codes, i)
+                continue
+            elif 40 <= code <= 48 or 100 <= code <= 107:
+                bg, i = _colour(code, codes, i)
+                continue
+            i += 1
+    out.append(_span(html.escape(_OTHER.sub("", text[pos:])), fg, bg, bold, underline))
+    return "".join(out)
+
+
+def _span(text: str, fg: str | None, bg: str | None, bold: bool, underline: bool) -> str:
+    style = ";".join(
+        s
+        for s in (
+            f"color:{fg}" if fg else "",
+            f"background:{bg}" if bg else "",
+            "font-weight:bold" if bold else "",
+            "text-decoration:underline" if underline else "",
+        )
+        if s
+    )
+    return f'<span style="{style}">{text}</span>' if style and text else text
+
+
+def tail_lines(text: str, lines: int = RECORD_LINES) -> tuple[str, int]:
+    """The newest ``lines`` lines of ``text`` as a terminal shows them (a ``\\r`` rewrites its
+    line), each cut to :data:`RECORD_LINE_CHARS`; and how many earlier lines were left out."""
+    rows = text.split("\n")
+    if rows and rows[-1] == "":
+        rows.pop()
+    hidden = max(0, len(rows) - lines)
+    kept = [row.rstrip("\r").rsplit("\r", 1)[-1][:RECORD_LINE_CHARS] for row in rows[hidden:]]
+    return "\n".join(kept), hidden
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """A snapshot of a job as its view knows it."""
+
+    job_id: str
+    command: str
+    sandbox: str
+    state: str
+    exit_code: int | None
+    duration: float
+    stdout: tuple[str, int]
+    """The newest output and how many earlier lines are not in it."""
+    stderr: tuple[str, int]
+
+    def _head(self) -> str:
+        code = "" if self.exit_code is None else f", exit {self.exit_code}"
+        first = self.command.strip().splitlines()[0] if self.command.strip() else ""
+        more = " …" if "\n" in self.command.strip() else ""
+        return f"[{self.state}] {first}{more}  (job {self.job_id}, {format_duration(self.duration)}{code})"
+
+    def plain(self) -> str:
+        lines = [self._head()]
+        for stream, (text, before) in (("stdout", self.stdout), ("stderr", self.stderr)):
+            tail, hidden = tail_lines(_OTHER.sub("", text))
+            hidden += before
+            if tail:
+                more = f", {hidden} earlier lines hidden" if hidden else ""
+                lines += [f"--- {stream}{more} ---", tail]
+        if self.state == "running":
+            lines.append(f"(recorded while running; in a live kernel: %exec_remote_attach {self.job_id})")
+        return "\n".join(lines)
+
+    def html(self) -> str:
+        colour = _STATE_COLOURS.get(self.state, "#b58900")
+        mono = "font-family:monospace;font-size:12px"
+        code = "" if self.exit_code is None else f" · exit {self.exit_code}"
+        parts = [
+            f'<div data-remote-exec-record="{html.escape(self.job_id)}" '
+            'style="border:1px solid #ccc;border-radius:4px;padding:6px;max-width:100%">',
+            f'<div><span style="background:{colour};color:#fff;border-radius:3px;padding:0 6px">'
+            f"{html.escape(self.state)}</span> ",
+            f'<span style="{mono}">{html.escape(self.command.strip())[:2000]}</span></div>',
+            f'<div style="color:#666;font-size:12px">job {html.escape(self.job_id)}'
+            f"{' · ' + html.escape(self.sandbox) if self.sandbox else ''} · "
+            f"{format_duration(self.duration)}{code}</div>",
+        ]
+        for stream, (text, before) in (("stdout", self.stdout), ("stderr", self.stderr)):
+            tail, hidden = tail_lines(text)
+            hidden += before
+            if not tail:
+                continue
+            more = f" ({hidden:,} earlier lines hidden)" if hidden else ""
+            parts.append(f'<div style="font-size:12px;margin-top:4px"><b>{stream}</b>{more}</div>')
+            parts.append(
+                f'<pre style="{mono};margin:0;padding:4px;background:#f7f7f7;white-space:pre-wrap;'
+                f'max-height:30em;overflow:auto">{ansi_to_html(tail)}</pre>'
+            )
+        if self.state == "running":
+            parts.append(
+                '<div style="color:#666;font-size:12px;margin-top:4px">Recorded while running. '
+                f"To follow it live from a running kernel: <code>%exec_remote_attach {html.escape(self.job_id)}"
+                "</code></div>"
+            )
+        parts.append("</div>")
+        return "".join(parts)

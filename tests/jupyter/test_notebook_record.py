@@ -1,0 +1,144 @@
+"""A notebook that tells the truth (#15): stored records, handles that follow their job, one
+kill outcome, named --bg jobs, and attaching from a later kernel — headless, on a real agent."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
+
+import remote_exec as rx
+from remote_exec.jupyter import JobView, RemoteCommandError
+from remote_exec.jupyter.background import BackgroundJob
+from remote_exec.jupyter.headless import HeadlessFrontEnd
+from remote_exec.jupyter.record import ansi_to_html
+
+from .conftest import gone, wait_for
+
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def test_ansi_colours_become_inline_styles_and_text_is_escaped() -> None:
+    html = ansi_to_html("\x1b[1;32mok\x1b[0m <b>&\x1b[2K \x1b[38;2;1;2;3mrgb\x1b[m")
+    assert html == (
+        '<span style="color:#0d7d2c;font-weight:bold">ok</span> &lt;b&gt;&amp; <span style="color:#010203">rgb</span>'
+    )
+
+
+def test_the_stored_record_follows_the_job_to_its_end(
+    ip: InteractiveShell, front: HeadlessFrontEnd, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    script = f"printf '\\033[31mred line\\033[0m\\n'; echo err >&2; while [ ! -e {gate} ]; do sleep 0.02; done; exit 3"
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--bg --name rec", script)
+        job = ip.user_ns["rec"]
+        first = cap.outputs[0]
+        assert WIDGET in first.data  # the widget and its record, in one output
+        assert first.data["text/plain"].startswith("[running] printf")
+        gate.touch()
+        wait_for(lambda: job.done, what="the job's end")
+        assert job.view is not None and job.view.wait(10) is not None
+        wait_for(lambda: any(getattr(o, "update", False) for o in cap.outputs), what="the final record")
+    final = [o for o in cap.outputs if getattr(o, "update", False)][-1]
+    assert final.transient["display_id"] == first.transient["display_id"]  # rewrites the same output
+    assert WIDGET in final.data
+    plain, html = final.data["text/plain"], final.data["text/html"]
+    assert plain.startswith("[failed] printf") and "exit 3" in plain and f"job {job.job_id}" in plain
+    assert "red line" in plain and "\x1b" not in plain and "err" in plain
+    assert '<span style="color:#cd3131">red line</span>' in html and ">failed<" in html and "exit 3" in html
+    assert "<script" not in html
+
+
+def test_a_running_record_says_how_to_reconnect(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:
+    proc = sb.exec_remote(["bash", "-c", "echo hi; sleep 30"])
+    view = JobView.attach(sb, proc.job_id or "")
+    wait_for(lambda: view.text("stdout") == "hi\n", what="output")
+    data = view._repr_mimebundle_()
+    data = data[0] if isinstance(data, tuple) else data
+    assert f"%exec_remote_attach {proc.job_id}" in data["text/html"]
+    assert f"%exec_remote_attach {proc.job_id}" in data["text/plain"]
+    view.kill()
+    assert gone(proc.pid)
+
+
+def test_handles_follow_the_job_without_wait(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:
+    with capture_output():
+        ip.run_cell_magic("exec_remote", "--bg --name job3 --no-widget", "exit 5")
+    job: BackgroundJob = ip.user_ns["job3"]
+    wait_for(lambda: job.done, what="done without wait()")
+    assert job.returncode == 5 and job.state == "failed"
+
+
+@pytest.mark.parametrize("how", ["button", "code"])
+def test_kill_then_wait_is_the_same_from_the_button_and_from_code(
+    ip: InteractiveShell, front: HeadlessFrontEnd, how: str
+) -> None:
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--bg --name victim", "echo before; sleep 30")
+    job: BackgroundJob = ip.user_ns["victim"]
+    assert job.view is not None
+    wait_for(lambda: job.view is not None and job.view.text("stdout") == "before\n", what="output")
+    if how == "button":
+        front.send(front.widget(cap.outputs[0]), {"type": "kill"})
+    else:
+        job.kill()
+    result = job.wait()  # never JobKilledError: a kill is one of the job's ends
+    assert result.state == "killed" and result.stdout == "before\n" and not result.success
+    wait_for(lambda: job.done, what="the view's end")
+    assert job.state == "killed" and job.returncode == result.returncode
+    assert gone(job.process.pid)
+
+
+def test_a_named_bg_cell_refuses_while_its_job_runs_and_replace_kills_it(
+    ip: InteractiveShell, front: HeadlessFrontEnd
+) -> None:
+    with capture_output():
+        ip.run_cell_magic("exec_remote", "--bg --name dup --no-widget", "sleep 30")
+    first: BackgroundJob = ip.user_ns["dup"]
+    with pytest.raises(UsageError, match=rf"job {first.job_id} \(dup\) is still running: --replace"):
+        ip.run_cell_magic("exec_remote", "--bg --name dup --no-widget", "sleep 30")
+    assert ip.user_ns["dup"] is first and first.state == "running"
+    with capture_output():
+        ip.run_cell_magic("exec_remote", "--bg --name dup --replace --no-widget", "echo second")
+    assert first.state == "killed" and gone(first.process.pid)
+    assert ip.user_ns["dup"].wait().stdout == "second\n"
+
+
+def test_attach_after_a_restart_finds_the_job_by_name_with_its_true_command_and_start(
+    ip: InteractiveShell, front: HeadlessFrontEnd, sb: rx.Sandbox, jurl: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/work.ipynb")
+    with capture_output():
+        ip.run_cell_magic("exec_remote", "--bg --name long --no-widget", "echo one; sleep 30")
+    old: BackgroundJob = ip.user_ns["long"]
+    (info,) = [j for j in sb.jobs() if j.job_id == old.job_id]
+    assert info.tags == {"notebook": "/home/me/work.ipynb", "name": "long"}  # stored by the agent
+    attached_at = time.time()
+    # A restarted kernel: what its exit does (--bg jobs left running), then a fresh magics
+    # instance (no handles, no names) on the same agent.
+    ip.magics_manager.registry["RemoteExecMagics"].state.close(keep_background=True)
+    ip.run_line_magic("unload_ext", "remote_exec")
+    del ip.user_ns["long"]
+    ip.run_line_magic("load_ext", "remote_exec")
+    ip.run_line_magic("exec_remote_config", f"--sandbox {jurl}")
+    with capture_output() as cap:
+        ip.run_line_magic("exec_remote_attach", "long")
+    job: BackgroundJob = ip.user_ns["long"]
+    assert job.job_id == old.job_id and job.view is not None
+    view = front.widget(cap.outputs[0])
+    assert view is job.view and view.command == "echo one; sleep 30"
+    assert view.started_at == info.started_at < attached_at  # elapsed counts from the job's start
+    front.send(view, {"type": "hello"})
+    wait_for(lambda: view.text("stdout") == "one\n", what="the full replay")
+    job.kill()
+    assert job.wait().state == "killed" and gone(old.process.pid)
+
+
+def test_attach_names_what_it_could_not_find(ip: InteractiveShell) -> None:
+    with pytest.raises(RemoteCommandError, match="no job 'nosuch'"):
+        ip.run_line_magic("exec_remote_attach", "nosuch")
