@@ -18,6 +18,7 @@ from typing import Any
 from .dashboard import Dashboard as Dashboard
 from .display import JobInterrupted as JobInterrupted
 from .display import RemoteCommandError as RemoteCommandError
+from .file_magics import RemoteFileMagics as RemoteFileMagics
 from .job_view import JobView as JobView
 from .magics import RemoteExecMagics as RemoteExecMagics
 from .shell_view import ShellView as ShellView
@@ -28,6 +29,7 @@ __all__ = [
     "JobView",
     "RemoteCommandError",
     "RemoteExecMagics",
+    "RemoteFileMagics",
     "ShellView",
     "load_ipython_extension",
     "unload_ipython_extension",
@@ -41,6 +43,7 @@ def load_ipython_extension(ipython: Any) -> None:
     """
     magics = RemoteExecMagics(ipython)
     ipython.register_magics(magics)
+    ipython.register_magics(RemoteFileMagics(ipython, magics.state))  # the copies, on the same state
     atexit.register(magics.state.close, keep_background=True)
 
 

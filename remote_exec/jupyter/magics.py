@@ -1,5 +1,5 @@
-"""The IPython magics: ``%%exec_remote``, ``%exec_remote_config``, ``%remote_jobs``, ``%remote_shell``,
-``%exec_remote_attach``, ``%exec_remote_upload`` and ``%exec_remote_download``.
+"""The IPython magics: ``%%exec_remote``, ``%exec_remote_config``, ``%remote_jobs``, ``%remote_shell``
+and ``%exec_remote_attach`` (the copy magics are in :mod:`~remote_exec.jupyter.file_magics`).
 
 They parse and delegate: options are read with ``magic_arguments`` (bad input raises
 ``UsageError``), names are resolved in ``shell.user_ns`` (never ``eval``), the work is done by
@@ -11,79 +11,32 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import keyword
-import os
-import posixpath
-import shlex
-from collections.abc import Callable
-from typing import Any, Protocol, TypeVar, cast
 
-from IPython.core import magic_arguments as ma
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic import magics_class
 
-from ..blocking import Sandbox
-from ..client.transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, TransferResult
 from ..errors import RemoteExecError, SandboxError
-from ..protocol import FileInfo
 from .attach import attach_view, find_job
 from .dashboard import Dashboard
 from .dashboard_view import STATE_FILTERS
 from .display import RemoteCommandError, show, widgets_enabled
 from .kernel_state import KernelState, notebook_tags
+from .magic_base import (
+    StateMagics,
+    _argument,
+    _cell_magic,
+    _line_magic,
+    _magic_arguments,
+    _options,
+    _parse,
+    _plain_help,
+    _variable,
+)
 from .runner import CellJob, failure
 from .shell_view import ShellView
 
 __all__ = ["RemoteExecMagics"]
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-class _Decorator(Protocol):
-    def __call__(self, fn: F, /) -> F: ...
-
-
-# IPython's argparse decorators carry no type information: these wrappers state what they do.
-def _argument(*args: Any, **kwargs: Any) -> _Decorator:
-    decorator: _Decorator = cast(Any, ma.argument)(*args, **kwargs)
-    return decorator
-
-
-def _magic_arguments() -> _Decorator:
-    decorator: _Decorator = cast(Any, ma.magic_arguments)()
-    return decorator
-
-
-def _cell_magic(fn: F) -> F:
-    return cast(F, cell_magic(fn))  # IPython types it as "F or a decorator" (it also takes a name)
-
-
-def _line_magic(fn: F) -> F:
-    return cast(F, line_magic(fn))
-
-
-def _parse(magic: object, line: str) -> argparse.Namespace:
-    """Split the line as a POSIX shell would (quotes removed, a trailing ``# comment`` dropped)."""
-    try:
-        argv = shlex.split(line, comments=True)
-    except ValueError as exc:  # e.g. an unclosed quote
-        raise UsageError(f"cannot parse the options: {exc}") from None
-    args: argparse.Namespace = cast(Any, magic).parser.parse_args(argv)  # its error() raises UsageError
-    return args
-
-
-def _options(*specs: tuple[tuple[str, ...], dict[str, Any]]) -> _Decorator:
-    """A reusable group of ``argument`` decorators (listed in the order --help shows them)."""
-
-    class Group:
-        def __call__(self, fn: F, /) -> F:
-            for args, kwargs in reversed(specs):
-                fn = _argument(*args, **kwargs)(fn)
-            return fn
-
-    return Group()
-
 
 _WHERE = _options(
     (("--sandbox",), {"metavar": "URL", "help": "the sandbox to run in (default: %%exec_remote_config's)"}),
@@ -98,21 +51,6 @@ _WHERE = _options(
             "help": "show a live job view (default: yes where widgets render; --no-widget: capped text)",
         },
     ),
-)
-
-
-_TRANSFER = _options(
-    (("--sandbox",), {"metavar": "URL", "help": "the sandbox (default: %%exec_remote_config's)"}),
-    (
-        ("--ignore",),
-        {"metavar": "PATTERN", "nargs": "+", "action": "extend", "help": "gitignore patterns to leave out"},
-    ),
-    (("--no-default-ignores",), {"action": "store_true", "help": "also copy .git, node_modules, .env*, keys..."}),
-    (("--no-gitignore",), {"action": "store_true", "help": "do not honour .gitignore files"}),
-    (("--max-files",), {"metavar": "N", "type": int, "default": DEFAULT_MAX_FILES, "help": "refuse bigger trees"}),
-    (("--max-bytes",), {"metavar": "B", "type": int, "default": DEFAULT_MAX_BYTES, "help": "refuse bigger trees"}),
-    (("--no-progress",), {"action": "store_true", "help": "no progress bar"}),
-    (("--name",), {"metavar": "VAR", "help": "store the TransferResult (a single file: its FileInfo) in VAR"}),
 )
 
 
@@ -132,30 +70,12 @@ def _timeout(value: float | None) -> float | None:
     return value
 
 
-def _variable(name: str | None, option: str) -> str | None:
-    if name is not None and (not name.isidentifier() or keyword.iskeyword(name)):
-        raise UsageError(f"{option} needs a Python variable name, got {name!r}")
-    return name
-
-
 @magics_class
-class RemoteExecMagics(Magics):
+class RemoteExecMagics(StateMagics):
     """The magics of ``%load_ext remote_exec``; one instance (and one :class:`KernelState`) per shell."""
 
     def __init__(self, shell: InteractiveShell) -> None:
-        super().__init__(shell)
-        self.state = KernelState()
-
-    def _sandbox(self, url: str) -> Sandbox:
-        try:
-            return self.state.sandbox(url)
-        except SandboxError as exc:
-            raise UsageError(str(exc)) from None
-
-    def _store(self, name: str | None, value: object) -> None:
-        if name is not None:
-            assert self.shell is not None
-            self.shell.user_ns[name] = value
+        super().__init__(shell, KernelState())
 
     # -- %%exec_remote -------------------------------------------------------------------------
 
@@ -280,72 +200,6 @@ class RemoteExecMagics(Magics):
         if not line.strip():
             print(d.describe())
 
-    # -- %exec_remote_upload / %exec_remote_download ---------------------------------------------
-
-    def _remote_path(self, path: str) -> str:
-        cwd = self.state.defaults.cwd
-        return posixpath.join(cwd, path) if cwd and not path.startswith("/") else path
-
-    def _transfer(self, args: argparse.Namespace, upload: bool) -> None:
-        local, remote = (args.local, self._remote_path(args.remote))
-        sb = self._sandbox(args.sandbox or self.state.defaults.sandbox)
-        progress = not args.no_progress and widgets_enabled()  # plain mode (nbval): no bar
-        tree: dict[str, Any] = {
-            "ignore": args.ignore or (),
-            "default_ignores": not args.no_default_ignores,
-            "gitignore": not args.no_gitignore,
-            "max_files": args.max_files or None,
-            "max_bytes": args.max_bytes or None,
-            "progress": progress,
-        }
-        try:
-            if upload:
-                if not os.path.exists(local):
-                    raise UsageError(f"no such local file or directory: {local}")
-                if os.path.isdir(local):
-                    result: object = sb.upload(local, remote, **tree)
-                else:
-                    result = sb.write_file_from(local, remote, progress=progress)
-            elif sb.stat(remote).type == "dir":
-                result = sb.download(remote, local, **tree)
-            else:
-                result = sb.read_file_to(remote, local, progress=progress)
-        except RemoteExecError as exc:
-            raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc
-        self._store(_variable(args.name, "--name"), result)
-        verb = "uploaded" if upload else "downloaded"
-        if isinstance(result, TransferResult):
-            print(result.describe(verb))
-        elif isinstance(result, FileInfo):
-            print(f"{verb} {local if upload else remote} ({result.size} bytes)")
-
-    @_magic_arguments()
-    @_TRANSFER
-    @_argument("local", metavar="LOCAL", help="a local file or directory")
-    @_argument("remote", metavar="REMOTE", help="where it goes in the sandbox (relative: to the configured --cwd)")
-    @_line_magic
-    def exec_remote_upload(self, line: str) -> None:
-        """Copy a local file or directory into the sandbox: ``%exec_remote_upload LOCAL REMOTE``.
-
-        A directory sends only new or changed files and leaves out ``.git``, ``node_modules``,
-        ``.env*``, keys... and what ``.gitignore`` files ignore; a tree over the caps is refused.
-        Works with every sandbox (through the agent, not a copy command).
-        """
-        self._transfer(_parse(self.exec_remote_upload, line), upload=True)
-
-    @_magic_arguments()
-    @_TRANSFER
-    @_argument("remote", metavar="REMOTE", help="a file or directory in the sandbox (relative: to --cwd)")
-    @_argument("local", metavar="LOCAL", help="where it goes on this machine")
-    @_line_magic
-    def exec_remote_download(self, line: str) -> None:
-        """Copy a file or directory out of the sandbox: ``%exec_remote_download REMOTE LOCAL``.
-
-        A directory fetches only new or changed files, with the same ignores and caps as
-        ``%exec_remote_upload``.
-        """
-        self._transfer(_parse(self.exec_remote_download, line), upload=False)
-
     # -- %remote_jobs / %remote_shell ------------------------------------------------------------
 
     @_magic_arguments()
@@ -419,23 +273,6 @@ class RemoteExecMagics(Magics):
             print(f"shell {session.session_id} in {sb.url}, cwd {session.info.cwd}")
             return
         show(ShellView(session))
-
-
-def _plain_help(cls: type[Magics]) -> None:
-    """Make ``%%exec_remote?`` read as it is typed.
-
-    IPython's ``magic_arguments`` writes a help for Sphinx: an RST ``::`` first, and the usage
-    under the function's name with one ``%`` even for a cell magic. ``%name?`` shows it as is.
-    """
-    for kind, prefix in (("line", "%"), ("cell", "%%")):
-        for name, method in cls.magics[kind].items():
-            fn = getattr(cls, method)
-            doc = (fn.__doc__ or "").removeprefix("::\n\n  ")
-            if doc.startswith(f"%{name}"):
-                fn.__doc__ = prefix + name + doc[len(name) + 1 :]
-            parser = getattr(fn, "parser", None)
-            if parser is not None:
-                parser.prog = prefix + name  # in its errors too: "%%exec_remote: error: ..."
 
 
 _plain_help(RemoteExecMagics)
