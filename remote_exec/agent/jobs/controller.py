@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -44,7 +43,8 @@ from .diskjob import DiskJob, JobHome
 from .job import Job
 from .logbudget import evict
 from .proctable import scan
-from .proctree import kill_tree, marked_processes, signal_all
+from .proctree import marked_processes, signal_all
+from .readopt import readopt
 
 __all__ = ["JobController", "JobLimits"]
 
@@ -400,26 +400,7 @@ class JobController:
         home = self.home
         if home is None:
             return 0
-        answer, _ = await home.keeper.request({"op": "exits"})
-        exits = answer.get("exits") or {}
-        restored: list[DiskJob] = []
-        for entry in os.scandir(home.root):
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-            try:
-                meta = _load_meta(entry.path)
-                if meta.get("job_id") != entry.name or not entry.name.startswith(self.prefix + "-"):
-                    raise ValueError("not a job of this state dir")
-                restored.append(await DiskJob.restore(meta, self.limits.buffer_limit, self._job_done, home, exits))
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                log.warning("cannot re-adopt %s: %s; ending its processes and removing it", entry.name, exc)
-                if entry.name.startswith(self.prefix + "-"):
-                    # An agent killed between the spawn and the job.json: the process runs (and the
-                    # keeper may hold its stdin) but nobody can name it. End it: the client's retry
-                    # of the start (same idempotency key) is told nothing of it and starts afresh.
-                    await scan(kill_tree, entry.name)
-                    await home.keeper.request({"op": "drop", "key": entry.name})
-                shutil.rmtree(entry.path, ignore_errors=True)
+        restored = await readopt(home, self.prefix, self.limits.buffer_limit, self._job_done)
         restored.sort(key=lambda j: _seq(j.job_id))
         ended = sorted((j for j in restored if not j.running), key=lambda j: j.ended_at or 0.0)
         for job in restored:
@@ -464,15 +445,6 @@ class JobController:
         for job in self._jobs.values():
             if isinstance(job, DiskJob) and not job.running:
                 job.leftovers = sorted(found.get(job.job_id, ()))
-
-
-def _load_meta(job_dir: str) -> dict[str, object]:
-    """A job dir's ``job.json`` (small; read once per job when an agent starts)."""
-    with open(os.path.join(job_dir, "job.json"), "rb") as f:
-        meta = json.load(f)
-    if not isinstance(meta, dict):
-        raise ValueError("job.json is not an object")
-    return meta
 
 
 def _seq(job_id: str) -> int:

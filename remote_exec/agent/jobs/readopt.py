@@ -1,0 +1,63 @@
+"""Finding a previous agent's jobs in the state dir, to re-adopt them.
+
+Each job dir's ``job.json`` is read back and its job rebuilt as a :class:`DiskJob`: running
+ones (same pid and start time) are watched again, those that ended meanwhile get the exit the
+keeper recorded. A dir that cannot be read back is ended and removed. Registering the jobs is
+the :class:`~remote_exec.agent.jobs.controller.JobController`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable
+
+from .diskjob import DiskJob, JobHome
+from .job import Job
+from .proctable import scan
+from .proctree import kill_tree
+
+__all__ = ["readopt"]
+
+log = logging.getLogger("remote_exec.agent")
+
+
+async def readopt(home: JobHome, prefix: str, buffer_limit: int, on_done: Callable[[Job], None]) -> list[DiskJob]:
+    """The jobs whose dirs are in ``home`` and whose ids start with ``prefix``, re-adopted (in
+    no order); ``on_done`` is called when each ends. A job dir without a readable ``job.json``
+    (the agent died while starting it) has its processes ended and is removed.
+
+    Cancelling it stops part-way: the job dirs not reached yet are left as they were.
+    """
+    answer, _ = await home.keeper.request({"op": "exits"})
+    exits = answer.get("exits") or {}
+    restored: list[DiskJob] = []
+    for entry in os.scandir(home.root):
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        try:
+            meta = _load_meta(entry.path)
+            if meta.get("job_id") != entry.name or not entry.name.startswith(prefix + "-"):
+                raise ValueError("not a job of this state dir")
+            restored.append(await DiskJob.restore(meta, buffer_limit, on_done, home, exits))
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("cannot re-adopt %s: %s; ending its processes and removing it", entry.name, exc)
+            if entry.name.startswith(prefix + "-"):
+                # An agent killed between the spawn and the job.json: the process runs (and the
+                # keeper may hold its stdin) but nobody can name it. End it: the client's retry
+                # of the start (same idempotency key) is told nothing of it and starts afresh.
+                await scan(kill_tree, entry.name)
+                await home.keeper.request({"op": "drop", "key": entry.name})
+            shutil.rmtree(entry.path, ignore_errors=True)
+    return restored
+
+
+def _load_meta(job_dir: str) -> dict[str, object]:
+    """A job dir's ``job.json`` (small; read once per job when an agent starts)."""
+    with open(os.path.join(job_dir, "job.json"), "rb") as f:
+        meta = json.load(f)
+    if not isinstance(meta, dict):
+        raise ValueError("job.json is not an object")
+    return meta
