@@ -41,7 +41,9 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-__all__ = ["HANDOVER_EXIT", "KEEPER_PROTOCOL", "KEEPER_SOCKET", "main", "proc_starttime", "reset_signals", "run_cli"]
+from .procfacts import proc_starttime, reset_signals
+
+__all__ = ["HANDOVER_EXIT", "KEEPER_PROTOCOL", "KEEPER_SOCKET", "main", "run_cli"]
 
 KEEPER_PROTOCOL = 1
 KEEPER_SOCKET = "keeper.sock"
@@ -55,37 +57,12 @@ MAX_QUICK_DEATHS = 5  # then stop restarting until someone asks (``start``)
 LINGER = 60.0  # with no agent and no child left, exit after this long without a ``start``
 
 
-def proc_starttime(pid: int) -> int | None:
-    """Field 22 of ``/proc/PID/stat`` (clock ticks after boot), or None if there is no such process.
-
-    With the pid it names one process for good: a recycled pid has another start time.
-    """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return int(fields[19]) if len(fields) > 19 else None
-
-
 def _set_subreaper() -> bool:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
     except (OSError, AttributeError):
         return False
-
-
-def reset_signals() -> None:
-    """Give ignored signals back their default action: an ignored SIGINT or SIGHUP (a shell's
-    background job, ``nohup``) would otherwise be inherited across ``exec`` by every job."""
-    for sig in signal.valid_signals():
-        if sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGPIPE):
-            continue  # SIGPIPE: Python ignores it itself; subprocess restores it for children
-        with contextlib.suppress(OSError, ValueError):
-            if signal.getsignal(sig) == signal.SIG_IGN:
-                signal.signal(sig, signal.SIG_DFL)
 
 
 class _Conn:

@@ -30,11 +30,11 @@ from .jobs.diskjob import JobHome
 from .jobs.logbudget import LogBudget, default_log_budget
 from .jobs.logfile import DEFAULT_CAP, Inotify
 from .jobs.methods import job_methods
-from .keeper import reset_signals
 from .keeperlink import KeeperLink
 from .metrics import MetricsController, metrics_methods
 from .ports.controller import PortController, PortLimits
 from .ports.methods import port_methods
+from .procfacts import reset_signals
 from .rpc import Dispatcher, error_answer
 from .shell.controller import ShellController, ShellLimits
 from .shell.methods import shell_methods

@@ -31,8 +31,8 @@ from ...errors import JobNotRunningError, NoSpaceError, SpawnError
 from ...protocol import JobInfo, KillResult, StartParams
 from ..budget import MemoryBudget
 from ..buffer import StreamBuffer
-from ..keeper import proc_starttime
 from ..keeperlink import KeeperLink
+from ..procfacts import proc_starttime
 from .job import Job, _killpg
 from .logbudget import LogBudget
 from .logfile import Inotify, LogFile
