@@ -21,7 +21,7 @@ from ..client.sandbox import AsyncSandbox
 from ..client.shell import ShellSession
 from ..client.types import ExecRemoteEvent, ExecResult
 from ..errors import SandboxClosedError
-from ..protocol import PortConnInfo, ShellInfo
+from ..protocol import JobInfo, PortConnInfo, ShellInfo
 
 __all__ = [
     "BlockingExecRemoteProcess",
@@ -109,6 +109,11 @@ class BlockingExecRemoteProcess(_Handle):
     @property
     def pid(self) -> int | None:
         return self.async_process.pid
+
+    @property
+    def info(self) -> JobInfo | None:
+        """The agent's record of an attached job (its command, start time, tags), else None."""
+        return self.async_process.info
 
     @property
     def returncode(self) -> int | None:

@@ -247,6 +247,8 @@ class AsyncSandbox(SandboxFiles):
     async def forget(self, job_id: str) -> None:
         """Forget an ended job: its record and its logs are removed from the sandbox.
 
+        Cancelling it drops the answer; the agent may still have forgotten the job.
+
         :raises JobNotFoundError: no such job.
         :raises InvalidParamsError: the job is still running (kill it first).
         """
@@ -254,7 +256,8 @@ class AsyncSandbox(SandboxFiles):
 
     async def prune(self, *, older_than: float | None = None, keep: int | None = None) -> PruneResult:
         """Forget ended jobs that ended over ``older_than`` seconds ago or beyond the newest
-        ``keep``; running jobs stay. Returns how many went (and their ids, up to a page)."""
+        ``keep``; running jobs stay. Returns how many went (and their ids, up to a page).
+        Cancelling it drops the answer; the agent may still have pruned."""
         return await prune_jobs(self._core.rpc, older_than, keep)
 
     # -- shell sessions (see client/shell.py) ----------------------------------------------

@@ -25,17 +25,24 @@ import contextlib
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..budget import memory_limit
-
-if TYPE_CHECKING:
-    from .logfile import LogFile
 
 __all__ = ["LogBudget", "default_log_budget", "evict", "is_tmpfs"]
 
 MIN_LOG_BUDGET = 4 * 1024 * 1024
 TMPFS_MAGIC = 0x01021994
+
+
+class LogFile(Protocol):
+    """What eviction needs of a stream's log (:class:`~.logfile.LogFile` is one): no import of
+    it here, since a log file reports its size changes to the budget."""
+
+    @property
+    def held(self) -> int: ...
+
+    def drop_head(self, n: int) -> int: ...
 
 
 class LogBudget:
