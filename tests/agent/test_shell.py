@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import sys
+import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
@@ -14,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import remote_exec as rx
+from remote_exec.agent.jobs import proctable
 from remote_exec.agent.jobs.controller import JobController
 from remote_exec.agent.jobs.proctable import session_members
 from remote_exec.agent.shell.controller import ShellController, ShellLimits
@@ -169,6 +173,55 @@ async def test_runs_are_jobs_in_the_registry(ctl: ShellController) -> None:
     killed = await ctl.jobs.kill(KillParams(job_id=start.job_id, grace=1.0))
     assert (killed.state, killed.exit_code) == ("killed", 130)
     assert await run(ctl, sid, "pwd") == ("completed", 0, "/tmp\n", "")
+
+
+async def until(ctl: ShellController, job_id: str, out: str, err: str) -> None:
+    """Long-poll a running run until its output so far is exactly ``out`` and ``err``."""
+    seen, offsets = ("", ""), (0, 0)
+    while seen != (out, err):
+        assert len(seen[0]) <= len(out) and len(seen[1]) <= len(err), seen
+        r = await poll(ctl, PollParams(job_id=job_id, stdout_offset=offsets[0], stderr_offset=offsets[1], wait=5))
+        assert r.state == "running", r
+        seen, offsets = (seen[0] + r.stdout, seen[1] + r.stderr), (r.stdout_offset, r.stderr_offset)
+
+
+async def test_an_interrupted_run_that_ends_late_never_leaks_into_the_next_runs(
+    ctl: ShellController, tmp_path: Path
+) -> None:
+    # The interrupt retries (recovery line, then a process scan) while the run goes on. Here the
+    # run ends while that scan waits for a thread, and the next run begins before the scan is
+    # back: the interrupt must not write the old run's recovery line after the new run's line,
+    # or it prints the old run's sentinels into a later run's output.
+    sid = (await ctl.open(ShellOpenParams())).session_id
+    fifo = tmp_path / "go"
+    os.mkfifo(fifo)
+    script = (
+        "import signal, sys; "
+        "signal.signal(signal.SIGINT, lambda *a: print('got', file=sys.stderr, flush=True)); "
+        "print('up', flush=True); open(sys.argv[1]).read()"
+    )
+    start = await ctl.run(ShellRunParams(session_id=sid, command=f'{sys.executable} -c "{script}" {fifo}'))
+    await until(ctl, start.job_id, "up\n", "")
+    await ctl.interrupt(ShellIdParams(session_id=sid))
+    await until(ctl, start.job_id, "up\n", "got\n")  # the SIGINT went out, and the first recovery line
+    gate = threading.Event()
+    blockers = [proctable.scan(gate.wait, 30) for _ in range(2)]  # both scan threads busy
+    tasks = [asyncio.ensure_future(b) for b in blockers]
+    try:
+        deadline = time.monotonic() + 10
+        while proctable._POOL._work_queue.qsize() < 1:  # the interrupt's next scan is queued
+            assert time.monotonic() < deadline, "the interrupt never scanned again"
+            await asyncio.sleep(0.01)
+        await asyncio.to_thread(fifo.write_bytes, b"")  # the run ends on its own
+        assert (await follow(ctl, start.job_id, stdout_offset=3))[:2] == ("completed", 0)
+        second = await ctl.run(ShellRunParams(session_id=sid, command="echo two"))
+    finally:
+        gate.set()
+        await asyncio.gather(*tasks)
+    session = ctl._sessions[sid]
+    await asyncio.gather(*session._tasks)  # the interrupt is over
+    assert await follow(ctl, second.job_id) == ("completed", 0, "two\n", "")
+    assert await run(ctl, sid, "echo three") == ("completed", 0, "three\n", "")
 
 
 async def test_a_long_session_keeps_only_its_recent_runs() -> None:

@@ -304,8 +304,15 @@ class ShellSession:
         if not frame.started:
             self._interrupt_pending = True  # the shell still parses the frame and ignores SIGINT
             return
-        resend = functools.partial(self._write, recovery_lines(frame.public, frame.nonce, self._bash))
+        resend = functools.partial(self._resend, frame)
         self._spawn(signals.interrupt(self.pid, self.run.started_boot, self._frame_ended, resend))
+
+    def _resend(self, frame: Frame) -> None:
+        # Only while ``frame`` is the current one: a recovery line written after its run ended
+        # would reach the shell after the next run's line, find the guard holding that run's id,
+        # and print this run's sentinels again, into the next run's output.
+        if self._frame is frame and not frame.complete:
+            self._write(recovery_lines(frame.public, frame.nonce, self._bash))
 
     def signal_run(self, run: ShellRun, sig: int) -> None:
         """SIGINT is an interrupt; any other signal goes to the processes the run started."""

@@ -46,6 +46,8 @@ async def interrupt(shell_pid: int, run_started: float, ended: asyncio.Event, re
         return shell is not None and old.caught == shell.caught and p.caught != old.caught
 
     for _ in range(RETRIES):
+        if ended.is_set():  # it ended during the scan: a line resent now would follow the next run's
+            return
         resend()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(ended.wait(), RETRY_INTERVAL)
