@@ -91,5 +91,7 @@ async def test_sandbox_stats_and_top(agent_dir: Path, tmp_path: Path) -> None:
 
 async def test_unknown_job_stats_is_job_not_found(agent_dir: Path) -> None:
     async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = await sb.exec_remote(["true"]).started()  # a real id: the unknown one shares its prefix
+        assert proc.job_id is not None
         with pytest.raises(rx.JobNotFoundError):
-            await sb.job_stats(f"{sb.info.instance_id}-999999")
+            await sb.job_stats(f"{proc.job_id.rsplit('-', 1)[0]}-999999")
