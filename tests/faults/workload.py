@@ -35,14 +35,20 @@ def job_command(tag: str, k: int) -> list[str]:
     """Job ``k``'s argv (bash: ``read -t``); ``tag`` marks its command line for the process table."""
     if _bulk(k):
         return ["bash", "-c", f": {tag}; seq 1 {150000 + k}; echo bulk {k} >&2; exit 3"]
-    script = f""": {tag}; K={k}; i=0; go=
+    # A ``read -t`` that times out keeps what it read of a line (bash reads a pipe byte by byte
+    # and checks its deadline before each byte: the go line landing just before the deadline,
+    # the job descheduled after its "g", gave ``go=g`` and "got g"). The partial line is kept in
+    # ``acc`` and the next read continues it; ``IFS= read -r`` keeps its spaces.
+    script = f""": {tag}; K={k}; i=0; go=; acc=
 while [ $i -lt {_lines(k)} ]; do
   printf '{tag} job %d line %d %s\\n' $K $i '{_pad(k)}'
   [ $((i % 7)) -eq 0 ] && printf 'job %d err %d\\n' $K $i >&2
   i=$((i+1))
-  if [ $((i % {PACE_EVERY})) -eq 0 ] && [ -z "$go" ]; then read -t {PACE} go; fi
+  if [ $((i % {PACE_EVERY})) -eq 0 ] && [ -z "$go" ]; then
+    if IFS= read -r -t {PACE} part; then go=$acc$part; else acc=$acc$part; fi
+  fi
 done
-[ -z "$go" ] && read go
+[ -z "$go" ] && IFS= read -r part && go=$acc$part
 printf 'got %s\\n' "$go"; printf 'end %d\\n' $K >&2
 [ $((K % 9)) -eq 8 ] && kill -9 $$
 exit $((K % 5))"""

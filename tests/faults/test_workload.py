@@ -1,0 +1,48 @@
+"""The fault suite's workload itself: a job's output is what :func:`expected` says, whatever way
+its go line arrives. Run through bash directly (no agent): this is about the script, not the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+
+import anyio
+import pytest
+
+from .workload import PACE_EVERY, expected, go_line, job_command
+
+pytestmark = pytest.mark.anyio
+
+TAG = "rxfault-test-"
+
+
+async def test_go_line_cut_by_a_paced_read_timeout() -> None:
+    """A paced ``read -t`` that times out after the first byte of the go line keeps that byte
+    (bash assigns a timed-out read's partial input): the job must still print the whole go line.
+
+    The fault suite once saw it as "got g" for "got go 180" (5 bytes short, sha wrong): the line
+    landed whole just before a pause's deadline and the job was descheduled after reading its "g".
+    Here the "g" comes alone, the rest only once that pause is over (its next line printed).
+    """
+    k = 0
+    want = expected(TAG, k)
+    line = go_line(k)
+    out = b""
+    with anyio.fail_after(20):
+        async with await anyio.open_process(job_command(TAG, k), stderr=subprocess.DEVNULL) as proc:
+            assert proc.stdin is not None and proc.stdout is not None
+            await proc.stdin.send(line[:1])
+            after_pause = f" line {PACE_EVERY} ".encode()  # printed once the first pause is over
+            while after_pause not in out:
+                out += await proc.stdout.receive()
+            # The old script stopped pacing with go="g" and may have exited already.
+            with contextlib.suppress(anyio.BrokenResourceError):
+                await proc.stdin.send(line[1:])
+                await proc.stdin.aclose()
+            with contextlib.suppress(anyio.EndOfStream):
+                while True:
+                    out += await proc.stdout.receive()
+            code = await proc.wait()
+    assert out.endswith(b"got " + line), out[-60:]
+    assert (len(out), code) == (want.stdout_len, want.exit_code)
