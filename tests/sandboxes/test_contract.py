@@ -86,7 +86,7 @@ async def test_killed_channel_process_resumes_without_loss(sandbox_url: str) -> 
             pytest.skip("this sandbox talks to the agent socket directly: no channel process")
         proc = sb.exec_remote(["sh", "-c", "echo first; sleep 0.3; " + SLOW_LINES])
         first = await anext(aiter(proc))  # under load it may already hold more than the first line
-        assert isinstance(first, rx.StdoutChunk) and first.data.startswith("first\n")
+        assert isinstance(first, rx.StdoutChunk) and isinstance(first.data, str) and first.data.startswith("first\n")
         assert channel.process is not None
         channel.process.kill()  # kill -9 of `docker exec` / `nsenter` / the ssh channel
         with anyio.fail_after(60):
