@@ -41,6 +41,18 @@ def agent_pid(state_dir: Path) -> int | None:
         return sb.info.pid
 
 
+def wait_exit(pid: int, timeout: float) -> bool:
+    """Wait (on a pidfd, not a sleep loop) for process ``pid`` to exit; True if it did."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])
+    finally:
+        os.close(fd)
+
+
 def stop_agent(state_dir: Path, timeout: float = 30.0) -> None:
     """End the keeper and agent of ``state_dir`` (if any) and wait until both are gone.
 

@@ -5,26 +5,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..conftest import wait_exit
+
 AGENT = [sys.executable, "-m", "remote_exec.agent"]
-
-
-def wait_exit(pid: int, timeout: float) -> bool:
-    """Wait on a pidfd (no sleep loop) for ``pid`` to exit; True if it did."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], timeout)[0])
-    finally:
-        os.close(fd)
 
 
 def start_agent(state_dir: Path, *args: str) -> int:

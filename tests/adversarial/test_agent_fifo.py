@@ -27,7 +27,8 @@ import remote_exec as rx
 from remote_exec.agent.jobs.controller import JobController
 from remote_exec.protocol import FileReadParams, FileReadResult, Method, PollParams, PollResult, StartParams
 
-from .agentproc import agent, wait_exit
+from ..conftest import wait_exit
+from .agentproc import agent
 from .conftest import Adversary
 
 pytestmark = pytest.mark.anyio

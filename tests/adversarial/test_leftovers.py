@@ -28,7 +28,8 @@ from remote_exec.protocol import (
     Method,
 )
 
-from .agentproc import AGENT, agent, wait_exit
+from ..conftest import wait_exit
+from .agentproc import AGENT, agent
 from .conftest import Adversary
 
 pytestmark = pytest.mark.anyio

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -14,17 +13,7 @@ from pathlib import Path
 import remote_exec as rx
 from remote_exec.agent.jobs.proctable import group_members
 
-
-def wait_exit(pid: int, timeout: float) -> bool:
-    """Wait (on a pidfd, not a sleep loop) for process ``pid`` to exit; True if it did."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], timeout)[0])
-    finally:
-        os.close(fd)
+from ..conftest import wait_exit
 
 
 def test_idle_agent_exits_but_not_while_a_job_runs(fresh_agent_dir: Path) -> None:

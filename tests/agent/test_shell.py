@@ -36,8 +36,7 @@ from remote_exec.protocol import (
     WriteStdinParams,
 )
 
-from ..conftest import stop_agent
-from .test_lifecycle import wait_exit
+from ..conftest import stop_agent, wait_exit
 
 pytestmark = pytest.mark.anyio
 
