@@ -142,3 +142,45 @@ def test_attach_after_a_restart_finds_the_job_by_name_with_its_true_command_and_
 def test_attach_names_what_it_could_not_find(ip: InteractiveShell) -> None:
     with pytest.raises(RemoteCommandError, match="no job 'nosuch'"):
         ip.run_line_magic("exec_remote_attach", "nosuch")
+
+
+def test_a_saved_notebook_keeps_the_record_in_place_of_the_widget(
+    ip: InteractiveShell, front: HeadlessFrontEnd
+) -> None:
+    """The server's pre-save hook (remote_exec.jupyter.saving) drops the widget of a view's output
+    and keeps its record; any other widget output is saved as the browser sent it."""
+    import json
+
+    import nbformat
+
+    from remote_exec.jupyter.saving import RECORD_META, keep_records
+
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--bg --name saved", "echo saved-line")
+        assert ip.user_ns["saved"].view.wait(30) is not None
+    view_output = cap.outputs[0]
+    other = {"output_type": "display_data", "metadata": {}, "data": {WIDGET: {"model_id": "x"}, "text/plain": "w"}}
+    cell = nbformat.v4.new_code_cell("%%exec_remote --bg --name saved\necho saved-line")
+    cell.outputs = [
+        nbformat.v4.new_output("display_data", data=view_output.data, metadata=view_output.metadata),
+        other,
+    ]
+    model = {"type": "notebook", "content": json.loads(json.dumps(nbformat.v4.new_notebook(cells=[cell])))}
+    keep_records(model, path="x.ipynb", contents_manager=None)
+    kept, untouched = model["content"]["cells"][0]["outputs"]
+    assert WIDGET not in kept["data"] and RECORD_META in kept["metadata"]
+    assert kept["data"]["text/html"].startswith("<div data-remote-exec-record=")
+    assert kept["data"]["text/plain"].startswith("[running] echo saved-line")  # as shown when it was saved
+    assert untouched == other
+    nbformat.validate(nbformat.from_dict(model["content"]))
+
+
+def test_the_wheel_enables_the_server_extension_that_saves_records() -> None:
+    import json
+    import tomllib
+
+    root = Path(__file__).resolve().parents[2]
+    shared = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"]["wheel"]
+    source = {v: k for k, v in shared["shared-data"].items()}["etc/jupyter/jupyter_server_config.d/remote_exec.json"]
+    config = json.loads((root / source).read_text())
+    assert config == {"ServerApp": {"jpserver_extensions": {"remote_exec.jupyter.saving": True}}}

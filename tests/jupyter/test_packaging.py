@@ -73,6 +73,8 @@ def test_the_wheel_installs_by_its_name_and_loads_in_a_kernel(tmp_path: Path, mo
     for name in WIDGET_FILES:
         assert f"remote_exec/jupyter/static/{name}" in names
     assert "remote_exec/py.typed" in names
+    # the server extension that saves job records in place of widgets, enabled where pip installs it
+    assert any(n.endswith(".data/data/etc/jupyter/jupyter_server_config.d/remote_exec.json") for n in names)
     assert not any(n.startswith("remote_exec/_widgets") for n in names)  # one place only
 
     env_dir = tmp_path / "venv"
@@ -95,6 +97,7 @@ def test_the_wheel_installs_by_its_name_and_loads_in_a_kernel(tmp_path: Path, mo
     assert f"DIST {_version()} {site / 'remote_exec' / '__init__.py'}" in out, out
     assert "hello from 42" in out and "exit code: 0" in out, out
     assert "ESM str True" in out, out  # installed: the module's text, nothing watched
+    assert (env_dir / "etc" / "jupyter" / "jupyter_server_config.d" / "remote_exec.json").is_file()
 
 
 def _version() -> str:

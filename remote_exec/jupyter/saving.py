@@ -1,0 +1,60 @@
+"""A Jupyter Server extension: a saved notebook keeps each view's record, not its widget.
+
+JupyterLab renders a widget output with the highest-ranked renderer, the widget manager's, and
+that one does not fall back to the output's other mimetypes: once the kernel that made the model
+is gone (the notebook closed and reopened, a new kernel), it shows "Error displaying widget:
+model not found" over the record the output also carries. So when the server writes a notebook
+to disk, this hook drops the widget from every output that holds a remote_exec record (marked
+by :data:`RECORD_META` in the output's metadata) and keeps the record's ``text/html`` and
+``text/plain``: what the file holds is then what JupyterLab, ``jupyter nbconvert``, GitHub and
+nbviewer all show, with no kernel, no network and no widget state.
+
+Only the file changes: the open notebook keeps its live views, which go on rewriting their
+record (see :mod:`~remote_exec.jupyter.job_view`) until the job ends. A reopened notebook shows
+the record; ``%exec_remote_attach JOB`` (named in a running job's record) or the Reconnect
+button of a disconnected view gives a live view again.
+
+Enabled by ``etc/jupyter/jupyter_server_config.d/remote_exec.json``, which the wheel installs
+into the environment's prefix (where the server that saves the notebook looks, so install
+remote_exec in the server's environment too when the kernel runs elsewhere).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["RECORD_META", "WIDGET_MIME", "keep_records", "load_jupyter_server_extension"]
+
+RECORD_META = "remote_exec"
+"""Key in an output's metadata that marks a bundle whose ``text/html`` is a record."""
+
+WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+
+def keep_records(model: dict[str, Any], **_: Any) -> None:
+    """The pre-save hook: drop the widget from each output that carries a record, in place.
+
+    Anything else in the notebook is left exactly as the browser sent it.
+    """
+    if model.get("type") != "notebook" or not isinstance(model.get("content"), dict):
+        return
+    for cell in model["content"].get("cells") or []:
+        for output in (cell.get("outputs") if isinstance(cell, dict) else None) or []:
+            if not isinstance(output, dict):
+                continue
+            data, meta = output.get("data"), output.get("metadata")
+            if isinstance(data, dict) and isinstance(meta, dict) and RECORD_META in meta and "text/html" in data:
+                data.pop(WIDGET_MIME, None)
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "remote_exec.jupyter.saving"}]
+
+
+def load_jupyter_server_extension(serverapp: Any) -> None:
+    """Register :func:`keep_records` with the server's contents manager."""
+    serverapp.contents_manager.register_pre_save_hook(keep_records)
+    serverapp.log.info("remote_exec: saved notebooks keep job records in place of widgets")
+
+
+_load_jupyter_server_extension = load_jupyter_server_extension
