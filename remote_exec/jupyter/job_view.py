@@ -27,8 +27,8 @@ from ._assets import css, esm
 from .base import StreamWidget
 from .display import widgets_enabled
 from .follow import Outcome, follow, loop_of
-from .saving import RECORD_META
 from .record import RECORD_LINE_CHARS, RECORD_LINES, JobRecord
+from .saving import RECORD_META
 from .transcript import DEFAULT_TAIL_LINES
 
 __all__ = ["RECORD_PERIOD", "JobView"]

@@ -147,11 +147,12 @@ class JobRecord:
         mono = "font-family:monospace;font-size:12px"
         code = "" if self.exit_code is None else f" · exit {self.exit_code}"
         parts = [
-            f'<div data-remote-exec-record="{html.escape(self.job_id)}" '
+            # Renderers typeset $...$ in HTML as maths (JupyterLab's MathJax): commands are not.
+            f'<div data-remote-exec-record="{html.escape(self.job_id)}" class="tex2jax_ignore mathjax_ignore" '
             'style="border:1px solid #ccc;border-radius:4px;padding:6px;max-width:100%">',
             f'<div><span style="background:{colour};color:#fff;border-radius:3px;padding:0 6px">'
             f"{html.escape(self.state)}</span> ",
-            f'<span style="{mono}">{html.escape(self.command.strip())[:2000]}</span></div>',
+            f'<code style="{mono}">{html.escape(self.command.strip()[:2000])}</code></div>',
             f'<div style="color:#666;font-size:12px">job {html.escape(self.job_id)}'
             f"{' · ' + html.escape(self.sandbox) if self.sandbox else ''} · "
             f"{format_duration(self.duration)}{code}</div>",
