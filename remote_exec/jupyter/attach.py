@@ -4,9 +4,14 @@ After a kernel restart the handles are gone but the jobs are not: the agent keep
 its command, start time, output and the tags the notebook gave it (``notebook``, ``kernel``,
 ``name``: the cell's ``--name``). A job is found by id, else by name, newest first, this
 notebook's before others'.
+
+A view whose kernel went away offers Reconnect once a kernel runs again: the button runs
+:func:`reconnect` in that kernel, which is ``%exec_remote_attach`` on the view's sandbox and job.
 """
 
 from __future__ import annotations
+
+import shlex
 
 from ..blocking import Sandbox
 from ..errors import JobNotFoundError
@@ -14,7 +19,7 @@ from ..protocol import JobInfo
 from .background import BackgroundJob
 from .job_view import JobView
 
-__all__ = ["attach_view", "find_job"]
+__all__ = ["attach_view", "find_job", "reconnect"]
 
 
 def find_job(sb: Sandbox, key: str, notebook: str | None) -> JobInfo:
@@ -45,3 +50,19 @@ def attach_view(sb: Sandbox, info: JobInfo, *, show: bool) -> BackgroundJob:
     if view is not None:
         view.show()
     return BackgroundJob(proc, control, watcher, view, (info.tags or {}).get("name"))
+
+
+def reconnect(url: str, job_id: str) -> None:
+    """What a disconnected view's Reconnect button runs in the kernel running now: load the
+    extension if needed, then ``%exec_remote_attach --sandbox URL JOB`` (the live view is the
+    display this request gets back; the handle goes to the cell's ``--name`` as the magic does).
+
+    :raises RuntimeError: not in IPython.
+    """
+    from IPython.core.getipython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        raise RuntimeError("Reconnect runs in an IPython kernel")
+    shell.extension_manager.load_extension("remote_exec")  # after a restart nothing is loaded
+    shell.run_line_magic("exec_remote_attach", f"--sandbox {shlex.quote(url)} {shlex.quote(job_id)}")

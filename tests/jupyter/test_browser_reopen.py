@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -174,3 +175,82 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
     (ARTIFACTS / "browser-reopen-nbconvert.html").write_text(html)
 
     kill_ticking(agent_dir)
+
+
+def shown_seconds(meta: str) -> float:
+    """The elapsed time a view's meta line shows (rxFormatDuration's forms)."""
+    found = re.search(r"· (?:(\d+) min (\d+) s|([\d.]+) s)\b", meta)
+    assert found, meta
+    if found.group(3):
+        return float(found.group(3))
+    return int(found.group(1)) * 60 + int(found.group(2))
+
+
+def assert_live_and_whole(view: Any, started: tuple[float, float], frozen_at: int) -> None:
+    """``view`` follows the job: the whole output from its first line on, new lines coming, the
+    job's true command, and the elapsed time counted from the job's start (``started``: the
+    moments before and after it started)."""
+    view.locator(".rx-badge", has_text="running").wait_for()
+    pane = view.locator(".rx-pane-stdout")
+    pane.locator(".rx-line", has_text=f"tick {frozen_at + 20}").wait_for()  # live: past the freeze
+    assert pane.locator(".rx-line").first.inner_text() == "tick 1"  # the whole kept output
+    assert pane.locator(".rx-hidden").inner_text() == ""
+    assert view.locator(".rx-job-command").inner_text() == TICKS.split("\n")[0]
+    elapsed, now = shown_seconds(view.locator(".rx-job-meta").inner_text()), time.time()
+    assert now - started[1] - 2 <= elapsed <= now - started[0] + 2, (elapsed, now - started[0])
+
+
+def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
+    lab: tuple[str, Path],  # noqa: F811
+    page: Any,  # noqa: F811
+    agent_dir: Path,
+    no_ticking_left: None,
+) -> None:
+    url = f"local://?dir={agent_dir}"
+    cells = [
+        f"%load_ext remote_exec\n%exec_remote_config --sandbox {url}",
+        f"%%exec_remote --bg --name ticker\n{TICKS}",
+        f"%load_ext remote_exec\n%exec_remote_config --sandbox {url}\n%exec_remote_attach ticker",
+    ]
+    with failure_shot(page, "browser-restart"):
+        open_notebook(page, lab, "restart.ipynb", cells)
+        run_first_cell(page)
+        before = time.time()
+        cell = run_cell(page, 1)
+        old = cell.locator(".rx-job")
+        old.wait_for()
+        started = (before, time.time())
+        old.locator(".rx-pane-stdout .rx-line", has_text="tick 30").wait_for()
+
+        # a restart: the old view says so, its buttons are disabled, its output stops
+        page.locator("jp-button[data-command='notebook:restart-kernel']").first.click()
+        page.locator(".jp-Dialog button", has_text="Restart").click()
+        old.locator(".rx-badge", has_text="disconnected").wait_for()
+        assert old.get_attribute("data-state") == "disconnected"
+        assert old.locator("button", has_text="Kill").is_disabled()
+        assert old.locator("button", has_text="Interrupt").is_disabled()
+        assert "The kernel that showed this view is gone" in old.locator(".rx-job-error").inner_text()
+        page.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for(timeout=90_000)
+        reconnect = old.locator("button.rx-job-reconnect:enabled")
+        reconnect.wait_for()
+        frozen_at = last_tick(old.locator(".rx-pane-stdout").inner_text())
+        shot(page, "browser-restart-1-disconnected", cell)
+
+        # one click: a live view in its place, the whole output, the true command and elapsed time
+        reconnect.click()
+        live = cell.locator(".rx-job")
+        live.locator(".rx-badge", has_text="running").wait_for()
+        assert cell.locator(".rx-job").count() == 1 and cell.locator(".rx-job-reconnect:visible").count() == 0
+        assert_live_and_whole(live, started, frozen_at)
+        shot(page, "browser-restart-2-reconnected", cell)
+
+        # the same from the magic, in a new cell of the new kernel
+        attached = run_cell(page, 2)
+        wait_done(attached)
+        view = attached.locator(".rx-job")
+        assert_live_and_whole(view, started, frozen_at)
+        shot(page, "browser-restart-3-attached", attached)
+
+        view.locator("button", has_text="Kill").click()
+        view.locator(".rx-badge", has_text="killed").wait_for()
+        live.locator(".rx-badge", has_text="killed").wait_for()  # the reconnected view saw it end too

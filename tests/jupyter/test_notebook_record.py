@@ -184,3 +184,27 @@ def test_the_wheel_enables_the_server_extension_that_saves_records() -> None:
     source = {v: k for k, v in shared["shared-data"].items()}["etc/jupyter/jupyter_server_config.d/remote_exec.json"]
     config = json.loads((root / source).read_text())
     assert config == {"ServerApp": {"jpserver_extensions": {"remote_exec.jupyter.saving": True}}}
+
+
+def test_reconnect_loads_the_extension_and_attaches_where_the_view_pointed(
+    ip: InteractiveShell, front: HeadlessFrontEnd, jurl: str
+) -> None:
+    """What a disconnected view's Reconnect button runs in a fresh kernel (nothing loaded, no
+    default sandbox): a live view of its job in its sandbox, the handle under the cell's --name."""
+    from remote_exec.jupyter.attach import reconnect
+
+    with capture_output():
+        ip.run_cell_magic("exec_remote", "--bg --name again --no-widget", "echo back; sleep 30")
+    old: BackgroundJob = ip.user_ns.pop("again")
+    ip.magics_manager.registry["RemoteExecMagics"].state.close(keep_background=True)
+    ip.run_line_magic("unload_ext", "remote_exec")
+    with capture_output() as cap:
+        reconnect(jurl, old.job_id or "")
+    assert "RemoteExecMagics" in ip.magics_manager.registry
+    job: BackgroundJob = ip.user_ns["again"]
+    view = front.widget(cap.outputs[0])
+    assert job.job_id == old.job_id and view is job.view and view.command == "echo back; sleep 30"
+    front.send(view, {"type": "hello"})
+    wait_for(lambda: view.text("stdout") == "back\n", what="the full replay")
+    job.kill()
+    assert job.wait().state == "killed" and gone(old.process.pid)

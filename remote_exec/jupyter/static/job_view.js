@@ -3,6 +3,57 @@
 // stderr_chars, error. Sends {type: "hello" | "interrupt" | "kill" | "fetch"}.
 
 const JOB_PANE_OF = (stream) => stream;
+const JOB_WIDGET_MIME = "application/vnd.jupyter.widget-view+json";
+
+// Reconnect: a view whose kernel went away asks the kernel running now for a live view of the
+// same job (what %exec_remote_attach gives: the agent's whole kept output, true command and
+// start) and shows it in its place. The code run names only the sandbox URL and job id, both
+// passed as JSON string literals (valid Python literals).
+function jobReconnect(model, root, button, onError) {
+  const manager = model.widget_manager;
+  const kernel = manager && manager.kernel;
+  if (!kernel) return;
+  button.disabled = true;
+  button.textContent = "Reconnecting…";
+  const args = `${JSON.stringify(model.get("sandbox"))}, ${JSON.stringify(model.get("job_id"))}`;
+  const code = `__import__("remote_exec.jupyter.attach", fromlist=["reconnect"]).reconnect(${args})`;
+  const future = kernel.requestExecute({ code, silent: false, store_history: false, stop_on_error: false });
+  const failed = (text) => {
+    button.disabled = false;
+    button.textContent = "Reconnect";
+    onError(text);
+  };
+  future.onIOPub = (msg) => {
+    const type = msg.header.msg_type;
+    const ref = type === "display_data" && msg.content.data[JOB_WIDGET_MIME];
+    if (ref) {
+      manager
+        .get_model(ref.model_id)
+        .then((m) => manager.create_view(m))
+        .then((view) => {
+          root.replaceWith(view.el); // this view's timers stop with its cleanup; the live one takes over
+          button.textContent = "Reconnected";
+        }, (err) => failed(`Reconnect failed: ${err}`));
+    } else if (type === "error") {
+      failed(`Reconnect failed: ${msg.content.ename}: ${msg.content.evalue}`);
+    }
+  };
+}
+
+// The Reconnect button: offered once this view's kernel is gone and a kernel is up again.
+function jobReconnectButton(model, root, onError) {
+  const button = rxButton("Reconnect", "A live view of this job from the kernel running now", () =>
+    jobReconnect(model, root, button, onError),
+  );
+  button.classList.add("rx-job-reconnect");
+  const kernel = model.widget_manager && model.widget_manager.kernel;
+  const update = (disconnected) => {
+    const up = kernel && (kernel.status === "idle" || kernel.status === "busy");
+    button.hidden = !disconnected;
+    if (button.textContent === "Reconnect") button.disabled = !up;
+  };
+  return { button, update };
+}
 
 export default {
   initialize({ model }) {
@@ -20,8 +71,11 @@ export default {
     const meta = rxEl("span", "rx-muted rx-job-meta");
     const interrupt = rxButton("Interrupt", "Send SIGINT (Ctrl-C) to the job", () => model.send({ type: "interrupt" }));
     const kill = rxButton("Kill", "Kill the job (SIGTERM, then SIGKILL)", () => model.send({ type: "kill" }), "rx-danger");
-    header.append(badge, cmd, meta, interrupt, kill);
     const error = rxEl("div", "rx-error rx-job-error");
+    const reconnect = jobReconnectButton(model, root, (text) => {
+      error.textContent = text;
+    });
+    header.append(badge, cmd, meta, interrupt, kill, reconnect.button);
     root.append(header, error);
 
     const views = {};
@@ -60,6 +114,7 @@ export default {
     };
     const onStatus = (_k, status) => {
       if (status === "restarting" || status === "autorestarting" || status === "dead") lost();
+      else if (disconnected) reconnect.update(true); // a kernel is up again: Reconnect is offered
     };
     if (kernel && kernel.statusChanged) kernel.statusChanged.connect(onStatus);
     if (kernel && kernel.disposed) kernel.disposed.connect(lost);
@@ -86,8 +141,10 @@ export default {
         .join(" · ");
       const running = state === "running";
       interrupt.disabled = kill.disabled = !running;
+      reconnect.update(disconnected);
+      if (reconnect.button.textContent !== "Reconnect") return; // its own message stands
       error.textContent = disconnected
-        ? `The kernel that showed this view is gone; the job goes on in the sandbox. In a running kernel: %exec_remote_attach ${model.get("job_id")}`
+        ? `The kernel that showed this view is gone; the job goes on in the sandbox. Reconnect, or in a running kernel: %exec_remote_attach ${model.get("job_id")}`
         : model.get("error");
     };
     const onMsg = (msg) => {
