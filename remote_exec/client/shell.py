@@ -90,7 +90,13 @@ class ShellSession:
         return self._info.state == "closed"
 
     def start(
-        self, command: str, *, timeout: float | None = None, input: str | bytes | None = None, kill_grace: float = 5.0
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        input: str | bytes | None = None,
+        kill_grace: float = 5.0,
+        tags: dict[str, str] | None = None,
     ) -> ExecRemoteProcess:
         """Run ``command`` in the shell, streaming: the same events as ``exec_remote``.
 
@@ -99,7 +105,8 @@ class ShellSession:
         command inside the sandbox (SIGINT, then SIGKILL of what it started after
         ``kill_grace``), keeps the shell, and makes the process raise
         :class:`~remote_exec.ExecTimeoutError`. Cancelling the iteration or ``wait()`` kills the
-        run the same way; the shell survives.
+        run the same way; the shell survives. ``tags`` are stored with the run's job, as
+        ``exec_remote``'s are (``jobs()`` returns them).
         """
         rpc = self._core.rpc
         text = input.decode() if isinstance(input, bytes) else input  # the wire carries text
@@ -110,8 +117,10 @@ class ShellSession:
             timeout=timeout,
             kill_grace=kill_grace,
             idempotency_key=secrets.token_hex(8),
+            tags=tags,
         )
-        opts = ExecRemoteOptions(timeout=timeout, kill_grace=kill_grace, label=f"shell {self.session_id}")
+        label = f"shell {self.session_id}"
+        opts = ExecRemoteOptions(timeout=timeout, kill_grace=kill_grace, label=label, tags=tags)
         return self._core.track(starting(rpc, self._start(rpc, params), opts, self._core.response_margin))
 
     async def _start(self, rpc: RpcClient, params: ShellRunParams) -> StartResult:

@@ -111,8 +111,10 @@ class RemoteExecMagics(StateMagics):
         if args.bg and name is not None:
             self._free_name(name, args.replace)
         job = self._job(cell, args.sandbox, args.shell, cwd, env, timeout)
-        if args.bg and args.shell is None:
-            job = dataclasses.replace(job, tags={**notebook_tags(), **({"name": name} if name else {})})
+        # Every cell's job (foreground, --bg, --shell) names its notebook and kernel: --mine and
+        # the dashboard find it after a restart; a --bg --name also for %exec_remote_attach NAME.
+        named = {"name": name} if args.bg and name else {}
+        job = dataclasses.replace(job, tags={**notebook_tags(), **named} or None)
         plain = not widgets_enabled()
         # A live view by default, foreground cells too: it shows a flood capped (the newest
         # lines, "N lines hidden", Download for the rest) where streamed text would trip

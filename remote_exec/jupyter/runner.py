@@ -71,7 +71,7 @@ class CellJob:
 
     async def _start(self) -> ExecRemoteProcess:
         if self.session is not None:
-            return await self.session.async_session.start(self.body, timeout=self.timeout).started()
+            return await self.session.async_session.start(self.body, timeout=self.timeout, tags=self.tags).started()
         sb = self.sandbox.async_sandbox
         proc = sb.exec_remote(
             ["bash", "-c", self.body], cwd=self.cwd, env=self.env, timeout=self.timeout, label=LABEL, tags=self.tags

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from .base import WireModel
+from .jobs import Tags
 
 __all__ = [
     "SessionId",
@@ -59,6 +60,8 @@ class ShellRunParams(WireModel):
     and the shell's pid. ``input`` becomes the command's stdin (else ``/dev/null``).
     ``timeout`` interrupts the command (SIGINT, then SIGKILL after ``kill_grace``) and keeps
     the shell. ``idempotency_key`` makes a retried call return the run the first one started.
+    ``tags`` are stored with the run's job as with ``exec_remote_start`` (e.g. the notebook and
+    kernel that ran a ``%%exec_remote --shell`` cell).
     """
 
     session_id: SessionId
@@ -67,6 +70,7 @@ class ShellRunParams(WireModel):
     timeout: Annotated[float, Field(gt=0)] | None = None
     kill_grace: Annotated[float, Field(ge=0, le=3600)] = 5.0
     idempotency_key: Annotated[str, Field(max_length=128)] | None = None
+    tags: Tags | None = None
 
     @field_validator("command")
     @classmethod

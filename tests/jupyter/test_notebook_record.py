@@ -208,3 +208,25 @@ def test_reconnect_loads_the_extension_and_attaches_where_the_view_pointed(
     wait_for(lambda: view.text("stdout") == "back\n", what="the full replay")
     job.kill()
     assert job.wait().state == "killed" and gone(old.process.pid)
+
+
+def test_shell_and_foreground_cells_are_tagged_so_a_later_kernel_finds_them(
+    ip: InteractiveShell, sb: rx.Sandbox, jurl: str, plain: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``%%exec_remote --shell`` runs and foreground cells carry the notebook's tags like --bg jobs:
+    a fresh kernel of the same notebook (no handles) lists them under ``%remote_jobs --mine``."""
+    monkeypatch.setenv("JPY_SESSION_NAME", "/home/me/shells.ipynb")
+    with capture_output():
+        ip.run_cell_magic("exec_remote", "--shell new", "echo in-a-shell")
+        ip.run_cell_magic("exec_remote", "", "echo in-the-foreground")
+    tagged = {j.job_id: j for j in sb.jobs() if (j.tags or {}).get("notebook") == "/home/me/shells.ipynb"}
+    shell_runs = [j for j in tagged.values() if (j.label or "").startswith("shell ")]
+    assert len(shell_runs) == 1 and shell_runs[0].tags == {"notebook": "/home/me/shells.ipynb"}
+    assert any(j.label == "%%exec_remote" for j in tagged.values())
+    ip.magics_manager.registry["RemoteExecMagics"].state.close()  # a restart: no handles left
+    ip.run_line_magic("unload_ext", "remote_exec")
+    ip.run_line_magic("load_ext", "remote_exec")
+    ip.run_line_magic("exec_remote_config", f"--sandbox {jurl}")
+    with capture_output() as cap:
+        ip.run_line_magic("remote_jobs", "")
+    assert all(job_id in cap.stdout for job_id in tagged), cap.stdout

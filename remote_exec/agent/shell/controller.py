@@ -139,7 +139,7 @@ class ShellController:
                 data={"run_id": session.run.job_id},
             )
         label = f"shell {p.session_id}"
-        params = StartParams(command=p.command, label=label, timeout=p.timeout, kill_grace=p.kill_grace)
+        params = StartParams(command=p.command, label=label, timeout=p.timeout, kill_grace=p.kill_grace, tags=p.tags)
 
         def make(job_id: str, buffer_limit: int, on_done: Callable[[Job], None]) -> ShellRun:
             return ShellRun(job_id, params, buffer_limit, on_done, session)
