@@ -254,3 +254,50 @@ def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
         view.locator("button", has_text="Kill").click()
         view.locator(".rx-badge", has_text="killed").wait_for()
         live.locator(".rx-badge", has_text="killed").wait_for()  # the reconnected view saw it end too
+
+
+def restart_kernel(page: Any) -> None:  # noqa: F811
+    page.locator("jp-button[data-command='notebook:restart-kernel']").first.click()
+    page.locator(".jp-Dialog button", has_text="Restart").click()
+    page.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for(timeout=90_000)
+
+
+def test_remote_jobs_shows_this_notebooks_jobs_after_a_restart_and_all_on_request(
+    lab: tuple[str, Path],  # noqa: F811
+    page: Any,  # noqa: F811
+    agent_dir: Path,
+) -> None:
+    """``%remote_jobs`` in a restarted kernel (no handles left): this notebook's ``--bg`` job and
+    ``--shell`` run by their tags, not another client's job until "only mine" is unticked."""
+    url = f"local://?dir={agent_dir}"
+    cells = [
+        f"%load_ext remote_exec\n%exec_remote_config --sandbox {url}",
+        "%%exec_remote --bg --name mybg\necho mine-bg; sleep 300",
+        "%%exec_remote --shell new\necho mine-shell",
+        f"%load_ext remote_exec\n%exec_remote_config --sandbox {url}\n%remote_jobs",
+    ]
+    with rx.connect(url) as sb:
+        other = sb.exec_remote(["bash", "-c", "echo other-client; sleep 300"], label="other-client")
+        try:
+            with failure_shot(page, "browser-mine"):
+                open_notebook(page, lab, "mine.ipynb", cells)
+                run_first_cell(page)
+                run_cell(page, 1).locator(".rx-job .rx-pane-stdout .rx-line", has_text="mine-bg").wait_for()
+                wait_done(run_cell(page, 2))
+                restart_kernel(page)
+                cell = run_cell(page, 3)
+                rows = cell.locator(".rx-dash-row")
+                rows.filter(has_text="mine-bg").first.wait_for()
+                rows.filter(has_text="mine-shell").first.wait_for()  # the shell session's row
+                assert rows.filter(has_text="other-client").count() == 0
+                assert "other clients hidden" in cell.locator(".rx-dashboard").inner_text()
+                shot(page, "browser-mine-1-only-mine", cell)
+                cell.locator(".rx-dash-check", has_text="only mine").locator("input").uncheck()
+                rows.filter(has_text="other-client").first.wait_for()
+                assert rows.filter(has_text="mine-bg").count() >= 1
+                shot(page, "browser-mine-2-all", cell)
+        finally:
+            other.kill()
+            for info in sb.jobs():
+                if info.state == "running" and "mine-bg" in str(info.command):
+                    sb.attach(info.job_id).kill()
