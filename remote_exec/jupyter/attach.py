@@ -12,6 +12,7 @@ A view whose kernel went away offers Reconnect once a kernel runs again: the but
 from __future__ import annotations
 
 import shlex
+from typing import Any, cast
 
 from ..blocking import Sandbox
 from ..errors import JobNotFoundError
@@ -64,5 +65,5 @@ def reconnect(url: str, job_id: str) -> None:
     shell = get_ipython()
     if shell is None:
         raise RuntimeError("Reconnect runs in an IPython kernel")
-    shell.extension_manager.load_extension("remote_exec")  # after a restart nothing is loaded
+    cast(Any, shell).extension_manager.load_extension("remote_exec")  # after a restart nothing is loaded
     shell.run_line_magic("exec_remote_attach", f"--sandbox {shlex.quote(url)} {shlex.quote(job_id)}")

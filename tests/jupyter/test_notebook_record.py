@@ -202,8 +202,9 @@ def test_reconnect_loads_the_extension_and_attaches_where_the_view_pointed(
         reconnect(jurl, old.job_id or "")
     assert "RemoteExecMagics" in ip.magics_manager.registry
     job: BackgroundJob = ip.user_ns["again"]
-    view = front.widget(cap.outputs[0])
-    assert job.job_id == old.job_id and view is job.view and view.command == "echo back; sleep 30"
+    view = job.view
+    assert view is not None and front.widget(cap.outputs[0]) is view
+    assert job.job_id == old.job_id and view.command == "echo back; sleep 30"
     front.send(view, {"type": "hello"})
     wait_for(lambda: view.text("stdout") == "back\n", what="the full replay")
     job.kill()
