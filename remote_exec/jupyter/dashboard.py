@@ -8,14 +8,19 @@ keep thousands of jobs usable. Each job row has Interrupt, Kill and Open (a
 What persists (filters, page, folds) is widget state; rows travel as ``{type: "rows"}``
 messages carrying only the rows that changed since the last one, so the front end updates its
 table in place (a selection, focus or a press on a button survives a refresh).
+
+Displayed, its output carries a record (the page's rows), rewritten every ``RECORD_PERIOD`` s at
+most as it refreshes: a saved notebook shows the jobs as they last were (:mod:`~remote_exec.jupyter.saving`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Iterable, Sequence
-from typing import Any
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, cast
 
 import anywidget
 import traitlets
@@ -28,7 +33,9 @@ from ._assets import css, esm
 from .dashboard_view import STATE_FILTERS, Filters, Identity, Page, is_mine, job_row, session_row, visible
 from .display import jobs_table, widgets_enabled
 from .follow import loop_of
-from .job_view import JobView
+from .job_view import RECORD_PERIOD, JobView
+from .record import as_reply_to, current_parent, jobs_html
+from .saving import RECORD_META
 from .transcript import strip_ansi
 
 __all__ = ["Dashboard"]
@@ -119,6 +126,8 @@ class Dashboard(anywidget.AnyWidget):
         """The rows of the page shown (what the front end draws)."""
         self._refresher: asyncio.Task[None] | None = None
         self._closed = False
+        self._display: tuple[str, dict[str, Any] | None] | None = None  # display id, request header
+        self._recorded = float("-inf")
         self.on_msg(self._on_front_end_msg)
         self.observe(self._on_view_change, ["mine_only", "state_filter", "text_filter", "page", "expanded"])
         if not widgets_enabled():
@@ -181,6 +190,8 @@ class Dashboard(anywidget.AnyWidget):
             self._sent = {r["key"]: r for r in rows}
             self._order = order
             self.send({"type": "rows", "order": order, "rows": changed, "now": time.time()})
+        if self._display is not None and time.monotonic() - self._recorded >= RECORD_PERIOD:
+            self._update_record()
 
     async def _tail(self, i: int, job: JobInfo) -> tuple[str, int]:
         written = job.stdout_bytes + job.stderr_bytes
@@ -350,4 +361,40 @@ class Dashboard(anywidget.AnyWidget):
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         if not widgets_enabled():
             return {"text/plain": repr(self)}
-        return super()._repr_mimebundle_(**kwargs)
+        bundle: Any = super()._repr_mimebundle_(**kwargs)
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle, None)
+        c = self.counts
+        pages = f", page {c.get('page', 0) + 1} of {c['pages']}" if c.get("pages", 1) > 1 else ""
+        note = f"as of {time.strftime('%Y-%m-%d %H:%M:%S')}, {c.get('matching', len(self.rows))} listed{pages}"
+        data = {**data, "text/plain": repr(self), "text/html": jobs_html(self.rows, self.sandboxes, note)}
+        return data, {**(meta or {}), RECORD_META: {"jobs": True}}  # saved in place of the widget (saving.py)
+
+    @property
+    def _ipython_display_(self) -> Callable[[], None] | None:
+        """IPython's hook for a cell's value or ``display()``: with widgets, :meth:`show` (a record
+        that follows); else none, so the plain table stays the cell's value (what nbval compares)."""
+        return self.show if widgets_enabled() else None
+
+    def show(self) -> None:
+        """Display the dashboard, its stored record kept up to date (see the module doc)."""
+        from IPython.display import display
+
+        if widgets_enabled() and not self._jobs:
+            self.refresh()  # the record shows the jobs from the start, not "no jobs"
+        self._display = (uuid.uuid4().hex, current_parent())
+        self._recorded = time.monotonic()
+        data, meta = self._bundle()
+        cast(Any, display)(data, metadata=meta, raw=True, display_id=self._display[0])
+
+    def _bundle(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        bundle = self._repr_mimebundle_()
+        return bundle if isinstance(bundle, tuple) else (bundle, {})
+
+    def _update_record(self) -> None:
+        from IPython.display import update_display
+
+        assert self._display is not None
+        self._recorded = time.monotonic()
+        data, meta = self._bundle()
+        with contextlib.suppress(Exception), as_reply_to(self._display[1]):  # a kernel going away
+            cast(Any, update_display)(data, metadata=meta, raw=True, display_id=self._display[0])

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any, cast
 
 import traitlets
@@ -27,7 +26,7 @@ from ._assets import css, esm
 from .base import StreamWidget
 from .display import widgets_enabled
 from .follow import Outcome, follow, loop_of
-from .record import RECORD_LINE_CHARS, RECORD_LINES, JobRecord
+from .record import RECORD_LINE_CHARS, RECORD_LINES, JobRecord, as_reply_to, current_parent
 from .saving import RECORD_META
 from .transcript import DEFAULT_TAIL_LINES
 
@@ -45,37 +44,6 @@ def _command_text(command: list[str] | str | None, fallback: str) -> str:
     if command[:2] == ["bash", "-c"] and len(command) == 3:
         return command[2]  # a cell body: show the script, not its wrapper
     return " ".join(command)
-
-
-def _display_pub() -> Any:
-    from IPython.core.getipython import get_ipython
-
-    return getattr(get_ipython(), "display_pub", None)
-
-
-def _current_parent() -> dict[str, Any] | None:
-    """The header of the request being executed (ipykernel), else ``None``."""
-    header = getattr(_display_pub(), "parent_header", None)
-    return dict(header) if isinstance(header, dict) and header else None
-
-
-@contextlib.contextmanager
-def _as_reply_to(parent: dict[str, Any] | None) -> Iterator[None]:
-    """Publish from this thread as a reply to ``parent``.
-
-    JupyterLab routes an ``update_display_data`` only to the output area of the request it
-    replies to; from another thread ipykernel would use the newest request's header, so once
-    another cell ran, the record of this view's cell would stop changing.
-    """
-    pub = _display_pub()
-    if parent is None or not hasattr(pub, "set_thread_parent"):  # ipykernel < 6.29: best effort
-        yield
-        return
-    token = pub.set_thread_parent(parent)
-    try:
-        yield
-    finally:
-        pub.reset_thread_parent(token)
 
 
 class JobView(StreamWidget):
@@ -206,7 +174,7 @@ class JobView(StreamWidget):
         from IPython.display import display
 
         self._display_id = self._uid
-        self._parent = _current_parent()
+        self._parent = current_parent()
         cast(Any, display)(self, display_id=self._display_id)
 
     def _update_record(self) -> None:
@@ -214,7 +182,7 @@ class JobView(StreamWidget):
             return
         from IPython.display import update_display
 
-        with contextlib.suppress(Exception), _as_reply_to(self._parent):  # a kernel on its way out: kept as it was
+        with contextlib.suppress(Exception), as_reply_to(self._parent):  # a kernel on its way out: kept as it was
             cast(Any, update_display)(self, display_id=self._display_id)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:

@@ -9,13 +9,26 @@ the rest. ANSI colours are kept: SGR sequences become ``<span style=...>``, othe
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .display import format_duration
 
-__all__ = ["RECORD_LINES", "RECORD_LINE_CHARS", "JobRecord", "ansi_to_html", "tail_lines"]
+__all__ = [
+    "RECORD_LINES",
+    "RECORD_LINE_CHARS",
+    "JobRecord",
+    "ansi_to_html",
+    "as_reply_to",
+    "current_parent",
+    "jobs_html",
+    "tail_lines",
+]
 
 RECORD_LINES = 40
 """Lines of each stream a record keeps (the newest)."""
@@ -176,3 +189,65 @@ class JobRecord:
             )
         parts.append("</div>")
         return "".join(parts)
+
+
+def jobs_html(rows: Sequence[Mapping[str, Any]], sandboxes: Sequence[str], note: str) -> str:
+    """A dashboard's record: its rows (as :func:`~remote_exec.jupyter.dashboard_view.job_row` and
+    ``session_row`` make them) as an inline-styled table, with ``note`` (when, what is hidden)."""
+    now = time.time()
+    cell = "padding:1px 6px;text-align:left;border-bottom:1px solid #eee"
+    head = "".join(f'<th style="{cell}">{h}</th>' for h in ("job", "state", "exit", "elapsed", "command", "last line"))
+    body = []
+    for r in rows:
+        ident = r.get("job_id") or f"shell {r.get('session', '')} ({r.get('count', 0)} commands)"
+        if len(sandboxes) > 1:
+            ident = f"{ident} · {sandboxes[int(r.get('sandbox', 0))]}"
+        state = str(r.get("state", ""))
+        colour = _STATE_COLOURS.get(state, "#b58900")
+        code = "" if r.get("exit_code") is None else str(r["exit_code"])
+        elapsed = format_duration((r.get("ended_at") or now) - float(r.get("started_at", now)))
+        values = [html.escape(str(ident)), f'<span style="color:{colour}">{html.escape(state)}</span>', code, elapsed]
+        values += [html.escape(str(r.get("command", ""))[:200]), html.escape(str(r.get("tail", ""))[:200])]
+        body.append("<tr>" + "".join(f'<td style="{cell}">{v}</td>' for v in values) + "</tr>")
+    table = (
+        f'<table style="border-collapse:collapse;font-size:12px"><tr>{head}</tr>{"".join(body)}</table>'
+        if body
+        else "<div>no jobs</div>"
+    )
+    return (
+        '<div data-remote-exec-record="jobs" class="tex2jax_ignore mathjax_ignore" '
+        'style="border:1px solid #ccc;border-radius:4px;padding:6px;max-width:100%">'
+        f'<div style="color:#666;font-size:12px">Jobs in {html.escape(", ".join(sandboxes))}: '
+        f"{html.escape(note)}</div>{table}</div>"
+    )
+
+
+def _display_pub() -> Any:
+    from IPython.core.getipython import get_ipython
+
+    return getattr(get_ipython(), "display_pub", None)
+
+
+def current_parent() -> dict[str, Any] | None:
+    """The header of the request being executed (ipykernel), else ``None``."""
+    header = getattr(_display_pub(), "parent_header", None)
+    return dict(header) if isinstance(header, dict) and header else None
+
+
+@contextlib.contextmanager
+def as_reply_to(parent: dict[str, Any] | None) -> Iterator[None]:
+    """Publish from this thread as a reply to ``parent`` (from :func:`current_parent`).
+
+    JupyterLab routes an ``update_display_data`` only to the output area of the request it
+    replies to; from another thread ipykernel would use the newest request's header, so once
+    another cell ran, the record of the view's own cell would stop changing.
+    """
+    pub = _display_pub()
+    if parent is None or not hasattr(pub, "set_thread_parent"):  # ipykernel < 6.29: best effort
+        yield
+        return
+    token = pub.set_thread_parent(parent)
+    try:
+        yield
+    finally:
+        pub.reset_thread_parent(token)

@@ -170,7 +170,8 @@ def test_a_saved_notebook_keeps_the_record_in_place_of_the_widget(
     kept, untouched = model["content"]["cells"][0]["outputs"]
     assert WIDGET not in kept["data"] and RECORD_META in kept["metadata"]
     assert kept["data"]["text/html"].startswith("<div data-remote-exec-record=")
-    assert kept["data"]["text/plain"].startswith("[running] echo saved-line")  # as shown when it was saved
+    state = kept["metadata"][RECORD_META]["state"]  # as shown when it was saved
+    assert kept["data"]["text/plain"].startswith(f"[{state}] echo saved-line")
     assert untouched == other
     nbformat.validate(nbformat.from_dict(model["content"]))
 
@@ -231,3 +232,40 @@ def test_shell_and_foreground_cells_are_tagged_so_a_later_kernel_finds_them(
     with capture_output() as cap:
         ip.run_line_magic("remote_jobs", "")
     assert all(job_id in cap.stdout for job_id in tagged), cap.stdout
+
+
+def test_the_dashboards_record_lists_its_jobs_and_follows_them(
+    ip: InteractiveShell, front: HeadlessFrontEnd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``%remote_jobs`` shows the dashboard with a record of its rows from the start (not "no
+    jobs"), marked to be saved in place of the widget, and rewritten as the jobs move."""
+    import remote_exec.jupyter.dashboard as dashboard_module
+    from remote_exec.jupyter import Dashboard
+    from remote_exec.jupyter.saving import RECORD_META
+
+    monkeypatch.setattr(dashboard_module, "RECORD_PERIOD", 0.1)  # the test need not wait 5 s
+    gate = tmp_path / "gate"
+    with capture_output():
+        ip.run_cell_magic(
+            "exec_remote", "--bg --name dj --no-widget", f"echo dash-line; until [ -e {gate} ]; do sleep 0.02; done"
+        )
+    job: BackgroundJob = ip.user_ns["dj"]
+    with capture_output() as cap:
+        ip.run_cell("%remote_jobs")
+        first = cap.outputs[0]
+        dash = front.widget(first)
+        assert isinstance(dash, Dashboard) and WIDGET in first.data and RECORD_META in first.metadata
+        assert job.job_id in first.data["text/plain"] and job.job_id in first.data["text/html"]
+        assert ">running<" in first.data["text/html"]
+        front.send(dash, {"type": "hello"})  # a view: the dashboard refreshes while shown
+        gate.touch()
+
+        def completed() -> bool:
+            updates = [o for o in cap.outputs if getattr(o, "update", False)]
+            return bool(updates) and ">completed<" in updates[-1].data["text/html"]
+
+        wait_for(completed, what="the record rewritten with the job's end")
+    final = [o for o in cap.outputs if getattr(o, "update", False)][-1]
+    assert final.transient["display_id"] == first.transient["display_id"] and RECORD_META in final.metadata
+    assert "dash-line" in final.data["text/html"] and "data-remote-exec-record=" in final.data["text/html"]
+    dash.close()
