@@ -100,6 +100,7 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
         "%%exec_remote --bg --name fin\nprintf '\\033[31mred fin\\033[0m\\n'; echo fin-done; exit 3",
         f"%%exec_remote --bg --name run\n{TICKS}",
         "print('a later cell ran')",
+        "%remote_jobs",
     ]
     path = notebooks / "reopen.ipynb"
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -113,6 +114,8 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
         run = run_cell(pg, 2)
         run.locator(".rx-pane-stdout .rx-line", has_text="tick 5").first.wait_for()
         wait_done(run_cell(pg, 3))
+        dash = run_cell(pg, 4)
+        dash.locator(".rx-dash-row", has_text="tick").first.wait_for()
         # the running view's record keeps moving after another cell ran (it replies to its own cell)
         ran_after = last_tick(run.locator(".rx-pane-stdout").inner_text())
         run.locator(".rx-pane-stdout .rx-line", has_text=f"tick {ran_after + 70}").wait_for()
@@ -121,16 +124,18 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
 
         def records_saved() -> bool:
             outs = saved_outputs(path) if path.stat().st_size else []
-            return len(outs) == 2 and last_tick(outs[1]["data"].get("text/plain", "")) > ran_after
+            return len(outs) == 3 and last_tick(outs[1]["data"].get("text/plain", "")) > ran_after
 
         wait_for(records_saved, timeout=60, what="the notebook saved with fresh records")
-        fin_out, run_out = saved_outputs(path)
+        fin_out, run_out, dash_out = saved_outputs(path)
         assert WIDGET not in fin_out["data"] and WIDGET not in run_out["data"]  # the records only
         assert fin_out["data"]["text/plain"].startswith("[failed] printf")
         assert "exit 3" in fin_out["data"]["text/plain"] and "fin-done" in fin_out["data"]["text/plain"]
         assert run_out["data"]["text/plain"].startswith("[running] for i in")
         saved_tick = last_tick(run_out["data"]["text/plain"])
-        run_id = run_out["metadata"]["remote_exec"]["job_id"]
+        run_id, fin_id = (o["metadata"]["remote_exec"]["job_id"] for o in (run_out, fin_out))
+        assert WIDGET not in dash_out["data"] and run_id in dash_out["data"]["text/html"]
+        assert fin_id in dash_out["data"]["text/plain"] and "no jobs" not in dash_out["data"]["text/plain"]
         shot(pg, "browser-reopen-1-live-before-closing", run)
     context.close()
     shut_down_kernels(lab)
@@ -157,7 +162,10 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
             assert re.search(r"\brunning\b", run_text) and f"job {run_id}" in run_text, run_text
             assert last_tick(run_text) == saved_tick and "for i in $(seq 1 100000)" in run_text
             assert f"%exec_remote_attach {run_id}" in run_text
+            dash_text = cells_on_screen.nth(4).locator(".jp-OutputArea-output").inner_text()
+            assert run_id in dash_text and fin_id in dash_text and "running" in dash_text, dash_text
             shot(pg, "browser-reopen-3-records-after-reopening")
+            shot(pg, "browser-reopen-4-dashboard-record-after-reopening", cells_on_screen.nth(4))
     finally:
         context.close()
 
@@ -169,7 +177,7 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
         check=True,
         timeout=120,
     ).stdout
-    assert html.count("data-remote-exec-record=") == 2 and WIDGET not in html
+    assert html.count("data-remote-exec-record=") == 3 and WIDGET not in html
     assert "exit 3" in html and '<span style="color:#cd3131">red fin</span>' in html
     assert f"tick {saved_tick}" in html and f"%exec_remote_attach {run_id}" in html
     (ARTIFACTS / "browser-reopen-nbconvert.html").write_text(html)
