@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, cast
 
 import traitlets
@@ -175,7 +176,18 @@ class JobView(StreamWidget):
 
         self._display_id = self._uid
         self._parent = current_parent()
-        cast(Any, display)(self, display_id=self._display_id)
+        data, meta = self._bundle()  # raw: display(self) would come back here through _ipython_display_
+        cast(Any, display)(data, metadata=meta, raw=True, display_id=self._display_id)
+
+    @property
+    def _ipython_display_(self) -> Callable[[], None] | None:
+        """IPython's hook for a cell's value or ``display()``: with widgets, :meth:`show` (a record
+        that follows the job); else none, so the text stays the cell's value (what nbval compares)."""
+        return self.show if widgets_enabled() else None
+
+    def _bundle(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        bundle = self._repr_mimebundle_()
+        return bundle if isinstance(bundle, tuple) else (bundle, {})
 
     def _update_record(self) -> None:
         if self._display_id is None:
@@ -183,7 +195,8 @@ class JobView(StreamWidget):
         from IPython.display import update_display
 
         with contextlib.suppress(Exception), as_reply_to(self._parent):  # a kernel on its way out: kept as it was
-            cast(Any, update_display)(self, display_id=self._display_id)
+            data, meta = self._bundle()
+            cast(Any, update_display)(data, metadata=meta, raw=True, display_id=self._display_id)
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         if not widgets_enabled():

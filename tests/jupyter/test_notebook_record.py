@@ -269,3 +269,25 @@ def test_the_dashboards_record_lists_its_jobs_and_follows_them(
     assert final.transient["display_id"] == first.transient["display_id"] and RECORD_META in final.metadata
     assert "dash-line" in final.data["text/html"] and "data-remote-exec-record=" in final.data["text/html"]
     dash.close()
+
+
+def test_a_view_as_a_cells_value_keeps_its_record_up_to_date(
+    ip: InteractiveShell, front: HeadlessFrontEnd, sb: rx.Sandbox, tmp_path: Path
+) -> None:
+    """``JobView.attach(sb, job_id)`` as the last line of a cell is shown as ``show()`` shows it:
+    with a display id, so its record is rewritten at the job's end (not frozen as displayed)."""
+    gate = tmp_path / "gate"
+    proc = sb.exec_remote(["bash", "-c", f"echo value-line; until [ -e {gate} ]; do sleep 0.02; done"])
+    ip.user_ns.update(sb_=sb, job_id_=proc.job_id)
+    with capture_output() as cap:
+        ip.run_cell("from remote_exec.jupyter import JobView\nJobView.attach(sb_, job_id_)")
+        (first,) = cap.outputs
+        assert WIDGET in first.data and first.transient["display_id"]
+        gate.touch()
+
+        def ended() -> bool:
+            return any(getattr(o, "update", False) and "[completed]" in o.data["text/plain"] for o in cap.outputs)
+
+        wait_for(ended, what="the record rewritten at the job's end")
+    final = [o for o in cap.outputs if getattr(o, "update", False)][-1]
+    assert final.transient["display_id"] == first.transient["display_id"] and "value-line" in final.data["text/html"]
