@@ -10,9 +10,9 @@ by :data:`RECORD_META` in the output's metadata) and keeps the record's ``text/h
 nbviewer all show, with no kernel, no network and no widget state.
 
 Only the file changes: the open notebook keeps its live views, which go on rewriting their
-record (see :mod:`~remote_exec.jupyter.job_view`) until the job ends. A reopened notebook shows
-the record; ``%exec_remote_attach JOB`` (named in a running job's record) or the Reconnect
-button of a disconnected view gives a live view again.
+record (see :mod:`~remote_exec.jupyter.job_view`) until the job ends. A reopened (or reloaded)
+notebook shows the record, whether or not its kernel still runs; ``%exec_remote_attach JOB``
+(named in a running job's record) gives a live view again.
 
 Enabled by ``etc/jupyter/jupyter_server_config.d/remote_exec.json``, which the wheel installs
 into the environment's prefix (where the server that saves the notebook looks, so install
