@@ -1,0 +1,80 @@
+"""PTY jobs (#16) on the local agent: outliving the agent, several viewers, the blocking twin."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import anyio
+import pytest
+
+import remote_exec as rx
+
+from ..sandboxes.test_tty import Screen
+
+pytestmark = pytest.mark.anyio
+
+N_LINES = 20000  # ~200 KB: far more than a terminal buffers, so the job blocks while no agent reads
+
+
+async def test_tty_job_survives_agent_sigkill(fresh_agent_dir: Path) -> None:
+    """The agent dies mid-flood: the keeper's copy of the master keeps the terminal up (no
+    hangup), the job blocks on the full terminal, the next agent reads on: every line arrives,
+    in order, and the job still takes keystrokes."""
+    script = (
+        f"read go; i=0; while [ $i -lt {N_LINES} ]; do echo line$i; i=$((i+1)); done; "
+        "[ -t 0 ] && echo still-a-tty; read x; echo got $x"
+    )
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        old = sb.info
+        assert old.keeper_pid is not None
+        proc = sb.exec_remote(["sh", "-c", script], tty=True, poll_interval=1.0)
+        await proc.started()
+        await proc.write_stdin("go\r")
+        os.kill(old.pid, signal.SIGKILL)  # the agent, not the keeper; the flood starts now
+        screen = Screen(proc)
+        at = await screen.expect("still-a-tty\r\n")
+        assert (await sb.server_info()).pid != old.pid  # a new agent re-adopted the job
+        await proc.write_stdin("hello\r")
+        await screen.expect("got hello\r\n", at)
+        end = await screen.ended()
+    assert end.exit_code == 0
+    expected = "".join(f"line{i}\r\n" for i in range(N_LINES))
+    assert expected in screen.text  # nothing lost, nothing doubled, in order
+    assert screen.text.count("line") == N_LINES
+
+
+async def test_two_viewers_type_and_replay_from_a_cursor(tmp_path: Path, agent_dir: Path) -> None:
+    url = f"local://?dir={agent_dir}"
+    async with rx.open_sandbox(url) as a, rx.open_sandbox(url) as b:
+        proc = sb_proc = a.exec_remote(["sh", "-c", "read x; read y; echo $x+$y"], tty=True, tty_size=(90, 20))
+        await proc.started()
+        other = await b.attach(proc.job_id or "")
+        assert other.tty and other.info is not None and other.info.tty_size is not None
+        assert (other.info.tty_size.cols, other.info.tty_size.rows) == (90, 20)
+        # Both type: a tty write appends (a stdin cursor would drop the second viewer's keys).
+        await sb_proc.write_stdin("one\r")
+        await other.write_stdin("two\r")
+        res = await proc.wait()
+        assert res.stdout == "one\r\ntwo\r\none+two\r\n"
+        tail = await b.read_output(res.job_id, offset=5)
+        assert tail.data == b"one\r\ntwo\r\none+two\r\n"[5:]
+
+
+def test_blocking_twin(agent_dir: Path) -> None:
+    with rx.Sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = sb.exec_remote(["sh", "-c", "echo ready; read x; stty size"], tty=True)
+        assert proc.tty
+        first = next(iter(proc))
+        assert first == rx.StdoutChunk("ready\r\n")
+        proc.resize(33, 11)
+        proc.write_stdin("\r")
+        assert str(proc.wait().stdout).endswith("11 33\r\n")
+
+
+async def test_no_terminal_without_a_tty_device(agent_dir: Path) -> None:
+    """A tty job's spawn failing is a precise ``SpawnError`` (here: a program that is not there)."""
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        with pytest.raises(rx.SpawnError), anyio.fail_after(30):
+            await sb.run(["/nonexistent/prog"], tty=True)
