@@ -40,8 +40,8 @@ from .proctree import MARKER
 __all__ = ["PtyJob"]
 
 log = logging.getLogger("remote_exec.agent")
-READ_CHUNK = 64 * 1024
-READS_PER_WAKEUP = 16  # at most 1 MiB per callback: a flood never starves the agent's other work
+READ_CHUNK = 64 * 1024  # a terminal gives ~4 KiB per read; more is never asked for
+WAKEUP_BYTES = 1 << 20  # read at most this much per callback: a flood never starves the loop
 DRAIN_LINGER = 1.0  # after the leader's exit, wait this long for EIO (leftovers may hold the slave)
 RETRY_WRITE = 1.0  # the disk was full: try the log again after this long (the job blocks meanwhile)
 DEFAULT_TERM = "xterm-256color"
@@ -198,9 +198,13 @@ class PtyJob(DiskJob):
     # -- the reader --------------------------------------------------------------------------
 
     def _on_readable(self) -> None:
+        # A terminal hands out ~4 KiB per read: gather a wakeup's reads (up to WAKEUP_BYTES)
+        # and append them with one write, so the log costs one syscall per wakeup, not per read.
         assert self.master is not None
-        got = False
-        for _ in range(READS_PER_WAKEUP):
+        chunks: list[bytes] = []
+        eof = False
+        taken = 0
+        while taken < WAKEUP_BYTES:
             try:
                 data = os.read(self.master, READ_CHUNK)
             except BlockingIOError:
@@ -210,16 +214,17 @@ class PtyJob(DiskJob):
                     log.warning("job %s: reading its terminal failed: %s", self.job_id, exc)
                 data = b""
             if not data:  # EIO: every slave fd is closed; all output has been read
-                self._drained = True
-                self._stop_reading()
-                if self._leader_gone:
-                    self._end_now()
+                eof = True
                 break
-            if not self._append(data):
-                break
-            got = True
-        if got:
+            chunks.append(data)
+            taken += len(data)
+        if chunks and self._append(b"".join(chunks) if len(chunks) > 1 else chunks[0]):
             self._notify()
+        if eof:
+            self._drained = True
+            self._stop_reading()
+            if self._leader_gone:
+                self._end_now()
 
     def _append(self, data: bytes) -> bool:
         """Append to the log; False if the disk refused (reading pauses, the job blocks)."""
@@ -281,6 +286,10 @@ class PtyJob(DiskJob):
             os.close(self.master)  # with the keeper's copy dropped, leftovers get their hangup
             self.master = None
         if self._log >= 0:
+            if self._pending:  # the disk refused it earlier: a last try, then it is lost with the disk
+                with contextlib.suppress(OSError):
+                    os.write(self._log, self._pending)
+                self._pending = b""
             os.close(self._log)
             self._log = -1
         super()._finish(state, code, ended_at, save)
