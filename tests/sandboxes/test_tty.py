@@ -140,3 +140,25 @@ async def test_full_screen_output_replays_byte_identically(sandbox_url: str) -> 
             assert top.returncode == 0 and isinstance(top.stdout, bytes) and b"PID" in top.stdout
             replay = await (await b.attach(top.job_id)).wait()
             assert replay.stdout == top.stdout
+
+
+async def test_survives_an_agent_sigkill(sandbox_url: str) -> None:
+    """The agent is SIGKILLed (from inside the sandbox) as the job starts a flood: the keeper's
+    copy of the terminal keeps it up, the next agent reads on; every line arrives once, in order,
+    and the job still takes keystrokes."""
+    n = 5000
+    script = f"read go; i=0; while [ $i -lt {n} ]; do echo line$i; i=$((i+1)); done; read x; echo got $x"
+    async with rx.open_sandbox(sandbox_url, response_margin=1.0) as sb:
+        agent = sb.info.pid
+        proc = sb.exec_remote(["sh", "-c", script], tty=True, poll_interval=1.0)
+        screen = Screen(proc)
+        await proc.write_stdin("go\r")
+        killer = await sb.exec_remote(["kill", "-9", str(agent)]).started()
+        killer.detach()  # its end may be recorded by the next agent
+        at = await screen.expect(f"line{n - 1}\r\n")
+        assert (await sb.server_info()).pid != agent
+        await proc.write_stdin("hello\r")
+        await screen.expect("got hello\r\n", at)
+        assert (await screen.ended()).exit_code == 0
+    assert "".join(f"line{i}\r\n" for i in range(n)) in screen.text
+    assert screen.text.count("line") == n
