@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import sys
 from pathlib import Path
 
 import anyio
@@ -11,6 +13,7 @@ import pytest
 
 import remote_exec as rx
 
+from ..conftest import stop_agent
 from ..sandboxes.test_tty import Screen
 
 pytestmark = pytest.mark.anyio
@@ -73,8 +76,26 @@ def test_blocking_twin(agent_dir: Path) -> None:
         assert str(proc.wait().stdout).endswith("11 33\r\n")
 
 
-async def test_no_terminal_without_a_tty_device(agent_dir: Path) -> None:
-    """A tty job's spawn failing is a precise ``SpawnError`` (here: a program that is not there)."""
+async def test_no_terminal_without_a_tty_device(tmp_path: Path) -> None:
+    """An agent whose ``/dev/ptmx`` is not a terminal multiplexer (``/dev/null`` bound over it, in
+    its own mount namespace): a tty start is a precise ``SpawnError``; plain jobs still run."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to give the agent its own mounts")
+    state = tmp_path / "state"
+    setup = f"mount --bind /dev/null /dev/ptmx && exec {sys.executable} -m remote_exec.agent ensure --dir {state}"
+    with anyio.fail_after(60):
+        await anyio.run_process(["unshare", "-m", "sh", "-c", setup])
+    try:
+        async with rx.open_sandbox(f"local://?dir={state}") as sb:
+            with pytest.raises(rx.SpawnError, match="cannot allocate a pseudo-terminal"), anyio.fail_after(30):
+                await sb.run(["true"], tty=True)
+            assert (await sb.run(["true"])).returncode == 0
+    finally:
+        stop_agent(state)
+
+
+async def test_a_program_that_is_not_there(agent_dir: Path) -> None:
     async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
-        with pytest.raises(rx.SpawnError), anyio.fail_after(30):
+        with pytest.raises(rx.SpawnError, match="nonexistent"):
             await sb.run(["/nonexistent/prog"], tty=True)
+        assert not [j for j in await sb.jobs() if j.tty and j.state == "running"]
