@@ -121,6 +121,11 @@ async def test_input_answered_through_stdin(sandbox_url: str) -> None:
         await screen.expect("name? ")
         await proc.write_stdin("ada\r")
         assert (await screen.ended()).stdout == "name? ada\r\ngot ada\r\n"
+        cat = sb.exec_remote(["cat"], tty=True)
+        await cat.write_stdin("abc\r")
+        await cat.close_stdin()  # Ctrl-D at the start of a line: cat reads its end
+        res = await cat.wait()
+        assert (res.stdout, res.returncode) == ("abc\r\nabc\r\n", 0)
         if (await sb.run(["sh", "-c", "command -v python3"])).returncode != 0:
             return  # a Python-less sandbox: the shell's read above is the same contract
         res = await sb.run(["python3", "-c", "print('got', input())"], tty=True, input="grace\r")

@@ -273,6 +273,15 @@ class PtyJob(DiskJob):
                 pgrp = os.tcgetpgrp(self.master)
         _killpg(pgrp if pgrp > 0 else self.pid, sig)
 
+    def write_stdin(self, data: bytes, offset: int | None, eof: bool) -> int:
+        """Keystrokes. A terminal is never closed by its typist: ``eof`` types the terminal's
+        end-of-file key (``VEOF``, Ctrl-D), which ends a reader at the start of a line."""
+        if eof and self.master is not None:
+            with contextlib.suppress(OSError, IndexError):
+                key = termios.tcgetattr(self.master)[6][termios.VEOF]  # the slave's, read on the master
+                data += key if isinstance(key, bytes) else b"\x04"
+        return super().write_stdin(data, offset, False)
+
     def resize(self, size: TtySize) -> None:
         """Set the terminal's size; its foreground group gets SIGWINCH. Saved with the job."""
         if not self.running or self.master is None:
