@@ -86,3 +86,16 @@ def test_leave_with_ctrl_bracket_then_attach_t(agent_dir: Path) -> None:
     viewer.expect(pexpect.EOF)
     viewer.close()
     assert viewer.exitstatus == 4
+
+
+def test_attach_t_needs_a_tty_job(agent_dir: Path) -> None:
+    child = cli(agent_dir, "run", "--detach", "--", "sleep", "30")
+    child.expect(pexpect.EOF)
+    job_id = (child.before or b"").decode().strip()
+    child.close()
+    viewer = cli(agent_dir, "attach", "-t", job_id)
+    viewer.expect_exact("has no terminal")
+    viewer.expect(pexpect.EOF)
+    viewer.close()
+    assert viewer.exitstatus == 1
+    cli(agent_dir, "kill", job_id).expect(pexpect.EOF)

@@ -154,7 +154,11 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
     if args.cmd == "prune":
         return await prune(sb, args)
     if args.cmd == "attach" and args.tty:
-        return await follow_tty(await sb.attach(args.job_id))
+        proc = await sb.attach(args.job_id)
+        if not proc.tty:
+            job = terminal_safe(args.job_id)
+            raise SystemExit(f"remote-exec attach: job {job} has no terminal (attach without -t)")
+        return await follow_tty(proc)
     if args.cmd == "attach":
         return await _follow(await sb.attach(args.job_id))
     proc = await sb.attach(args.job_id)
