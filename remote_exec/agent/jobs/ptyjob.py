@@ -120,8 +120,13 @@ class PtyJob(DiskJob):
             set_size(slave, self.size)
             self._exec_on(slave)
             # The copier starts before the agent awaits anything: no output waits for it.
-            self.relay = fork_relay(master, log_fd)
+            try:
+                self.relay = fork_relay(master, log_fd)
+            except OSError as exc:
+                raise SpawnError(f"cannot start the copier of its terminal: {exc}", job_id=self.job_id) from None
         except BaseException:
+            if self.pid:  # started, but no copier could be forked: nobody would ever read it
+                _killpg(self.pid, signal.SIGKILL)  # (its zombie goes to the keeper with this agent)
             os.close(master)
             self.stdin.release()
             raise
