@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -99,3 +100,25 @@ async def test_a_program_that_is_not_there(agent_dir: Path) -> None:
         with pytest.raises(rx.SpawnError, match="nonexistent"):
             await sb.run(["/nonexistent/prog"], tty=True)
         assert not [j for j in await sb.jobs() if j.tty and j.state == "running"]
+
+
+async def test_tty_job_handed_over_to_an_upgraded_agent(fresh_agent_dir: Path) -> None:
+    """An upgrade in place (``server_handover``): the next agent takes the terminal back from
+    the keeper; keystrokes, resizes and Ctrl-C still reach the job, its output goes on."""
+    agent = [sys.executable, "-m", "remote_exec.agent"]
+    await anyio.run_process([*agent, "ensure", "--dir", str(fresh_agent_dir), "--report-version", "0.0.1-old"])
+    script = "read a; echo got $a; read b; stty size; trap 'echo int; exit 9' INT; echo armed; sleep 100 & wait"
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        old_pid = sb.info.pid
+        proc = sb.exec_remote(["sh", "-c", script], tty=True)
+        screen = Screen(proc)
+        await proc.write_stdin("one\r")
+        at = await screen.expect("got one\r\n")
+        new = await anyio.run_process([*agent, "ensure", "--dir", str(fresh_agent_dir)])
+        assert json.loads(new.stdout)["result"]["pid"] != old_pid
+        await proc.resize(77, 17)  # the new agent's master (from the keeper)
+        await proc.write_stdin("two\r")
+        at = await screen.expect("17 77\r\n", at)
+        await screen.expect("armed\r\n", at)
+        await proc.signal("INT")
+        assert (await screen.ended()).exit_code == 9
