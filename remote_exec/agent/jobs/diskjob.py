@@ -253,9 +253,12 @@ class DiskJob(Job):
             idempotency_key=meta.get("idempotency_key"),
             output_cap=meta.get("output_cap"),
             tags=meta.get("tags"),
+            tty=bool(meta.get("tty", False)),
+            tty_size=meta.get("tty_size"),
         )
         job = cls(meta["job_id"], params, buffer_limit, on_done, home)
         job.pid, job.starttime, job.started_at = int(meta.get("pid") or 0), meta.get("starttime"), meta["started_at"]
+        job._restored(meta)
         with contextlib.suppress(OSError, ValueError):
             job.stdin.written = int((job.dir / "stdin_bytes").read_bytes())
         end = meta.get("end")
@@ -267,6 +270,9 @@ class DiskJob(Job):
             how = exits.get(f"{job.pid}:{job.starttime}")
             job._finish("completed", None if how is None else how["code"], None if how is None else how["at"])
         return job
+
+    def _restored(self, meta: dict[str, Any]) -> None:
+        """Take what a subclass keeps in ``job.json`` beyond the start params (nothing here)."""
 
     async def _reattach(self) -> None:
         if self.params.stdin_open:
