@@ -61,8 +61,8 @@ class Watcher(Protocol):
     def check(self, p: StartParams) -> None:
         """Before the spawn: refuse a policy that cannot be enforced (a bad watch pattern)."""
 
-    def started(self, job: Job) -> None:
-        """A job started (or was re-adopted, running): watch it if its policy asks."""
+    def started(self, job: Job, resumed: bool = False) -> None:
+        """A job started (``resumed``: was re-adopted, running): watch it if its policy asks."""
 
     def touched(self, job: Job) -> None:
         """A request named the job: its client is attached."""
@@ -430,7 +430,7 @@ class JobController:
                 self._by_key[job.params.idempotency_key] = job.job_id
         for job in restored:
             if job.running and self.watcher is not None:
-                self.watcher.started(job)
+                self.watcher.started(job, resumed=True)
         for job in ended:
             self._finished[job.job_id] = time.monotonic() - max(0.0, time.time() - (job.ended_at or time.time()))
         self._expire()

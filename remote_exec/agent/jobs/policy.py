@@ -69,12 +69,16 @@ class PolicyWatcher:
             except ValueError as exc:
                 raise InvalidParamsError(f"bad watch rule: {exc}") from None
 
-    def started(self, job: Job) -> None:
-        """Watch ``job`` if its policy asks for anything; its starter counts as attached."""
+    def started(self, job: Job, resumed: bool = False) -> None:
+        """Watch ``job`` if its policy asks for anything; its starter counts as attached.
+
+        A ``resumed`` job (re-adopted from an earlier agent) has its rules go on from the
+        output's end: what they saw then already had its effect (an interrupt is not resent).
+        """
         policy = job.params.policy
         if policy is None or not policy.active or not job.running:
             return
-        rules = RuleScanner(job, policy.on_output) if policy.on_output else None
+        rules = RuleScanner(job, policy.on_output, resumed) if policy.on_output else None
         self._watched[job.job_id] = _Watched(job, policy, rules)
         self.touched(job)
         if self._task is None or self._task.done():

@@ -58,14 +58,15 @@ def compile_rules(rules: list[WatchRule]) -> list[regex.Pattern[str]]:
 class RuleScanner:
     """Runs one job's rules over what its streams gained since the last :meth:`scan`."""
 
-    def __init__(self, job: Job, rules: list[WatchRule]) -> None:
+    def __init__(self, job: Job, rules: list[WatchRule], from_end: bool = False) -> None:
         self._job = job
         self._rules = rules
         self._compiled = compile_rules(rules)
         self._off = set(job.rules_disabled)  # disabled or spent (``once``): not run again
-        self._cursor = {fd: 0 for fd in _STREAMS}  # where the next read starts
+        start = {fd: job.streams[fd].end if from_end else 0 for fd in _STREAMS}
+        self._cursor = dict(start)  # where the next read starts
         self._line = {fd: bytearray() for fd in _STREAMS}  # the line in progress (capped)
-        self._line_at = {fd: 0 for fd in _STREAMS}  # its byte offset in the stream
+        self._line_at = dict(start)  # its byte offset in the stream
         self._over = {fd: False for fd in _STREAMS}  # past LINE_CAP: wait for its end
         self._ended = False  # a kill rule fired: nothing more to act on
 
