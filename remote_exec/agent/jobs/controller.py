@@ -138,6 +138,14 @@ class JobController:
         """
         return self._get(job_id).info()
 
+    def running_pid(self, job_id: str) -> int | None:
+        """The job's pid (its session id) while it runs, ``None`` once it ended (for the sampler).
+
+        :raises JobNotFoundError: no such job here.
+        """
+        job = self._get(job_id)
+        return job.pid if job.running else None
+
     def _next_id(self) -> str:
         """A new job id. The counter is on disk before the job exists: a forgotten job's id is
         never handed out again by a later agent, which would otherwise start counting from the
