@@ -204,3 +204,30 @@ async def test_kill_on_disconnect_after_the_client_process_is_sigkilled(agent_di
         kept = await _info(sb, keep_id)
         assert kept.state == "running" and kept.reason is None  # the "keep" job lives
         await (await sb.attach(keep_id)).kill()
+
+
+async def test_a_restarted_agent_enforces_the_policy(fresh_agent_dir: Path, tmp_path: Path) -> None:
+    """The policy is in job.json: kill -9 of the agent, and the next one (the keeper starts it)
+    re-adopts the job and runs its rule over the output written after."""
+    go = tmp_path / "go"
+    policy = rx.JobPolicy(on_output=[rx.WatchRule(pattern="^nan$", action="kill")])
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        proc = sb.exec_remote(
+            "echo nan-ish; " + WAIT_GO + "echo nan; exec sleep 300", env={"GO": str(go)}, policy=policy
+        )
+        await proc.started()
+        assert proc.job_id is not None
+        old = sb.info.instance_id
+        os.kill(sb.info.pid, signal.SIGKILL)
+        with anyio.fail_after(60):
+            while True:  # the next agent: server_info reconnects to it
+                try:
+                    if (await sb.server_info()).instance_id != old:
+                        break
+                except rx.RemoteExecError:
+                    pass
+                await anyio.sleep(0.1)  # a moment for the keeper to start it; the deadline bounds it
+        go.touch()
+        info = await _until(sb, proc.job_id, "killed", lambda i: i.state != "running")
+    assert info.state == "killed" and info.policy == policy
+    assert (info.reason or "").startswith("killed: watch rule 0 matched '^nan$' on stdout at byte 8")
