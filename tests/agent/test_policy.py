@@ -15,6 +15,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 import remote_exec as rx
 from remote_exec.agent.jobs.policy import TICK
@@ -190,7 +191,7 @@ async def test_kill_on_disconnect_after_the_client_process_is_sigkilled(agent_di
     async with await anyio.open_process([sys.executable, "-c", script, url]) as client:
         assert client.stdout is not None
         with anyio.fail_after(60):
-            line = (await client.stdout.receive()).decode()
+            line = (await BufferedByteReceiveStream(client.stdout).receive_until(b"\n", 4096)).decode()
         keep_id, kill_id = line.split()
         client.send_signal(signal.SIGKILL)  # no goodbye: its connection just closes
         await client.wait()
@@ -231,3 +232,13 @@ async def test_a_restarted_agent_enforces_the_policy(fresh_agent_dir: Path, tmp_
         info = await _until(sb, proc.job_id, "killed", lambda i: i.state != "running")
     assert info.state == "killed" and info.policy == policy
     assert (info.reason or "").startswith("killed: watch rule 0 matched '^nan$' on stdout at byte 8")
+
+
+async def test_a_client_without_a_stream_is_attached_while_it_polls(agent_dir: Path) -> None:
+    """``channel=call`` (one process, one connection per request): each poll counts as the
+    client seen; a job polled more often than its grace lives to its end."""
+    policy = rx.JobPolicy(on_disconnect="kill", disconnect_grace=3)
+    async with rx.open_sandbox(f"local://?dir={agent_dir}&channel=call") as sb:
+        with anyio.fail_after(60):
+            result = await sb.run("sleep 7; echo done", policy=policy, poll_interval=1.0)
+    assert (result.state, result.stdout, result.reason) == ("completed", "done\n", None)

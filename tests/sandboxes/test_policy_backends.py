@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import anyio
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 import remote_exec as rx
 from remote_exec.agent.jobs.policy import TICK
@@ -53,7 +54,9 @@ async def test_docker_client_sigkilled_kill_job_dies_keep_job_lives(container: s
     async with await anyio.open_process([sys.executable, "-c", script, container]) as client:
         assert client.stdout is not None
         with anyio.fail_after(90):
-            keep_id, kill_id = (await client.stdout.receive()).decode().split()
+            keep_id, kill_id = (
+                (await BufferedByteReceiveStream(client.stdout).receive_until(b"\n", 4096)).decode().split()
+            )
         client.kill()  # SIGKILL: its docker exec loses its stdin, the relay its input
         await client.wait()
         t0 = time.monotonic()

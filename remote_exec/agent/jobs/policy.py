@@ -96,12 +96,17 @@ class PolicyWatcher:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     def touched(self, job: Job) -> None:
-        """The request being handled named ``job``: its connection is attached to it."""
+        """The request being handled named ``job``: its connection is attached to it.
+
+        A request from no frame-stream connection (HTTP, one ``agent call`` per request) counts
+        as a client seen now: such a client is attached while it asks at least once a grace."""
         w = self._watched.get(job.job_id)
+        if w is None:
+            return
+        w.attached_at = time.monotonic()
         peer = CURRENT_PEER.get()
-        if w is not None and peer is not None and len(w.peers) < 1024:
+        if peer is not None and len(w.peers) < 1024:
             w.peers.add(peer.id)
-            w.attached_at = time.monotonic()
 
     async def aclose(self) -> None:
         """Stop enforcing (the agent is going away; the next one resumes from the job records)."""
