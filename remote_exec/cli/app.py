@@ -24,6 +24,7 @@ import signal
 import sys
 from typing import TextIO
 
+from ..client.policyopts import POLICY_OPTIONS, policy_from_args
 from ..client.process import ExecRemoteProcess
 from ..client.sandbox import AsyncSandbox
 from ..client.types import Completed, ExecRemoteOptions, StderrChunk, StdoutChunk
@@ -61,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--tty", "-t", action="store_true", help="run in a terminal: this one, raw, its size; Ctrl-] leaves"
     )
+    policy = run.add_argument_group("policy", "what the agent does to the job by itself, client or no client")
+    for flags, kwargs in POLICY_OPTIONS:
+        policy.add_argument(*flags, **kwargs)
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     sub.add_parser("ps", help="list jobs")
     att = sub.add_parser("attach", help="follow a job's output")
@@ -95,6 +99,8 @@ async def _follow(proc: ExecRemoteProcess) -> int:
             elif isinstance(ev, StderrChunk):
                 _write(sys.stderr, ev.data)
             elif isinstance(ev, Completed):
+                if ev.reason:
+                    print(f"remote-exec: {terminal_safe(ev.reason)}", file=sys.stderr)
                 code = ev.exit_code
                 return 128 - code if code < 0 else code  # killed by signal N -> 128+N, like a shell
     except ExecTimeoutError as exc:
@@ -125,8 +131,17 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if not command:
             raise SystemExit("remote-exec run: no command (use: remote-exec run -- CMD ARGS...)")
+        try:
+            policy = policy_from_args(args)
+        except ValueError as exc:
+            raise SystemExit(f"remote-exec run: {exc}") from None
         opts = ExecRemoteOptions(
-            cwd=args.cwd, env=_env(args.env), timeout=args.timeout, kill_grace=args.kill_grace, label=args.label
+            cwd=args.cwd,
+            env=_env(args.env),
+            timeout=args.timeout,
+            kill_grace=args.kill_grace,
+            label=args.label,
+            policy=policy,
         )
         if args.tty:  # bytes, not text: the local terminal decodes them (a split UTF-8 character too)
             opts = opts.merged({"tty": True, "tty_size": local_size(), "encoding": "base64"})

@@ -82,9 +82,22 @@ from .metrics import (
     HEARTBEAT_ANSWER,
     MAX_STATS_WINDOW,
     JobStats,
+    JobStatsMany,
+    JobStatsManyParams,
     JobStatsParams,
     SandboxStats,
     SandboxStatsParams,
+)
+from .policy import (
+    MAX_HITS_KEPT,
+    MAX_RULE_PATTERN,
+    MAX_RULES,
+    DisconnectAction,
+    IdleAction,
+    JobPolicy,
+    RuleAction,
+    WatchHit,
+    WatchRule,
 )
 from .ports import (
     PortConnectParams,
@@ -115,6 +128,9 @@ __all__ = [
     "HEARTBEAT_ANSWER",
     "MAX_CHUNK",
     "MAX_HASH_PATHS",
+    "MAX_HITS_KEPT",
+    "MAX_RULES",
+    "MAX_RULE_PATTERN",
     "STAGED_NAME",
     "MAX_LIST_ENTRIES",
     "MAX_PAGE_ITEMS",
@@ -125,6 +141,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "STREAM_SOCKET",
     "TERMINAL_STATES",
+    "DisconnectAction",
     "Empty",
     "Encoding",
     "FileHashParams",
@@ -146,11 +163,15 @@ __all__ = [
     "FileWriteOpenParams",
     "FileWriteOpenResult",
     "FileWriteParams",
+    "IdleAction",
     "JobIdParams",
     "JobInfo",
+    "JobPolicy",
     "JobState",
     "JobStats",
     "JobStatsParams",
+    "JobStatsMany",
+    "JobStatsManyParams",
     "KillParams",
     "KillResult",
     "ListParams",
@@ -174,6 +195,7 @@ __all__ = [
     "PortSendResult",
     "PortState",
     "RemoteExecError",
+    "RuleAction",
     "SandboxStats",
     "SandboxStatsParams",
     "ServerInfo",
@@ -188,6 +210,8 @@ __all__ = [
     "StartParams",
     "StartResult",
     "TtySize",
+    "WatchHit",
+    "WatchRule",
     "WireModel",
     "WriteStdinParams",
     "WriteStdinResult",
@@ -236,6 +260,7 @@ class Method(StrEnum):
     PING = "ping"
     JOB_STATS = "job_stats"
     SANDBOX_STATS = "sandbox_stats"
+    JOB_STATS_MANY = "job_stats_many"
 
 
 class MethodSpec(WireModel):
@@ -289,6 +314,7 @@ METHODS: dict[str, MethodSpec] = {
     Method.PING: MethodSpec(params=Empty, result=Empty),
     Method.JOB_STATS: MethodSpec(params=JobStatsParams, result=JobStats),
     Method.SANDBOX_STATS: MethodSpec(params=SandboxStatsParams, result=SandboxStats),
+    Method.JOB_STATS_MANY: MethodSpec(params=JobStatsManyParams, result=JobStatsMany),
 }
 """Every method the agent serves, with its params and result models."""
 

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from .base import _SIGNAL_NAMES, DEFAULT_MAX_BYTES, MAX_PAGE_ITEMS, Encoding, JobId, JobState, Offset, WireModel
+from .policy import MAX_HITS_KEPT, MAX_RULES, JobPolicy, WatchHit
 
 MAX_TAGS = 16
 """The most tags a job carries (each key at most 64 characters, each value at most 1024)."""
@@ -70,6 +71,7 @@ class StartParams(WireModel):
     ``tty``: run the job in a pseudo-terminal of ``tty_size`` (default 80x24): stdin is the
     keyboard, stdout carries the screen (stderr merged, as a terminal does; the stderr stream
     stays empty), ``TERM`` is ``xterm-256color`` unless ``env`` sets it.
+    ``policy``: what the agent does to the job by itself (see :class:`JobPolicy`).
     """
 
     command: (
@@ -90,6 +92,7 @@ class StartParams(WireModel):
     tags: Tags | None = None
     tty: bool = False
     tty_size: TtySize | None = None
+    policy: JobPolicy | None = None
 
     @field_validator("command")
     @classmethod
@@ -98,6 +101,9 @@ class StartParams(WireModel):
         if any("\x00" in p for p in parts):
             raise ValueError("command must not contain NUL characters")
         return v
+
+
+_Reason = Annotated[str, Field(max_length=512)]
 
 
 class StartResult(WireModel):
@@ -132,6 +138,8 @@ class PollResult(WireModel):
     terminal only in the response that returns the last byte of both streams.
     ``payload_sizes`` is set when the data is in the payload (a ``binary`` poll): the byte
     counts of stdout and stderr there, in that order; ``stdout``/``stderr`` are then empty.
+    ``reason``: why the agent ended the job by itself (its policy), with the terminal state;
+    ``hits``: how many watch-rule matches the job has had so far (``JobInfo.hits`` lists them).
     """
 
     state: JobState
@@ -143,6 +151,8 @@ class PollResult(WireModel):
     stdout_dropped: Offset = 0
     stderr_dropped: Offset = 0
     payload_sizes: tuple[Offset, Offset] | None = None
+    reason: _Reason | None = None
+    hits: Offset = 0
 
 
 class ReadParams(WireModel):
@@ -271,7 +281,12 @@ class JobInfo(WireModel):
 
     ``leftovers``: pids of the job's processes still alive after its leader exited (``sleep 300 &``
     in a finished script); ``exec_remote_kill`` on the ended job ends them. ``tty``: the job runs
-    in a pseudo-terminal, whose current size is ``tty_size`` (a second viewer sizes itself by it)."""
+    in a pseudo-terminal, whose current size is ``tty_size`` (a second viewer sizes itself by it).
+    ``policy``: the job's policy as started; ``reason``: why the agent ended or interrupted it
+    by itself ("killed: memory limit 2.0 GiB exceeded"); ``hits``: its first watch-rule
+    matches, ``hits_total`` all of them; ``rules_disabled``: watch rules the agent stopped
+    running (a match took too long: a catastrophic pattern); ``watch_skipped``: output bytes
+    the rules never saw (the job wrote faster than they are run, see docs/concepts.md)."""
 
     job_id: JobId
     pid: int
@@ -290,6 +305,14 @@ class JobInfo(WireModel):
     tags: Tags | None = None
     tty: bool = False
     tty_size: TtySize | None = None
+    policy: JobPolicy | None = None
+    reason: _Reason | None = None
+    hits: Annotated[list[WatchHit], Field(max_length=MAX_HITS_KEPT)] = Field(default_factory=list)
+    hits_total: Offset = 0
+    rules_disabled: Annotated[list[Annotated[int, Field(ge=0, lt=MAX_RULES)]], Field(max_length=MAX_RULES)] = Field(
+        default_factory=list
+    )
+    watch_skipped: Offset = 0
 
 
 class ListParams(WireModel):
