@@ -80,9 +80,13 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .pool import SandboxPool as SandboxPool
     from .protocol import FileInfo as FileInfo
     from .protocol import JobInfo as JobInfo
+    from .protocol import JobPolicy as JobPolicy
+    from .protocol import JobStats as JobStats
     from .protocol import PortConnInfo as PortConnInfo
     from .protocol import ServerInfo as ServerInfo
     from .protocol import ShellInfo as ShellInfo
+    from .protocol import WatchHit as WatchHit
+    from .protocol import WatchRule as WatchRule
     from .sandboxes import open_sandbox as open_sandbox
     from .sandboxes import sandbox_url as sandbox_url
 
@@ -152,6 +156,10 @@ _LAZY: dict[str, str] = {
     "BlockingSandboxPool": ".blocking",
     "FileInfo": ".protocol",
     "JobInfo": ".protocol",
+    "JobPolicy": ".protocol",
+    "JobStats": ".protocol",
+    "WatchHit": ".protocol",
+    "WatchRule": ".protocol",
     "PortConnInfo": ".protocol",
     "ServerInfo": ".protocol",
     "ShellInfo": ".protocol",
@@ -229,6 +237,8 @@ __all__ = [
     "JobKilledError",
     "JobNotFoundError",
     "JobNotRunningError",
+    "JobPolicy",
+    "JobStats",
     "NoSpaceError",
     "OutputSlice",
     "PathEscapeError",
@@ -266,6 +276,8 @@ __all__ = [
     "TransferResult",
     "TransportError",
     "UntrustedAgentError",
+    "WatchHit",
+    "WatchRule",
     "WriteSessionNotFoundError",
     "__version__",
     "connect",

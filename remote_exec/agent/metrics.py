@@ -10,13 +10,23 @@ asking once a second costs one ``/proc`` walk per job per second.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from ..protocol import JobStats, JobStatsParams, Method, SandboxStats, SandboxStatsParams
+from ..errors import AgentLostError, JobNotFoundError
+from ..protocol import (
+    JobStats,
+    JobStatsMany,
+    JobStatsManyParams,
+    JobStatsParams,
+    Method,
+    SandboxStats,
+    SandboxStatsParams,
+)
 from .jobs.controller import JobController
 from .jobs.proctable import scan
 from .rpc import Handler
@@ -240,6 +250,20 @@ class MetricsController:
             interval=span,
         )
 
+    async def job_stats_many(self, p: JobStatsManyParams) -> JobStatsMany:
+        """Many jobs' stats from one walk (the calls below share it); unknown jobs left out."""
+
+        got: dict[str, JobStats] = {}
+
+        async def one(job_id: str) -> None:
+            with contextlib.suppress(JobNotFoundError, AgentLostError):
+                got[job_id] = await self.job_stats(JobStatsParams(job_id=job_id, window=p.window))
+
+        async with asyncio.TaskGroup() as tg:
+            for job_id in dict.fromkeys(p.job_ids):
+                tg.create_task(one(job_id))
+        return JobStatsMany(stats=[got[j] for j in dict.fromkeys(p.job_ids) if j in got])
+
     async def _walk_soon(self) -> dict[int, TreeReading]:
         await asyncio.sleep(GATHER)  # a batching window: the calls arriving meanwhile join this walk
         # Later callers start the next walk: this one may predate their jobs.
@@ -297,4 +321,8 @@ class MetricsController:
 
 def metrics_methods(ctl: MetricsController) -> dict[str, Handler]:
     """The stats methods served by ``ctl``."""
-    return {Method.JOB_STATS: ctl.job_stats, Method.SANDBOX_STATS: ctl.sandbox_stats}
+    return {
+        Method.JOB_STATS: ctl.job_stats,
+        Method.JOB_STATS_MANY: ctl.job_stats_many,
+        Method.SANDBOX_STATS: ctl.sandbox_stats,
+    }

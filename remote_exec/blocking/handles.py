@@ -7,6 +7,7 @@ that a user may want to stop (iteration, ``wait()``, ``run()``) is interruptible
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future
 from types import TracebackType
@@ -21,7 +22,7 @@ from ..client.sandbox import AsyncSandbox
 from ..client.shell import ShellSession
 from ..client.types import ExecRemoteEvent, ExecResult
 from ..errors import SandboxClosedError
-from ..protocol import JobInfo, PortConnInfo, ShellInfo
+from ..protocol import JobInfo, JobStats, PortConnInfo, ShellInfo
 
 __all__ = [
     "BlockingExecRemoteProcess",
@@ -155,6 +156,14 @@ class BlockingExecRemoteProcess(_Handle):
 
     def tail(self, n_bytes: int, stream: Literal["stdout", "stderr"] = "stdout") -> OutputSlice:
         return self._portal.call(self.async_process.tail, n_bytes, stream)
+
+    def stats(self, *, window: float = 0.5) -> JobStats:
+        """CPU %, RSS, threads, I/O and process count of the job's whole process tree."""
+        return self._call(functools.partial(self.async_process.stats, window=window))
+
+    @property
+    def hits(self) -> int:
+        return self.async_process.hits
 
     def release(self) -> None:
         self._call(self.async_process.release)

@@ -241,6 +241,10 @@ class Sandbox(BlockingSandboxFiles):
         """CPU %, RSS, threads, I/O and process count of a job's whole process tree."""
         return self._call(functools.partial(self.async_sandbox.job_stats, job_id, window=window))
 
+    def job_stats_many(self, job_ids: list[str], *, window: float = 0.5) -> dict[str, JobStats]:
+        """:meth:`job_stats` of many jobs in one call; unknown jobs are left out."""
+        return self._call(functools.partial(self.async_sandbox.job_stats_many, job_ids, window=window))
+
     def forward_port(
         self, remote_port: int, local_port: int = 0, *, remote_host: str = "127.0.0.1"
     ) -> BlockingPortForward:

@@ -19,6 +19,8 @@ from ..protocol import (
     Empty,
     JobIdParams,
     JobInfo,
+    JobStats,
+    JobStatsParams,
     KillParams,
     KillResult,
     Method,
@@ -80,6 +82,7 @@ class ExecRemoteProcess:
         self._kill_task: asyncio.Task[None] | None = None
         self.kill_on_cancel = True
         self._iterated = False
+        self._hits = 0
         self.info: JobInfo | None = None
         """The agent's record of the job when this handle was made by ``attach`` (its command,
         ``started_at``, label and tags), else ``None``."""
@@ -213,6 +216,7 @@ class ExecRemoteProcess:
             tail.add(data)
             self._queue.append(event(data))
         self._offsets = [r.stdout_offset, r.stderr_offset]
+        self._hits = max(self._hits, r.hits)
         if r.state == "running":
             return
         self._final = r
@@ -223,7 +227,8 @@ class ExecRemoteProcess:
                 result=self._result(),
             )
         else:
-            self._queue.append(Completed(self._exit_code(), self._tails[0].value(), self._tails[1].value()))
+            tails = self._tails[0].value(), self._tails[1].value()
+            self._queue.append(Completed(self._exit_code(), *tails, reason=r.reason))
             self._ended = True
 
     def _exit_code(self) -> int:
@@ -241,6 +246,7 @@ class ExecRemoteProcess:
             stderr_truncated=self._tails[1].dropped,
             job_id=self._job_id or "",
             state=state,
+            reason=self._final.reason if self._final is not None else None,
         )
 
     async def wait(self) -> ExecResult:
@@ -344,6 +350,27 @@ class ExecRemoteProcess:
             timeout=grace + self._margin,
         )
 
+    async def stats(self, *, window: float = 0.5) -> JobStats:
+        """CPU %, RSS, threads, I/O bytes and process count of the job's whole process tree.
+
+        The CPU rate is since the previous reading of this job (by any client) if within 30 s,
+        else measured over ``window`` seconds (at most 5) first. Only reads: cancelling it
+        changes nothing.
+
+        :raises JobNotFoundError: the job was released or expired.
+        :raises SpawnError: the command could not be started.
+        """
+        await self.started()
+        assert self._job_id is not None
+        params = JobStatsParams(job_id=self._job_id, window=window)
+        return await self._rpc.call(Method.JOB_STATS, params, JobStats)
+
+    @property
+    def hits(self) -> int:
+        """Watch-rule matches of the job (its policy's ``on_output``) as of the last poll read;
+        ``sb.jobs()`` lists them (rule, stream, byte offset, time)."""
+        return self._hits
+
     async def tail(self, n_bytes: int, stream: Literal["stdout", "stderr"] = "stdout") -> OutputSlice:
         """The last ``n_bytes`` of the job's ``stream`` (its log on disk), whatever this handle has
         read; moves no cursor. Cancelling abandons the read.
@@ -404,6 +431,7 @@ def launch(rpc: RpcClient, command: list[str] | str, options: ExecRemoteOptions,
         tags=options.tags,
         idempotency_key=secrets.token_hex(8),
         output_cap=options.output_cap,
+        policy=options.policy,
     )
     return starting(rpc, rpc.call(Method.EXEC_REMOTE_START, params, StartResult), options, margin)
 

@@ -13,6 +13,8 @@ from ..protocol import (
     JobIdParams,
     JobInfo,
     JobStats,
+    JobStatsMany,
+    JobStatsManyParams,
     JobStatsParams,
     ListParams,
     ListResult,
@@ -325,6 +327,25 @@ class AsyncSandbox(SandboxFiles):
         :raises JobNotFoundError: no such job (or it was released / expired).
         """
         return await self._core.rpc.call(Method.JOB_STATS, JobStatsParams(job_id=job_id, window=window), JobStats)
+
+    async def job_stats_many(self, job_ids: list[str], *, window: float = 0.5) -> dict[str, JobStats]:
+        """:meth:`job_stats` of many jobs in one call (one walk of ``/proc`` in the agent): what
+        a dashboard watching many jobs asks each second. Jobs the agent does not know (released,
+        expired) are left out; at most 1000 ids per call.
+
+        Only reads: cancelling it changes nothing.
+
+        :raises ProtocolError: the agent answered about a job that was not asked for.
+        """
+        if not job_ids:
+            return {}
+        params = JobStatsManyParams(job_ids=job_ids, window=window)
+        answer = await self._core.rpc.call(Method.JOB_STATS_MANY, params, JobStatsMany)
+        asked = set(job_ids)
+        stats = {s.job_id: s for s in answer.stats}
+        if not stats.keys() <= asked:
+            raise ProtocolError(f"{self.url}: job_stats_many answered about jobs not asked for")
+        return stats
 
     # -- port forwarding (see client/ports.py) ---------------------------------------------
 

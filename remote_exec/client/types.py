@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Literal, TypedDict
 
+from ..protocol import JobPolicy
+
 __all__ = [
     "Completed",
     "ExecRemoteEvent",
@@ -35,12 +37,14 @@ class StderrChunk:
 class Completed:
     """The job ended; always the last event. ``stdout``/``stderr`` hold the kept tails.
 
-    ``exit_code`` is negative (``-N``) when signal N ended the process.
+    ``exit_code`` is negative (``-N``) when signal N ended the process. ``reason`` says why
+    the agent ended the job by itself (its :class:`~remote_exec.JobPolicy`), else ``None``.
     """
 
     exit_code: int
     stdout: str | bytes
     stderr: str | bytes
+    reason: str | None = None
 
     @property
     def success(self) -> bool:
@@ -57,7 +61,9 @@ class ExecResult:
 
     When ``output_limit`` kept only the tail of a stream, ``stdout_truncated`` /
     ``stderr_truncated`` count what was cut from its head (characters, or bytes for base64
-    jobs; bytes the agent dropped before they were read are counted too).
+    jobs; bytes the agent dropped before they were read are counted too). ``reason`` says why
+    the agent ended or interrupted the job by itself under its policy ("killed: memory limit
+    2.0 GiB exceeded", "killed: watch rule 0 matched 'nan' on stdout"), else ``None``.
     """
 
     success: bool
@@ -68,6 +74,7 @@ class ExecResult:
     stderr_truncated: int = 0
     job_id: str = ""
     state: Literal["completed", "killed", "timed_out", "running"] = "completed"
+    reason: str | None = None
 
     @property
     def truncated(self) -> bool:
@@ -100,6 +107,9 @@ class ExecRemoteOptions:
         1 GiB; at least 64 KiB); past it the oldest bytes are dropped and counted.
     :ivar tags: notes stored with the job and returned by ``jobs()`` (at most 16; keys up to
         64 characters, values up to 1024), e.g. the notebook that started it.
+    :ivar policy: what the agent does to the job by itself, client or no client: kill it
+        once no client is attached, interrupt it when silent, memory and CPU limits, watch
+        rules on its output (see :class:`~remote_exec.JobPolicy`).
     """
 
     input: str | bytes | None = None
@@ -116,6 +126,7 @@ class ExecRemoteOptions:
     label: str | None = None
     output_cap: int | None = None
     tags: dict[str, str] | None = None
+    policy: JobPolicy | None = None
 
     def merged(self, overrides: OptionOverrides) -> ExecRemoteOptions:
         """A copy with ``overrides`` applied."""
@@ -139,3 +150,4 @@ class OptionOverrides(TypedDict, total=False):
     label: str | None
     output_cap: int | None
     tags: dict[str, str] | None
+    policy: JobPolicy | None

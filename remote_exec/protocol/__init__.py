@@ -80,9 +80,22 @@ from .metrics import (
     HEARTBEAT_ANSWER,
     MAX_STATS_WINDOW,
     JobStats,
+    JobStatsMany,
+    JobStatsManyParams,
     JobStatsParams,
     SandboxStats,
     SandboxStatsParams,
+)
+from .policy import (
+    MAX_HITS_KEPT,
+    MAX_RULE_PATTERN,
+    MAX_RULES,
+    DisconnectAction,
+    IdleAction,
+    JobPolicy,
+    RuleAction,
+    WatchHit,
+    WatchRule,
 )
 from .ports import (
     PortConnectParams,
@@ -113,6 +126,9 @@ __all__ = [
     "HEARTBEAT_ANSWER",
     "MAX_CHUNK",
     "MAX_HASH_PATHS",
+    "MAX_HITS_KEPT",
+    "MAX_RULES",
+    "MAX_RULE_PATTERN",
     "STAGED_NAME",
     "MAX_LIST_ENTRIES",
     "MAX_PAGE_ITEMS",
@@ -123,6 +139,7 @@ __all__ = [
     "PROTOCOL_VERSION",
     "STREAM_SOCKET",
     "TERMINAL_STATES",
+    "DisconnectAction",
     "Empty",
     "Encoding",
     "FileHashParams",
@@ -144,11 +161,15 @@ __all__ = [
     "FileWriteOpenParams",
     "FileWriteOpenResult",
     "FileWriteParams",
+    "IdleAction",
     "JobIdParams",
     "JobInfo",
+    "JobPolicy",
     "JobState",
     "JobStats",
     "JobStatsParams",
+    "JobStatsMany",
+    "JobStatsManyParams",
     "KillParams",
     "KillResult",
     "ListParams",
@@ -171,6 +192,7 @@ __all__ = [
     "PortSendResult",
     "PortState",
     "RemoteExecError",
+    "RuleAction",
     "SandboxStats",
     "SandboxStatsParams",
     "ServerInfo",
@@ -184,6 +206,8 @@ __all__ = [
     "SignalParams",
     "StartParams",
     "StartResult",
+    "WatchHit",
+    "WatchRule",
     "WireModel",
     "WriteStdinParams",
     "WriteStdinResult",
@@ -231,6 +255,7 @@ class Method(StrEnum):
     PING = "ping"
     JOB_STATS = "job_stats"
     SANDBOX_STATS = "sandbox_stats"
+    JOB_STATS_MANY = "job_stats_many"
 
 
 class MethodSpec(WireModel):
@@ -283,6 +308,7 @@ METHODS: dict[str, MethodSpec] = {
     Method.PING: MethodSpec(params=Empty, result=Empty),
     Method.JOB_STATS: MethodSpec(params=JobStatsParams, result=JobStats),
     Method.SANDBOX_STATS: MethodSpec(params=SandboxStatsParams, result=SandboxStats),
+    Method.JOB_STATS_MANY: MethodSpec(params=JobStatsManyParams, result=JobStatsMany),
 }
 """Every method the agent serves, with its params and result models."""
 

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from .base import _SIGNAL_NAMES, DEFAULT_MAX_BYTES, MAX_PAGE_ITEMS, Encoding, JobId, JobState, Offset, WireModel
+from .policy import MAX_HITS_KEPT, JobPolicy, WatchHit
 
 MAX_TAGS = 16
 """The most tags a job carries (each key at most 64 characters, each value at most 1024)."""
@@ -54,6 +55,7 @@ class StartParams(WireModel):
     past it the oldest bytes are dropped, and counted, as ``*_dropped``.
     ``tags`` are the starter's own bounded notes on the job (e.g. the notebook and kernel that
     started it), stored with it and returned by ``exec_remote_list``; the agent never reads them.
+    ``policy``: what the agent does to the job by itself (see :class:`JobPolicy`).
     """
 
     command: (
@@ -72,6 +74,7 @@ class StartParams(WireModel):
     idempotency_key: Annotated[str, Field(max_length=128)] | None = None
     output_cap: Annotated[int, Field(ge=64 * 1024)] | None = None
     tags: Tags | None = None
+    policy: JobPolicy | None = None
 
     @field_validator("command")
     @classmethod
@@ -80,6 +83,9 @@ class StartParams(WireModel):
         if any("\x00" in p for p in parts):
             raise ValueError("command must not contain NUL characters")
         return v
+
+
+_Reason = Annotated[str, Field(max_length=512)]
 
 
 class StartResult(WireModel):
@@ -114,6 +120,8 @@ class PollResult(WireModel):
     terminal only in the response that returns the last byte of both streams.
     ``payload_sizes`` is set when the data is in the payload (a ``binary`` poll): the byte
     counts of stdout and stderr there, in that order; ``stdout``/``stderr`` are then empty.
+    ``reason``: why the agent ended the job by itself (its policy), with the terminal state;
+    ``hits``: how many watch-rule matches the job has had so far (``JobInfo.hits`` lists them).
     """
 
     state: JobState
@@ -125,6 +133,8 @@ class PollResult(WireModel):
     stdout_dropped: Offset = 0
     stderr_dropped: Offset = 0
     payload_sizes: tuple[Offset, Offset] | None = None
+    reason: _Reason | None = None
+    hits: Offset = 0
 
 
 class ReadParams(WireModel):
@@ -239,7 +249,10 @@ class JobInfo(WireModel):
     """One row of ``exec_remote_list`` (its strings bounded as :class:`StartParams` bounds them).
 
     ``leftovers``: pids of the job's processes still alive after its leader exited (``sleep 300 &``
-    in a finished script); ``exec_remote_kill`` on the ended job ends them."""
+    in a finished script); ``exec_remote_kill`` on the ended job ends them.
+    ``policy``: the job's policy as started; ``reason``: why the agent ended or interrupted it
+    by itself ("killed: memory limit 2.0 GiB exceeded"); ``hits``: its first watch-rule
+    matches, ``hits_total`` all of them."""
 
     job_id: JobId
     pid: int
@@ -256,6 +269,10 @@ class JobInfo(WireModel):
     encoding: Encoding
     leftovers: list[int] = Field(default_factory=list, max_length=1024)
     tags: Tags | None = None
+    policy: JobPolicy | None = None
+    reason: _Reason | None = None
+    hits: Annotated[list[WatchHit], Field(max_length=MAX_HITS_KEPT)] = Field(default_factory=list)
+    hits_total: Offset = 0
 
 
 class ListParams(WireModel):

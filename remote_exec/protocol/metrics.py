@@ -20,6 +20,8 @@ __all__ = [
     "MAX_STATS_WINDOW",
     "JobStats",
     "JobStatsParams",
+    "JobStatsMany",
+    "JobStatsManyParams",
     "SandboxStats",
     "SandboxStatsParams",
 ]
@@ -98,3 +100,18 @@ class SandboxStats(WireModel):
     disk_truncated: bool
     jobs_running: _Count
     interval: Annotated[float, Field(ge=0, le=86_400.0)]
+
+
+class JobStatsManyParams(WireModel):
+    """Params of ``job_stats_many``: many jobs' resource use in one call (and one ``/proc`` walk).
+
+    Unknown job ids are left out of the answer (a dashboard's list may be a moment old)."""
+
+    job_ids: Annotated[list[JobId], Field(min_length=1, max_length=1000)]
+    window: _Window = 0.5
+
+
+class JobStatsMany(WireModel):
+    """Result of ``job_stats_many``: one :class:`JobStats` per known job, in the order asked."""
+
+    stats: Annotated[list[JobStats], Field(max_length=1000)]

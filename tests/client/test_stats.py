@@ -95,3 +95,22 @@ async def test_unknown_job_stats_is_job_not_found(agent_dir: Path) -> None:
         assert proc.job_id is not None
         with pytest.raises(rx.JobNotFoundError):
             await sb.job_stats(f"{proc.job_id.rsplit('-', 1)[0]}-999999")
+
+
+async def test_proc_stats_and_one_call_for_many_jobs(agent_dir: Path) -> None:
+    """``proc.stats()`` on the handle; ``job_stats_many`` answers for many jobs in one call,
+    leaving out ids the agent does not know."""
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        procs = [sb.exec_remote(f"sleep 300 & echo ready; sleep 30{i}") for i in range(3)]
+        for proc in procs:
+            await _ready(proc)
+        st = await procs[0].stats(window=0.1)
+        assert (st.job_id, st.running, st.processes) == (procs[0].job_id, True, 3)  # sh and its two sleeps
+        ids = [p.job_id or "" for p in procs]
+        unknown = f"{ids[0].rsplit('-', 1)[0]}-999999"
+        many = await sb.job_stats_many([*ids, unknown], window=0.1)
+        assert list(many) == ids  # the order asked, the unknown one left out
+        assert all(s.running and s.processes == 3 for s in many.values())
+        assert await sb.job_stats_many([]) == {}
+        for proc in procs:
+            await proc.kill()
