@@ -8,11 +8,18 @@ keep thousands of jobs usable. Each job row has Interrupt, Kill and Open (a
 What persists (filters, page, folds) is widget state; rows travel as ``{type: "rows"}``
 messages carrying only the rows that changed since the last one, so the front end updates its
 table in place (a selection, focus or a press on a button survives a refresh).
+
+Health: ``links`` holds each sandbox's channel state (:class:`~remote_exec.client.link.Link`),
+shown above the table; each running job's row carries its CPU and memory (one batched
+``job_stats_many`` per sandbox and refresh, for the running jobs of the page shown, so only
+while a view refreshes) and when its output last grew (``quiet_since``; ``quiet_exact`` false
+when the job was already quiet when the dashboard first saw it: then it is "at least").
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -21,9 +28,10 @@ import anywidget
 import traitlets
 
 from ..blocking import BlockingExecRemoteProcess, Sandbox
+from ..client.link import LinkStatus
 from ..client.sandbox import AsyncSandbox
 from ..errors import JobNotFoundError, JobNotRunningError, RemoteExecError, SandboxClosedError
-from ..protocol import JobInfo
+from ..protocol import JobInfo, JobStats
 from ._assets import css, esm
 from .dashboard_view import STATE_FILTERS, Filters, Identity, Page, is_mine, job_row, session_row, visible
 from .display import jobs_table, widgets_enabled
@@ -32,6 +40,11 @@ from .job_view import JobView
 from .transcript import strip_ansi
 
 __all__ = ["Dashboard"]
+
+
+def _link(status: LinkStatus) -> dict[str, Any]:
+    return {"state": status.state, "reason": status.reason, "since": status.since}
+
 
 TAIL_BYTES = 1024  # the end of each stream read for a row's "last line"
 
@@ -65,8 +78,8 @@ class Dashboard(anywidget.AnyWidget):
     :raises SandboxClosedError: a sandbox is closed already.
     """
 
-    _esm = esm("dashboard")
-    _css = css("dashboard")
+    _esm = esm("dashboard", "health")
+    _css = css("dashboard", "health")
 
     sandboxes = traitlets.List(traitlets.Unicode()).tag(sync=True)
     errors = traitlets.Dict().tag(sync=True)
@@ -81,6 +94,7 @@ class Dashboard(anywidget.AnyWidget):
     page_size = traitlets.Int(50).tag(sync=True)
     expanded = traitlets.List(traitlets.Unicode()).tag(sync=True)
     counts = traitlets.Dict().tag(sync=True)
+    links = traitlets.Dict().tag(sync=True)  # url -> {state, reason, since}: each channel's Link
 
     def __init__(
         self,
@@ -119,6 +133,10 @@ class Dashboard(anywidget.AnyWidget):
         """The rows of the page shown (what the front end draws)."""
         self._refresher: asyncio.Task[None] | None = None
         self._closed = False
+        self._usage: dict[str, JobStats] = {}  # running job id -> its last reading
+        self._activity: dict[str, tuple[int, float, bool]] = {}  # job id -> (bytes, since, exact)
+        self._unsubscribe = [sb.link.subscribe(self._on_link) for sb in self._sbs]
+        self.links = {sb.url: _link(sb.link.status) for sb in self._sbs}
         self.on_msg(self._on_front_end_msg)
         self.observe(self._on_view_change, ["mine_only", "state_filter", "text_filter", "page", "expanded"])
         if not widgets_enabled():
@@ -141,9 +159,42 @@ class Dashboard(anywidget.AnyWidget):
         self._tails = {k: v for k, v in self._tails.items() if k in live}
         self._cleared &= live
         self._jobs = jobs
+        self._note_activity()
         if errors != self.errors:
             self.errors = errors
+        await self._sample_usage()
         await self._publish()
+
+    def _note_activity(self) -> None:
+        """Note when each job's byte count last grew (the "no output for N min" of its row)."""
+        now, seen = time.time(), {}
+        for _, job in self._jobs:
+            written = job.stdout_bytes + job.stderr_bytes
+            old = self._activity.get(job.job_id)
+            if old is None:  # first seen: quiet since its start if it never wrote, else unknown
+                seen[job.job_id] = (written, job.started_at, True) if not written else (written, now, False)
+            elif written != old[0]:
+                seen[job.job_id] = (written, now, True)
+            else:
+                seen[job.job_id] = old
+        self._activity = seen
+
+    async def _sample_usage(self) -> None:
+        """CPU and memory of the running jobs on the page shown: one batched call per sandbox."""
+        wanted: dict[int, list[str]] = {}
+        for entry in self._page().entries:
+            if entry[0] == "job" and entry[2].state == "running":
+                wanted.setdefault(entry[1], []).append(entry[2].job_id)
+        usage: dict[str, JobStats] = {}
+        for i, ids in wanted.items():
+            # An error (or a lost link) shows above the table; the rows then carry no numbers.
+            with contextlib.suppress(RemoteExecError, RuntimeError):
+                usage |= await self._sbs[i].async_sandbox.job_stats_many(ids)
+        self._usage = usage
+
+    def _on_link(self, _status: LinkStatus) -> None:
+        # On the loop thread (where the channel reports); one dict for all the sandboxes.
+        self.links = {sb.url: _link(sb.link.status) for sb in self._sbs}
 
     def _known_ids(self) -> set[str]:
         return {k if isinstance(k, str) else (k.job_id or "") for k in self._known}
@@ -171,7 +222,7 @@ class Dashboard(anywidget.AnyWidget):
                 rows.append(session_row(i, sid, jobs, f"shell:{i}:{sid}" in self.expanded))
             else:
                 _, i, job, depth = entry
-                rows.append(job_row(i, job, *await self._tail(i, job), depth=depth))
+                rows.append(self._health(job, job_row(i, job, *await self._tail(i, job), depth=depth)))
         self.rows = rows
         if view.counts != self.counts:
             self.counts = view.counts
@@ -181,6 +232,17 @@ class Dashboard(anywidget.AnyWidget):
             self._sent = {r["key"]: r for r in rows}
             self._order = order
             self.send({"type": "rows", "order": order, "rows": changed, "now": time.time()})
+
+    def _health(self, job: JobInfo, row: dict[str, Any]) -> dict[str, Any]:
+        st = self._usage.get(job.job_id) if job.state == "running" else None
+        _, since, exact = self._activity.get(job.job_id, (0, job.started_at, False))
+        return {
+            **row,
+            "cpu": round(st.cpu_percent, 1) if st else None,
+            "rss": st.rss if st else None,
+            "last_output_at": since,
+            "quiet_exact": exact,
+        }
 
     async def _tail(self, i: int, job: JobInfo) -> tuple[str, int]:
         written = job.stdout_bytes + job.stderr_bytes
@@ -327,6 +389,8 @@ class Dashboard(anywidget.AnyWidget):
     def close(self) -> None:
         """Stop refreshing and close the widget (and the job view it shows)."""
         self._closed = True
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
         if isinstance(self.opened, JobView):
             self.opened.close()
         super().close()
