@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import anywidget
@@ -107,6 +107,7 @@ class Dashboard(anywidget.AnyWidget):
         state: str = "all",
         text: str = "",
     ) -> None:
+        self._unsubscribe: list[Callable[[], None]] = []  # close() may run with __init__ failed
         self._sbs = [sandboxes] if isinstance(sandboxes, Sandbox) else list(sandboxes)
         if not self._sbs:
             raise ValueError("a dashboard needs at least one sandbox")
