@@ -3,7 +3,8 @@
 ``remote-exec run [--sandbox URL] -- CMD...``  stream stdout/stderr live, exit with the job's code;
                                                 Ctrl-C kills the remote job
 ``remote-exec ps``                              list running and retained jobs
-``remote-exec attach JOB_ID``                   replay a job's retained output and follow it
+``remote-exec attach JOB_ID``                   replay a job's retained output and follow it; rides
+                                                out a frozen agent (see health.py)
 ``remote-exec kill JOB_ID``                     kill a job's whole process group
 ``remote-exec shell [--session ID]``            a prompt on a shell session (see shell.py)
 ``remote-exec cp SRC DST``                      copy files or trees; ``sandbox:PATH`` is the sandbox's
@@ -16,20 +17,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import signal
 import sys
+import time
 from typing import TextIO
+
+import anyio
 
 from ..client.process import ExecRemoteProcess
 from ..client.sandbox import AsyncSandbox
 from ..client.types import Completed, ExecRemoteOptions, StderrChunk, StdoutChunk
-from ..errors import ExecTimeoutError, RemoteExecError
+from ..errors import AgentUnresponsiveError, ExecTimeoutError, RemoteExecError
 from ..protocol import JobInfo
 from ..sandboxes import open_sandbox
 from ..termsafe import terminal_safe
 from .cp import add_cp_parser, copy
+from .health import QUIET_AFTER, report_health
 from .logs import add_logs_parsers, logs, prune
 from .shell import shell_repl
 from .top import add_top_parser, top
@@ -55,10 +61,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--kill-grace", type=float, default=5.0, help="seconds from SIGTERM to SIGKILL")
     run.add_argument("--label", help="a name for `ps`")
     run.add_argument("--detach", "-d", action="store_true", help="print the job id and leave it running")
+    quiet_help = f"say on stderr when the job wrote nothing for this many seconds (default {QUIET_AFTER:g}; 0: never)"
+    run.add_argument("--quiet-after", type=float, default=QUIET_AFTER, help=quiet_help)
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     sub.add_parser("ps", help="list jobs")
     att = sub.add_parser("attach", help="follow a job's output")
     att.add_argument("job_id")
+    att.add_argument("--quiet-after", type=float, default=QUIET_AFTER, help=quiet_help)
     kill = sub.add_parser("kill", help="kill a job")
     kill.add_argument("job_id")
     kill.add_argument("--grace", type=float, help="seconds from SIGTERM to SIGKILL")
@@ -79,21 +88,42 @@ def _write(stream: TextIO, data: str | bytes) -> None:
     stream.flush()
 
 
-async def _follow(proc: ExecRemoteProcess) -> int:
-    """Print events as they come; return the exit status for this CLI."""
+async def _follow(proc: ExecRemoteProcess, url: str, quiet_after: float, *, ride_out: bool = False) -> int:
+    """Print events as they come, and the link's changes and long silences on stderr
+    (:mod:`.health`); return the exit status for this CLI.
+
+    ``ride_out``: a frozen agent (``AgentUnresponsiveError``) does not end the following: it is
+    told on stderr and asked again, from the same cursors, until it answers or is found gone.
+    """
+    last = time.monotonic()
+    # A side task, not a task group: the follower's own errors (RemoteExecError, BrokenPipeError)
+    # must reach main() as themselves, not wrapped in an ExceptionGroup; the reporter only prints.
+    reporter = asyncio.get_running_loop().create_task(report_health(url, proc.link, lambda: last, quiet_after))
     try:
-        async for ev in proc:
-            if isinstance(ev, StdoutChunk):
-                _write(sys.stdout, ev.data)
-            elif isinstance(ev, StderrChunk):
-                _write(sys.stderr, ev.data)
-            elif isinstance(ev, Completed):
-                code = ev.exit_code
-                return 128 - code if code < 0 else code  # killed by signal N -> 128+N, like a shell
+        while True:
+            try:
+                async for ev in proc:
+                    last = time.monotonic()
+                    if isinstance(ev, StdoutChunk):
+                        _write(sys.stdout, ev.data)
+                    elif isinstance(ev, StderrChunk):
+                        _write(sys.stderr, ev.data)
+                    elif isinstance(ev, Completed):
+                        code = ev.exit_code
+                        return 128 - code if code < 0 else code  # killed by signal N -> 128+N, like a shell
+                return 1
+            except AgentUnresponsiveError:
+                if not ride_out:
+                    raise
+                with anyio.move_on_after(1.0):  # a pause between tries; a link change ends it
+                    await proc.link.changed()
     except ExecTimeoutError as exc:
         print(f"remote-exec: {terminal_safe(exc)}", file=sys.stderr)
         return 124  # what coreutils' timeout(1) returns
-    return 1
+    finally:
+        reporter.cancel()
+        with contextlib.suppress(asyncio.CancelledError, OSError):
+            await reporter
 
 
 def _env(pairs: list[str]) -> dict[str, str] | None:
@@ -127,7 +157,7 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
             print(terminal_safe(proc.detach()))  # the id is the agent's word
             return 0
         try:
-            return await _follow(proc)
+            return await _follow(proc, sb.url, args.quiet_after)
         except BrokenPipeError:  # nobody reads its output any more (`| head`): stop it, as SIGPIPE would
             await proc.kill()
             raise
@@ -143,7 +173,7 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
     if args.cmd == "prune":
         return await prune(sb, args)
     if args.cmd == "attach":
-        return await _follow(await sb.attach(args.job_id))
+        return await _follow(await sb.attach(args.job_id), sb.url, args.quiet_after, ride_out=True)
     proc = await sb.attach(args.job_id)
     await proc.kill(args.grace)
     return 0
