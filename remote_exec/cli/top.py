@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import time
 from typing import Any
 
 import anyio
 
+from ..client.activity import OutputActivity, Quiet
 from ..client.sandbox import AsyncSandbox
 from ..errors import AgentUnresponsiveError, JobNotFoundError
 from ..protocol import JobInfo, JobStats, SandboxStats
 from ..termsafe import terminal_safe
 from .health import LINK_WORDS, link_line
 
-__all__ = ["add_top_parser", "human", "top"]
+__all__ = ["add_top_parser", "human", "quiet_text", "render", "top"]
 
 COMMAND_WIDTH = 60
 
@@ -58,33 +58,18 @@ async def _job_rows(sb: AsyncSandbox, jobs: list[JobInfo]) -> list[tuple[JobInfo
     return [rows[j.job_id] for j in jobs if j.job_id in rows]
 
 
-class Quiet:
-    """When each job's output last grew, as seen across refreshes: ``(bytes, since, exact)``."""
-
-    def __init__(self) -> None:
-        self.seen: dict[str, tuple[int, float, bool]] = {}
-
-    def note(self, jobs: list[JobInfo]) -> None:
-        now, seen = time.time(), {}
-        for j in jobs:
-            written = j.stdout_bytes + j.stderr_bytes
-            old = self.seen.get(j.job_id)
-            if old is None:  # first look: quiet since its start if it never wrote, else unknown
-                seen[j.job_id] = (written, j.started_at, True) if not written else (written, now, False)
-            else:
-                seen[j.job_id] = old if written == old[0] else (written, now, True)
-        self.seen = seen
-
-    def text(self, job_id: str) -> str:
-        if job_id not in self.seen:
-            return ""
-        _, since, exact = self.seen[job_id]
-        s = max(0, int(time.time() - since))
-        shown = f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}"
-        return shown if exact else f">{shown}"
+def quiet_text(quiet: Quiet | None) -> str:
+    """``42s``, ``3m05``, ``1h02``; ``>`` first when the silence is at least that long."""
+    if quiet is None:
+        return ""
+    s = int(quiet.seconds())
+    shown = f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}"
+    return shown if quiet.exact else f">{shown}"
 
 
-def render(s: SandboxStats, rows: list[tuple[JobInfo, JobStats]], quiet: Quiet | None = None, link: str = "") -> str:
+def render(
+    s: SandboxStats, rows: list[tuple[JobInfo, JobStats]], quiet: OutputActivity | None = None, link: str = ""
+) -> str:
     """One screen: the sandbox's line (ending with the channel's state ``link``), then a line per
     running job (busiest first)."""
     limit = f"/{human(s.memory_limit)}" if s.memory_limit else ""
@@ -102,7 +87,7 @@ def render(s: SandboxStats, rows: list[tuple[JobInfo, JobStats]], quiet: Quiet |
         lines.append(
             f"{terminal_safe(job.job_id):<14} {job.pid:>7} {st.cpu_percent:>6.1f} {human(st.rss):>7} "
             f"{st.threads:>4} {st.processes:>5} {human(st.read_bytes):>7} {human(st.write_bytes):>7} "
-            f"{quiet.text(job.job_id) if quiet else '':>6}  {terminal_safe(cmd)[:COMMAND_WIDTH]}"
+            f"{quiet_text(quiet.get(job.job_id)) if quiet else '':>6}  {terminal_safe(cmd)[:COMMAND_WIDTH]}"
         )
     return "\n".join(lines)
 
@@ -110,7 +95,7 @@ def render(s: SandboxStats, rows: list[tuple[JobInfo, JobStats]], quiet: Quiet |
 async def top(sb: AsyncSandbox, args: argparse.Namespace) -> int:
     """Print a screen every ``--interval`` seconds, ``--count`` times (0: until interrupted)."""
     n = 0
-    quiet = Quiet()
+    quiet = OutputActivity()
     while True:
         try:
             running = [j for j in await sb.jobs() if j.state == "running"]

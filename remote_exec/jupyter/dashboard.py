@@ -28,6 +28,7 @@ import anywidget
 import traitlets
 
 from ..blocking import BlockingExecRemoteProcess, Sandbox
+from ..client.activity import OutputActivity
 from ..client.link import LinkStatus
 from ..client.sandbox import AsyncSandbox
 from ..errors import JobNotFoundError, JobNotRunningError, RemoteExecError, SandboxClosedError
@@ -135,7 +136,7 @@ class Dashboard(anywidget.AnyWidget):
         self._refresher: asyncio.Task[None] | None = None
         self._closed = False
         self._usage: dict[str, JobStats] = {}  # running job id -> its last reading
-        self._activity: dict[str, tuple[int, float, bool]] = {}  # job id -> (bytes, since, exact)
+        self._activity = OutputActivity()  # when each job's output last grew
         self._unsubscribe = [sb.link.subscribe(self._on_link) for sb in self._sbs]
         self.links = {sb.url: _link(sb.link.status) for sb in self._sbs}
         self.on_msg(self._on_front_end_msg)
@@ -160,25 +161,11 @@ class Dashboard(anywidget.AnyWidget):
         self._tails = {k: v for k, v in self._tails.items() if k in live}
         self._cleared &= live
         self._jobs = jobs
-        self._note_activity()
+        self._activity.note(job for _, job in jobs)
         if errors != self.errors:
             self.errors = errors
         await self._sample_usage()
         await self._publish()
-
-    def _note_activity(self) -> None:
-        """Note when each job's byte count last grew (the "no output for N min" of its row)."""
-        now, seen = time.time(), {}
-        for _, job in self._jobs:
-            written = job.stdout_bytes + job.stderr_bytes
-            old = self._activity.get(job.job_id)
-            if old is None:  # first seen: quiet since its start if it never wrote, else unknown
-                seen[job.job_id] = (written, job.started_at, True) if not written else (written, now, False)
-            elif written != old[0]:
-                seen[job.job_id] = (written, now, True)
-            else:
-                seen[job.job_id] = old
-        self._activity = seen
 
     async def _sample_usage(self) -> None:
         """CPU and memory of the running jobs on the page shown: one batched call per sandbox."""
@@ -236,13 +223,13 @@ class Dashboard(anywidget.AnyWidget):
 
     def _health(self, job: JobInfo, row: dict[str, Any]) -> dict[str, Any]:
         st = self._usage.get(job.job_id) if job.state == "running" else None
-        _, since, exact = self._activity.get(job.job_id, (0, job.started_at, False))
+        quiet = self._activity.get(job.job_id)
         return {
             **row,
             "cpu": round(st.cpu_percent, 1) if st else None,
             "rss": st.rss if st else None,
-            "last_output_at": since,
-            "quiet_exact": exact,
+            "last_output_at": quiet.since if quiet else None,
+            "quiet_exact": quiet.exact if quiet else False,
         }
 
     async def _tail(self, i: int, job: JobInfo) -> tuple[str, int]:

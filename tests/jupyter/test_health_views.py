@@ -72,9 +72,11 @@ def test_usage_is_sampled_only_while_a_view_watches(sb: rx.Sandbox, front: Headl
         assert not view.sampling and view.usage == []  # nobody watches: nothing sampled
         front.send(view, {"type": "watch", "view": "v1", "on": True})
         wait_for(lambda: len(last(front, view).get("usage", [])) >= 2, timeout=60, what="two samples")
+        # A busy loop: up to one core (less on a loaded machine: its share is what is measured).
+        busy = lambda: any(p[1] > 20 for p in last(front, view)["usage"])  # noqa: E731
+        wait_for(busy, timeout=60, what="a sample of the busy loop")
         points = last(front, view)["usage"]
         assert all(len(p) == 3 for p in points)
-        assert max(p[1] for p in points) > 50  # a busy loop: about one core
         assert all(p[2] > 0 for p in points)  # resident memory in bytes
         front.send(view, {"type": "watch", "view": "v1", "on": False})
         wait_for(lambda: not view.sampling, timeout=30, what="sampling to stop")
