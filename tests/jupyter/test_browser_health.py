@@ -15,6 +15,7 @@ The ``Notification`` constructor is wrapped to record what the page sent; the re
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -79,10 +80,13 @@ def test_health_in_the_job_view(
         "echo 'error: boom' >&2; exit 3"
     )
     cells = [
-        "import remote_exec as rx\nfrom remote_exec.jupyter import JobView\n"
+        "import remote_exec as rx\nfrom remote_exec.jupyter import Dashboard, JobView\n"
         f"sb = rx.connect('local://?dir={fresh_agent_dir}')",
         f"view = JobView(sb.exec_remote(['bash', '-c', {script!r}]), command='health demo')\n"
         "view.quiet_after = 2.0\nview",
+        "spin = sb.exec_remote(['sh', '-c', 'echo spinning; while :; do :; done'])\n"
+        "dash = Dashboard(sb, known=[spin], interval=1.0)\ndash",
+        "spin.kill(); dash.close()",
     ]
     with failure_shot(page, "browser-health"):
         open_notebook(page, lab, "health.ipynb", cells)
@@ -147,3 +151,16 @@ def test_health_in_the_job_view(
         assert job.locator(".rx-pane-stderr .rx-error-line").inner_text() == "error: boom"
         assert job.locator(".rx-notify").is_hidden()  # permission granted: no need to ask
         shot(page, "browser-health-4-notified-marked-first-error", cell)
+
+        # the dashboard: the sandbox's link above the table, CPU and memory of a running job
+        cell = run_cell(page, 2)
+        wait_done(cell)
+        dash = cell.locator(".rx-dashboard")
+        dash.locator(".rx-dash-link .rx-link[data-link='connected']").wait_for()
+        row = dash.locator(".rx-dash-row[data-state='running']", has_text="spinning")
+        usage = row.locator(".rx-dash-col-usage", has_text=re.compile(r"^\d+% · [\d.]+ (B|KiB|MiB)$"))
+        usage.wait_for(timeout=60_000)
+        box = usage.bounding_box()
+        assert box is not None and box["width"] > 60  # a column of its own, not squeezed out
+        shot(page, "browser-health-5-dashboard-usage", cell)
+        wait_done(run_cell(page, 3))

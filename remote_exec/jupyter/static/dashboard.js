@@ -170,6 +170,7 @@ export default {
       // health: a running job quiet for a minute says so ("≥": it was quiet before we looked)
       const q = r.state === "running" && r.last_output_at != null ? rxQuietText(r.last_output_at, r.started_at, offset, 60) : "";
       setText(entry.c.quiet, q && !r.quiet_exact ? q.replace("for ", "for ≥ ") : q);
+      entry.c.quiet.title = entry.c.quiet.textContent;
       entry.tr.dataset.quiet = q ? "yes" : "no";
     };
     const renderLinks = () => {
