@@ -198,27 +198,53 @@ class MetricsController:
         self._wanted: set[int] = set()
         self._disk: dict[str, tuple[float, tuple[int, bool]]] = {}
 
-    async def _tree(self, sid: int) -> TreeReading:
-        """``sid``'s counters from the next walk (callers within :data:`GATHER` share it).
-
-        Cancelling leaves the walk to the others."""
-        self._wanted.add(sid)
-        if self._next is None:
-            self._next = asyncio.ensure_future(self._walk_soon())
-        trees = await asyncio.shield(self._next)
-        return trees.get(sid) or _empty(time.monotonic())
-
     async def job_stats(self, p: JobStatsParams) -> JobStats:
         """The job's tree now, with its CPU rate since the last reading (or over ``window``).
 
         :raises JobNotFoundError: unknown job. :raises AgentLostError: a job of another instance.
         """
-        # Read-only use of the registry: the job's pid is its session id (start_new_session).
-        info = self.jobs.info(p.job_id)
-        if info.state != "running":  # ended: its tree is no longer its own (a pid may be reused)
-            self._trees.pop(p.job_id, None)
+        (stats,) = await self._stats([(p.job_id, self.jobs.running_pid(p.job_id))], p.window)
+        return stats
+
+    async def job_stats_many(self, p: JobStatsManyParams) -> JobStatsMany:
+        """Many jobs' stats from one walk of ``/proc`` (two if some have no recent reading);
+        unknown jobs are left out. Cancelling leaves the walk to whoever shares it."""
+        jobs: list[tuple[str, int | None]] = []
+        for job_id in dict.fromkeys(p.job_ids):
+            with contextlib.suppress(JobNotFoundError, AgentLostError):
+                jobs.append((job_id, self.jobs.running_pid(job_id)))
+        return JobStatsMany(stats=await self._stats(jobs, p.window) if jobs else [])
+
+    async def _stats(self, jobs: list[tuple[str, int | None]], window: float) -> list[JobStats]:
+        """Stats of ``(job_id, pid or None once ended)``: one walk for them all, and a second
+        one ``window`` later for those with no reading younger than :data:`STALE`."""
+        # Read-only use of the registry: a job's pid is its session id (start_new_session).
+        running = {job_id: pid for job_id, pid in jobs if pid is not None}
+        for job_id, pid in jobs:
+            if pid is None:  # ended: its tree is no longer its own (a pid may be reused)
+                self._trees.pop(job_id, None)
+        now: dict[str, TreeReading] = {}
+        if running:
+            walk = await self._walk(set(running.values()))
+            now = {j: walk.get(pid) or _empty(time.monotonic()) for j, pid in running.items()}
+        fresh = [j for j, r in now.items() if (b := self._trees.get(j)) is None or r.at - b.at > STALE]
+        before = {j: self._trees.get(j) for j in now}
+        if fresh:
+            for j in fresh:
+                before[j] = now[j]
+            await asyncio.sleep(window)  # the second reading of a rate: a measuring window
+            walk = await self._walk({running[j] for j in fresh})
+            for j in fresh:
+                now[j] = walk.get(running[j]) or _empty(time.monotonic())
+        self._forget_stale()
+        self._trees.update(now)
+        return [self._one(job_id, now.get(job_id), before.get(job_id)) for job_id, _ in jobs]
+
+    @staticmethod
+    def _one(job_id: str, now: TreeReading | None, before: TreeReading | None) -> JobStats:
+        if now is None or before is None:
             return JobStats(
-                job_id=p.job_id,
+                job_id=job_id,
                 running=False,
                 processes=0,
                 threads=0,
@@ -228,19 +254,11 @@ class MetricsController:
                 write_bytes=0,
                 interval=0.0,
             )
-        now = await self._tree(info.pid)
-        before = self._trees.get(p.job_id)
-        if before is None or now.at - before.at > STALE:
-            before = now
-            await asyncio.sleep(p.window)  # the second reading of a rate: a measuring window
-            now = await self._tree(info.pid)
-        self._forget_stale()
-        self._trees[p.job_id] = now
         span = now.at - before.at
         cpu = max(0.0, now.cpu_seconds - before.cpu_seconds) / span * 100 if span > 0 else 0.0
         return JobStats(
-            job_id=p.job_id,
-            running=info.state == "running",
+            job_id=job_id,
+            running=True,
             processes=now.processes,
             threads=now.threads,
             cpu_percent=min(cpu, 100.0 * 4096),
@@ -250,19 +268,14 @@ class MetricsController:
             interval=span,
         )
 
-    async def job_stats_many(self, p: JobStatsManyParams) -> JobStatsMany:
-        """Many jobs' stats from one walk (the calls below share it); unknown jobs left out."""
+    async def _walk(self, sids: set[int]) -> dict[int, TreeReading]:
+        """The counters of ``sids`` from the next walk (callers within :data:`GATHER` share it).
 
-        got: dict[str, JobStats] = {}
-
-        async def one(job_id: str) -> None:
-            with contextlib.suppress(JobNotFoundError, AgentLostError):
-                got[job_id] = await self.job_stats(JobStatsParams(job_id=job_id, window=p.window))
-
-        async with asyncio.TaskGroup() as tg:
-            for job_id in dict.fromkeys(p.job_ids):
-                tg.create_task(one(job_id))
-        return JobStatsMany(stats=[got[j] for j in dict.fromkeys(p.job_ids) if j in got])
+        Cancelling leaves the walk to the others."""
+        self._wanted |= sids
+        if self._next is None:
+            self._next = asyncio.ensure_future(self._walk_soon())
+        return await asyncio.shield(self._next)
 
     async def _walk_soon(self) -> dict[int, TreeReading]:
         await asyncio.sleep(GATHER)  # a batching window: the calls arriving meanwhile join this walk

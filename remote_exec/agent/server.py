@@ -30,6 +30,7 @@ from .jobs.diskjob import JobHome
 from .jobs.logbudget import LogBudget, default_log_budget
 from .jobs.logfile import DEFAULT_CAP, Inotify
 from .jobs.methods import job_methods
+from .jobs.policy import PolicyWatcher
 from .keeperlink import KeeperLink
 from .metrics import MetricsController, metrics_methods
 from .ports.controller import PortController, PortLimits
@@ -48,7 +49,7 @@ MAX_REQUEST = 96 * 1024 * 1024  # a 64 MiB stdin write, base64'd, plus the envel
 SHUTDOWN_TIMEOUT = 2.0
 WRITE_JOURNAL = "writes"  # in the state dir: one entry per open write (see files/journal.py)
 CAPABILITIES = ["exec_remote", "long_poll", "base64", "stdin_offset", "idempotent_start", "shell", "payload", "ports"]
-CAPABILITIES += ["files", "ping", "stats", "durable_jobs"]
+CAPABILITIES += ["files", "ping", "stats", "durable_jobs", "job_policy", "job_stats_many"]
 
 
 @dataclass
@@ -114,6 +115,9 @@ def build_app(config: ServerConfig) -> web.Application:
     logs = LogBudget(config.log_budget or default_log_budget(jobs_root))
     home = JobHome(jobs_root, keeper, inotify if inotify.available else None, config.disk_cap, logs)
     jobs = JobController(instance_id, config.limits, budget, home, prefix=_state_id(jobs_root))
+    peers = Peers()
+    policies = PolicyWatcher(peers)
+    jobs.watcher = policies
     started_at = time.time()
     dispatcher = Dispatcher()
     dispatcher.register(job_methods(jobs))
@@ -190,6 +194,7 @@ def build_app(config: ServerConfig) -> web.Application:
     async def on_cleanup(_: web.Application) -> None:
         # Kills first: they need no worker thread, and nothing after them may hold them up.
         # A handover kills no job: the keeper holds them for the next agent.
+        await policies.aclose()
         if app[HANDOVER]:
             jobs.detach()
         else:
@@ -209,7 +214,7 @@ def build_app(config: ServerConfig) -> web.Application:
     app[BUDGET] = budget
     app[INTAKE] = intake
     app[HANDLE_FRAME] = handle_frame
-    app[PEERS] = Peers()
+    app[PEERS] = peers
     app[INSTANCE_ID] = instance_id
     app[KEEPER] = keeper
     app[INOTIFY] = inotify

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import itertools
 import json
 import logging
@@ -25,7 +26,7 @@ from ..errors import RemoteExecError, ServerBusyError
 from ..protocol import STREAM_SOCKET, frames
 from .intake import Intake, LineTooLong, read_frame
 
-__all__ = ["STREAM_SOCKET", "Peer", "Peers", "serve_frames"]
+__all__ = ["CURRENT_PEER", "STREAM_SOCKET", "Peer", "Peers", "serve_frames"]
 
 log = logging.getLogger("remote_exec.agent")
 _WRITE_CHUNK = 1 << 20
@@ -78,6 +79,12 @@ class Peers:
     def last_seen(self) -> float | None:
         """When any connected client was last heard from (``None``: no client connected)."""
         return max((p.last_seen for p in self.open.values()), default=None)
+
+
+CURRENT_PEER: contextvars.ContextVar[Peer | None] = contextvars.ContextVar("remote_exec_peer", default=None)
+"""The connection whose request is being handled (``None``: an HTTP call, or no request).
+Set in :func:`serve_frames`' task, so every request task of that connection inherits it: the
+policy enforcer learns from it which connections are attached to which job."""
 
 
 def _error_frame(exc: RemoteExecError) -> bytes:
@@ -151,6 +158,7 @@ async def serve_frames(
     intake = intake or Intake(None)
     peers = peers or Peers()
     peer = peers.add()
+    CURRENT_PEER.set(peer)  # this connection's task: the request tasks below copy its context
     widen_socket(writer)
     send = _Outbox(writer).send
 

@@ -27,6 +27,7 @@ from typing import TextIO
 
 import anyio
 
+from ..client.policyopts import POLICY_OPTIONS, policy_from_args
 from ..client.process import ExecRemoteProcess
 from ..client.sandbox import AsyncSandbox
 from ..client.types import Completed, ExecRemoteOptions, StderrChunk, StdoutChunk
@@ -63,6 +64,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--detach", "-d", action="store_true", help="print the job id and leave it running")
     quiet_help = f"say on stderr when the job wrote nothing for this many seconds (default {QUIET_AFTER:g}; 0: never)"
     run.add_argument("--quiet-after", type=float, default=QUIET_AFTER, help=quiet_help)
+    policy = run.add_argument_group("policy", "what the agent does to the job by itself, client or no client")
+    for flags, kwargs in POLICY_OPTIONS:
+        policy.add_argument(*flags, **kwargs)
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     sub.add_parser("ps", help="list jobs")
     att = sub.add_parser("attach", help="follow a job's output")
@@ -109,6 +113,8 @@ async def _follow(proc: ExecRemoteProcess, url: str, quiet_after: float, *, ride
                     elif isinstance(ev, StderrChunk):
                         _write(sys.stderr, ev.data)
                     elif isinstance(ev, Completed):
+                        if ev.reason:
+                            print(f"remote-exec: {terminal_safe(ev.reason)}", file=sys.stderr)
                         code = ev.exit_code
                         return 128 - code if code < 0 else code  # killed by signal N -> 128+N, like a shell
                 return 1
@@ -148,8 +154,17 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
         command = args.command[1:] if args.command[:1] == ["--"] else args.command
         if not command:
             raise SystemExit("remote-exec run: no command (use: remote-exec run -- CMD ARGS...)")
+        try:
+            policy = policy_from_args(args)
+        except ValueError as exc:
+            raise SystemExit(f"remote-exec run: {exc}") from None
         opts = ExecRemoteOptions(
-            cwd=args.cwd, env=_env(args.env), timeout=args.timeout, kill_grace=args.kill_grace, label=args.label
+            cwd=args.cwd,
+            env=_env(args.env),
+            timeout=args.timeout,
+            kill_grace=args.kill_grace,
+            label=args.label,
+            policy=policy,
         )
         proc = sb.exec_remote(command, opts)
         if args.detach:

@@ -16,6 +16,7 @@ from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import magics_class
 
+from ..client.policyopts import POLICY_OPTIONS, policy_from_args
 from ..errors import RemoteExecError, SandboxError
 from .attach import attach_view, find_job
 from .dashboard import Dashboard
@@ -54,6 +55,9 @@ _WHERE = _options(
 )
 
 
+_POLICY = _options(*POLICY_OPTIONS)
+
+
 def _env(pairs: list[str] | None) -> dict[str, str]:
     env: dict[str, str] = {}
     for pair in pairs or []:
@@ -81,6 +85,7 @@ class RemoteExecMagics(StateMagics):
 
     @_magic_arguments()
     @_WHERE
+    @_POLICY
     @_argument("--bg", action="store_true", help="run in the background: return at once, show a live job view")
     @_argument("--name", metavar="VAR", help="store the ExecResult (--bg: the BackgroundJob) in VAR")
     @_argument("--replace", action="store_true", help="--bg --name: kill the running job of that name first")
@@ -110,7 +115,15 @@ class RemoteExecMagics(StateMagics):
             raise UsageError("--cwd/--env apply when a shell is opened (--shell new); an open one keeps its own")
         if args.bg and name is not None:
             self._free_name(name, args.replace)
+        try:
+            policy = policy_from_args(args)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        if policy is not None and args.shell is not None:
+            raise UsageError("policy options apply to a job of its own, not to a run in a shell session (--shell)")
         job = self._job(cell, args.sandbox, args.shell, cwd, env, timeout)
+        if policy is not None:
+            job = dataclasses.replace(job, policy=policy)
         if args.bg and args.shell is None:
             job = dataclasses.replace(job, tags={**notebook_tags(), **({"name": name} if name else {})})
         plain = not widgets_enabled()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from ..blocking import BlockingExecRemoteProcess, BlockingShellSession, Sandbox
 from ..client.process import ExecRemoteProcess
 from ..errors import JobNotRunningError, RemoteExecError
+from ..protocol import JobPolicy
 from .background import BackgroundJob
 from .display import CellWriter, JobInterrupted, RemoteCommandError
 from .follow import Outcome, follow, loop_of
@@ -39,6 +40,7 @@ class CellJob:
     :ivar session: run in this shell session instead of as a fresh ``bash -c`` job.
     :ivar tags: stored with the job by the agent (which notebook and kernel started it, the
         cell's ``--name``), so a later kernel finds it (``%exec_remote_attach``).
+    :ivar policy: what the agent does to the job by itself (not for shell runs).
     """
 
     body: str
@@ -49,6 +51,7 @@ class CellJob:
     env: dict[str, str] | None = None
     interrupt_grace: float = 2.0
     tags: dict[str, str] | None = None
+    policy: JobPolicy | None = None
 
     def start(self) -> BlockingExecRemoteProcess:
         """Start the script; returns once the agent confirmed it.
@@ -74,7 +77,13 @@ class CellJob:
             return await self.session.async_session.start(self.body, timeout=self.timeout).started()
         sb = self.sandbox.async_sandbox
         proc = sb.exec_remote(
-            ["bash", "-c", self.body], cwd=self.cwd, env=self.env, timeout=self.timeout, label=LABEL, tags=self.tags
+            ["bash", "-c", self.body],
+            cwd=self.cwd,
+            env=self.env,
+            timeout=self.timeout,
+            label=LABEL,
+            tags=self.tags,
+            policy=self.policy,
         )
         return await proc.started()
 

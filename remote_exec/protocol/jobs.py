@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator
 
 from .base import _SIGNAL_NAMES, DEFAULT_MAX_BYTES, MAX_PAGE_ITEMS, Encoding, JobId, JobState, Offset, WireModel
-from .policy import MAX_HITS_KEPT, JobPolicy, WatchHit
+from .policy import MAX_HITS_KEPT, MAX_RULES, JobPolicy, WatchHit
 
 MAX_TAGS = 16
 """The most tags a job carries (each key at most 64 characters, each value at most 1024)."""
@@ -252,7 +252,9 @@ class JobInfo(WireModel):
     in a finished script); ``exec_remote_kill`` on the ended job ends them.
     ``policy``: the job's policy as started; ``reason``: why the agent ended or interrupted it
     by itself ("killed: memory limit 2.0 GiB exceeded"); ``hits``: its first watch-rule
-    matches, ``hits_total`` all of them."""
+    matches, ``hits_total`` all of them; ``rules_disabled``: watch rules the agent stopped
+    running (a match took too long: a catastrophic pattern); ``watch_skipped``: output bytes
+    the rules never saw (the job wrote faster than they are run, see docs/concepts.md)."""
 
     job_id: JobId
     pid: int
@@ -273,6 +275,10 @@ class JobInfo(WireModel):
     reason: _Reason | None = None
     hits: Annotated[list[WatchHit], Field(max_length=MAX_HITS_KEPT)] = Field(default_factory=list)
     hits_total: Offset = 0
+    rules_disabled: Annotated[list[Annotated[int, Field(ge=0, lt=MAX_RULES)]], Field(max_length=MAX_RULES)] = Field(
+        default_factory=list
+    )
+    watch_skipped: Offset = 0
 
 
 class ListParams(WireModel):

@@ -183,3 +183,30 @@ async def test_silent_ssh_link_is_unresponsive_then_resumes(sshd: SSHServer, tmp
     listener = int((tmp_path / "sshd" / "sshd.pid").read_text())
     async with rx.open_sandbox(sshd.url()) as sb:
         await frozen_then_thawed(sb, _connection_processes(listener), "ssh: silent link (sshd SIGSTOP)")
+
+
+def _host_pid(engine: Dockerd, container: str, pid_inside: int) -> int:
+    """The host's pid of process ``pid_inside`` of ``container`` (same pid namespace as its init,
+    and ``pid_inside`` last in its ``NSpid``)."""
+    init = int(engine.docker("inspect", "-f", "{{.State.Pid}}", container).stdout)
+    ns = os.readlink(f"/proc/{init}/ns/pid")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{entry}/ns/pid") != ns:
+                continue
+            nspid = next(ln for ln in Path(f"/proc/{entry}/status").read_text().splitlines() if ln.startswith("NSpid"))
+        except (OSError, StopIteration):
+            continue
+        if int(nspid.split()[-1]) == pid_inside:
+            return int(entry)
+    raise AssertionError(f"no process {pid_inside} in container {container}")
+
+
+async def test_sigstopped_agent_in_a_container(usr_container: tuple[Dockerd, str]) -> None:
+    """The agent alone frozen (the container runs on): the precise error within the bound,
+    then SIGCONT and the stream resumes from its cursors, every byte there."""
+    engine, name = usr_container
+    async with rx.open_sandbox(f"docker://{name}") as sb:
+        await frozen_then_thawed(sb, [_host_pid(engine, name, sb.info.pid)], "docker: SIGSTOP agent")

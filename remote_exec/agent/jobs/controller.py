@@ -12,7 +12,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, ServerBusyError
 from ...protocol import (
@@ -46,13 +46,26 @@ from .proctable import scan
 from .proctree import marked_processes, signal_all
 from .readopt import readopt
 
-__all__ = ["JobController", "JobLimits"]
+__all__ = ["JobController", "JobLimits", "Watcher"]
 
 log = logging.getLogger("remote_exec.agent")
 COUNTER = "counter"  # in the jobs dir: the last job number handed out
 SWEEP = 1.0  # seconds between disk-cap checks of running jobs' files
 
 J = TypeVar("J", bound=Job)
+
+
+class Watcher(Protocol):
+    """What the registry tells the enforcer of job policies (:mod:`..policy`), if any."""
+
+    def check(self, p: StartParams) -> None:
+        """Before the spawn: refuse a policy that cannot be enforced (a bad watch pattern)."""
+
+    def started(self, job: Job, resumed: bool = False) -> None:
+        """A job started (``resumed``: was re-adopted, running): watch it if its policy asks."""
+
+    def touched(self, job: Job) -> None:
+        """A request named the job: its client is attached."""
 
 
 @dataclass(frozen=True)
@@ -105,6 +118,7 @@ class JobController:
             with contextlib.suppress(OSError, ValueError):
                 self._counter = int((home.root / COUNTER).read_bytes())
         self._spawning = 0  # starts between the limit check and registering (their spawn awaited)
+        self.watcher: Watcher | None = None  # the policy enforcer (the server sets it)
 
     @property
     def running_count(self) -> int:
@@ -124,6 +138,14 @@ class JobController:
         """
         return self._get(job_id).info()
 
+    def running_pid(self, job_id: str) -> int | None:
+        """The job's pid (its session id) while it runs, ``None`` once it ended (for the sampler).
+
+        :raises JobNotFoundError: no such job here.
+        """
+        job = self._get(job_id)
+        return job.pid if job.running else None
+
     def _next_id(self) -> str:
         """A new job id. The counter is on disk before the job exists: a forgotten job's id is
         never handed out again by a later agent, which would otherwise start counting from the
@@ -141,6 +163,8 @@ class JobController:
     def _get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)
         if job is not None:
+            if self.watcher is not None:
+                self.watcher.touched(job)
             return job
         instance, sep, _ = job_id.rpartition("-")
         agent, shell, _ = instance.rpartition("-sh")
@@ -221,6 +245,8 @@ class JobController:
             return StartResult(job_id=known.job_id, pid=known.pid)
         self._expire()
         self._check_room()
+        if self.watcher is not None:
+            self.watcher.check(p)
         self.enforce_log_budget()
         job_id = self._next_id()
         job: Job
@@ -247,6 +273,8 @@ class JobController:
         self._jobs[job.job_id] = job
         if key is not None:
             self._by_key[key] = job.job_id
+        if self.watcher is not None:
+            self.watcher.started(job)
         result = StartResult(job_id=job.job_id, pid=job.pid)
         pending.set_result(result)
         return result
@@ -408,6 +436,9 @@ class JobController:
             self._counter = max(self._counter, _seq(job.job_id))
             if job.params.idempotency_key is not None:
                 self._by_key[job.params.idempotency_key] = job.job_id
+        for job in restored:
+            if job.running and self.watcher is not None:
+                self.watcher.started(job, resumed=True)
         for job in ended:
             self._finished[job.job_id] = time.monotonic() - max(0.0, time.time() - (job.ended_at or time.time()))
         self._expire()

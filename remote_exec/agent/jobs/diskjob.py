@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from ...errors import JobNotRunningError, NoSpaceError, SpawnError
-from ...protocol import JobInfo, KillResult, StartParams
+from ...protocol import JobInfo, JobPolicy, KillResult, StartParams
 from ..budget import MemoryBudget
 from ..buffer import StreamBuffer
 from ..keeperlink import KeeperLink
@@ -117,6 +117,8 @@ class DiskJob(Job):
             "output_cap": p.output_cap,
             "idempotency_key": p.idempotency_key,
             "tags": p.tags,  # the starter's notes (notebook, kernel, name): what finds it after a restart
+            "policy": None if p.policy is None else p.policy.model_dump(mode="json"),
+            "reason": self.reason,
             "started_at": self.started_at,
             "pid": self.pid,
             "starttime": self.starttime,
@@ -253,8 +255,10 @@ class DiskJob(Job):
             idempotency_key=meta.get("idempotency_key"),
             output_cap=meta.get("output_cap"),
             tags=meta.get("tags"),
+            policy=_policy(meta.get("policy")),
         )
         job = cls(meta["job_id"], params, buffer_limit, on_done, home)
+        job.reason = meta.get("reason") if isinstance(meta.get("reason"), str) else None
         job.pid, job.starttime, job.started_at = int(meta.get("pid") or 0), meta.get("starttime"), meta["started_at"]
         with contextlib.suppress(OSError, ValueError):
             job.stdin.written = int((job.dir / "stdin_bytes").read_bytes())
@@ -450,6 +454,14 @@ def _popen(
         close_fds=True,
         **kwargs,
     )
+
+
+def _policy(raw: object) -> JobPolicy | None:
+    """The policy a job.json recorded (``None`` if absent, or not one this agent reads)."""
+    try:
+        return None if raw is None else JobPolicy.model_validate(raw)
+    except ValueError:
+        return None
 
 
 def _spawn_error(exc: OSError | ValueError, job_id: str, what: str) -> Exception:

@@ -12,6 +12,7 @@ import base64
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import pwd
 import signal
@@ -20,7 +21,18 @@ import time
 from collections.abc import Callable
 
 from ...errors import InvalidParamsError, JobNotRunningError, NoSpaceError, SpawnError
-from ...protocol import MAX_WAIT, JobInfo, JobState, KillResult, PollParams, PollResult, StartParams
+from ...protocol import (
+    MAX_HITS_KEPT,
+    MAX_RULES,
+    MAX_WAIT,
+    JobInfo,
+    JobState,
+    KillResult,
+    PollParams,
+    PollResult,
+    StartParams,
+    WatchHit,
+)
 from ..budget import MemoryBudget
 from ..buffer import Slice, StreamBuffer
 from ..rpc import WithPayload, dump_json
@@ -83,6 +95,13 @@ class Job:
         self._timers: list[asyncio.TimerHandle] = []
         self._terminating: asyncio.Task[None] | None = None
         self._spec: tuple[tuple[int, int, int, bool], bytes | WithPayload, tuple[int, int]] | None = None
+        # What the job's policy did (see policy.py, which fills these in): kept on the job so
+        # every reader (list, poll, the next agent) sees the same record.
+        self.reason: str | None = None
+        self.hits: list[WatchHit] = []
+        self.hits_total = 0
+        self.rules_disabled: list[int] = []
+        self.watch_skipped = 0
 
     def charge_to(self, budget: MemoryBudget) -> None:
         """Charge this job's output buffers and stdin queue to the agent's memory budget
@@ -153,6 +172,8 @@ class Job:
             env.update(HOME=pw.pw_dir, USER=pw.pw_name, LOGNAME=pw.pw_name)
         if p.env:
             env.update(p.env)
+        if p.policy is not None and p.policy.nice is not None:
+            kwargs["preexec_fn"] = functools.partial(_renice, p.policy.nice)
         return env, kwargs
 
     @property
@@ -183,6 +204,12 @@ class Job:
             stdin_bytes=self.stdin.written,
             encoding=self.encoding,
             tags=self.params.tags,
+            policy=self.params.policy,
+            reason=self.reason,
+            hits=self.hits[:MAX_HITS_KEPT],
+            hits_total=self.hits_total,
+            rules_disabled=self.rules_disabled[:MAX_RULES],
+            watch_skipped=self.watch_skipped,
         )
 
     # -- protocol callbacks (event loop) ----------------------------------------------------
@@ -324,6 +351,8 @@ class Job:
             stdout_dropped=out.dropped,
             stderr_dropped=err.dropped,
             payload_sizes=(len(out.data), len(err.data)) if binary else None,
+            reason=self.reason if finished else None,
+            hits=self.hits_total,
         )
         if not binary:
             return result
@@ -400,6 +429,19 @@ class Job:
             await self._done.wait()
         return KillResult(state=self._state, exit_code=self.exit_code)
 
+    def stop(self, reason: str, grace: float | None = None) -> None:
+        """End the job's tree on the agent's own initiative (its policy), ``reason`` recorded;
+        ``grace`` (default: the job's ``kill_grace``) between SIGTERM and SIGKILL."""
+        if self.running and self._terminating is None:
+            self.reason = reason
+            self._begin_end("killed", self.params.kill_grace if grace is None else grace)
+
+    def interrupt(self, reason: str) -> None:
+        """SIGINT the job's group on the agent's own initiative; the job decides what follows."""
+        if self.running and self._terminating is None:
+            self.reason = reason
+            _killpg(self.pid, signal.SIGINT)
+
     def _begin_end(self, why: JobState, grace: float) -> None:
         if self._terminating is None and self.running:
             self._ending = why
@@ -449,6 +491,12 @@ def widen_pipe(f: object) -> None:
     if fileno is not None:
         with contextlib.suppress(OSError, ValueError):
             fcntl.fcntl(fileno(), F_SETPIPE_SZ, PIPE_SIZE)
+
+
+def _renice(nice: int) -> None:
+    """In the child before exec (after the user switch): lower its priority to ``nice``, never
+    raise it (an unprivileged process may not, and an agent at nice 5 keeps its jobs there)."""
+    os.setpriority(os.PRIO_PROCESS, 0, max(nice, os.getpriority(os.PRIO_PROCESS, 0)))
 
 
 def _killpg(pgid: int, sig: int) -> None:

@@ -1,0 +1,233 @@
+"""Job policies enforced by a real agent: a dead client, silence, limits and watch rules.
+
+Each test starts the job through the public API and checks what the agent did by itself: the
+job's state and exit, the ``reason`` in the result and in ``jobs()``, the recorded watch hits.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+import remote_exec as rx
+from remote_exec.agent.jobs.policy import TICK
+
+pytestmark = pytest.mark.anyio
+
+# The job waits for a file the test creates (an event, not a sleep) before printing.
+WAIT_GO = 'while [ ! -e "$GO" ]; do sleep 0.05; done; '
+
+
+async def _info(sb: rx.AsyncSandbox, job_id: str) -> rx.JobInfo:
+    return next(j for j in await sb.jobs() if j.job_id == job_id)
+
+
+async def _until(sb: rx.AsyncSandbox, job_id: str, what: str, ok: object, timeout: float = 60) -> rx.JobInfo:
+    """The job's record once ``ok(info)`` holds (the agent acts within a tick: a bounded wait)."""
+    assert callable(ok)
+    with anyio.fail_after(timeout):
+        while True:
+            info = await _info(sb, job_id)
+            if ok(info):
+                return info
+            await anyio.sleep(0.05)  # re-read the record; the deadline above bounds the wait
+
+
+async def _ready(proc: rx.ExecRemoteProcess) -> None:
+    with anyio.fail_after(60):
+        async for ev in proc:
+            assert isinstance(ev, rx.StdoutChunk) and isinstance(ev.data, str) and ev.data.startswith("ready")
+            return
+
+
+async def test_watch_rule_kills_with_no_client_attached(agent_dir: Path, tmp_path: Path) -> None:
+    go = tmp_path / "go"
+    rule = rx.WatchRule(pattern=r"loss (nan|inf)", action="kill", stream="stdout")
+    cmd = WAIT_GO + "echo 'loss 0.5'; echo 'loss nan'; exec sleep 300"
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = await sb.exec_remote(cmd, env={"GO": str(go)}, policy=rx.JobPolicy(on_output=[rule])).started()
+        job_id = proc.detach()
+        assert job_id is not None
+    go.touch()  # the job prints only now: no client is connected
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        info = await _until(sb, job_id, "killed", lambda i: i.state != "running")
+        result = await (await sb.attach(job_id)).wait()
+    assert info.state == "killed" and result.state == "killed"
+    assert result.reason == info.reason and info.reason is not None
+    assert info.reason.startswith("killed: watch rule 0 matched") and "on stdout at byte 9" in info.reason
+    (hit,) = info.hits
+    assert (hit.rule, hit.action, hit.stream, hit.offset, hit.line) == (0, "kill", "stdout", 9, "loss nan")
+    assert info.hits_total == 1 and result.stdout == "loss 0.5\nloss nan\n"
+
+
+async def test_notify_rule_records_hits_and_the_job_runs_on(agent_dir: Path) -> None:
+    rules = [rx.WatchRule(pattern="Traceback"), rx.WatchRule(pattern="^error:", stream="stderr", once=True)]
+    code = "echo ready; echo 'Traceback (most recent call last):'; echo 'error: one' >&2; echo 'error: two' >&2; cat"
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = sb.exec_remote(code, stdin_open=True, policy=rx.JobPolicy(on_output=rules))
+        await _ready(proc)
+        assert proc.job_id is not None
+        info = await _until(sb, proc.job_id, "hits", lambda i: i.hits_total >= 2)
+        assert [(h.rule, h.stream, h.offset, h.action) for h in info.hits] == [
+            (0, "stdout", 6, "notify"),
+            (1, "stderr", 0, "notify"),  # once: "error: two" is not a hit
+        ]
+        assert info.state == "running" and info.reason is None
+        await proc.close_stdin()
+        result = await proc.wait()
+        assert result.success and result.reason is None and proc.hits == 2
+
+
+async def test_catastrophic_pattern_is_cut_off_and_the_agent_keeps_serving(agent_dir: Path) -> None:
+    """``(a|aa)+$`` on 60 a's and a b takes years with backtracking: the search's time limit
+    disables that rule, the other rule still fires, the agent answers meanwhile."""
+    rules = [rx.WatchRule(pattern=r"(a|aa)+$"), rx.WatchRule(pattern=r"^done$", action="kill")]
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = sb.exec_remote(
+            f"echo ready; echo {'a' * 60}b; echo done; exec sleep 300", policy=rx.JobPolicy(on_output=rules)
+        )
+        await _ready(proc)
+        t0 = time.monotonic()
+        result = await proc.wait()
+        print(f"\ncatastrophic pattern: job killed by the next rule {time.monotonic() - t0:.2f} s after its output")
+        assert proc.job_id is not None
+        info = await _info(sb, proc.job_id)
+        assert info.rules_disabled == [0] and [h.rule for h in info.hits] == [1]
+        assert result.state == "killed" and (result.reason or "").startswith("killed: watch rule 1")
+        with anyio.fail_after(5):
+            await sb.server_info()
+
+
+async def test_bad_pattern_refuses_the_start(agent_dir: Path) -> None:
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        with pytest.raises(rx.InvalidParamsError, match="bad watch rule: rule 0"):
+            await sb.exec_remote("true", policy=rx.JobPolicy(on_output=[rx.WatchRule(pattern="(")])).started()
+
+
+@pytest.mark.parametrize("action", ["interrupt", "kill"])
+async def test_idle_job_is_interrupted_or_killed(agent_dir: Path, action: str) -> None:
+    code = textwrap.dedent("""
+        import time
+        print("ready", flush=True)
+        try:
+            time.sleep(300)
+        except KeyboardInterrupt:
+            print("interrupted", flush=True)
+            raise SystemExit(3)
+    """)
+    policy = rx.JobPolicy(idle_timeout=1.0, idle_action=action)  # type: ignore[arg-type]
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = sb.exec_remote([sys.executable, "-c", code], policy=policy, kill_grace=0.5)
+        await _ready(proc)
+        t0 = time.monotonic()
+        with anyio.fail_after(60):
+            result = await proc.wait()
+        print(f"\nidle {action}: ended {time.monotonic() - t0:.2f} s after its last output (timeout 1 s)")
+    if action == "interrupt":  # SIGINT: the job chose its exit
+        assert (result.state, result.returncode, result.stdout) == ("completed", 3, "ready\ninterrupted\n")
+        assert result.reason == "interrupted: no output for 1 s"
+    else:
+        assert result.state == "killed" and result.reason == "killed: no output for 1 s"
+
+
+async def test_memory_limit_kills_the_tree_with_the_reason(agent_dir: Path) -> None:
+    # A child of the shell allocates: the whole tree's RSS counts, not only the leader's.
+    code = "b = bytearray(160 << 20); b[::4096] = b'x' * len(b[::4096]); print('ready', flush=True); input()"
+    policy = rx.JobPolicy(memory_limit=64 << 20)
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = sb.exec_remote(
+            ["sh", "-c", f'"{sys.executable}" -c "{code}"; echo after'], policy=policy, stdin_open=True
+        )
+        with anyio.fail_after(60):
+            result = await proc.wait()
+    assert result.state == "killed" and "after" not in str(result.stdout)
+    assert (result.reason or "").startswith("killed: memory limit 64.0 MiB exceeded ("), result.reason
+    print(f"\nmemory limit: {result.reason}")
+
+
+async def test_cpu_time_limit_kills_a_busy_loop(agent_dir: Path) -> None:
+    policy = rx.JobPolicy(cpu_time=1.0)
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = sb.exec_remote([sys.executable, "-c", "print('ready', flush=True)\nwhile True: pass"], policy=policy)
+        await _ready(proc)
+        st = await proc.stats(window=0.1)
+        assert st.running
+        with anyio.fail_after(60):
+            result = await proc.wait()
+    assert result.state == "killed"
+    assert (result.reason or "").startswith("killed: CPU time limit 1 s exceeded"), result.reason
+
+
+async def test_nice_lowers_the_priority(agent_dir: Path) -> None:
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        result = await sb.run(
+            [sys.executable, "-c", "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"],
+            policy=rx.JobPolicy(nice=7),
+        )
+    assert result.stdout == f"{max(7, os.getpriority(os.PRIO_PROCESS, 0))}\n"
+
+
+async def test_kill_on_disconnect_after_the_client_process_is_sigkilled(agent_dir: Path) -> None:
+    url = f"local://?dir={agent_dir}"
+    # A client process: one job of each policy, their ids printed, then it blocks on stdin.
+    script = textwrap.dedent("""
+        import sys, remote_exec as rx
+        with rx.connect(sys.argv[1]) as sb:
+            keep = sb.exec_remote(["sleep", "300"], policy=rx.JobPolicy(on_disconnect="keep"))
+            kill = sb.exec_remote(["sleep", "300"], policy=rx.JobPolicy(on_disconnect="kill", disconnect_grace=2))
+            for proc in (keep, kill):
+                sb.portal.call(proc.async_process.started)
+            print(keep.job_id, kill.job_id, flush=True)
+            sys.stdin.read()
+    """)
+    async with await anyio.open_process([sys.executable, "-c", script, url]) as client:
+        assert client.stdout is not None
+        with anyio.fail_after(60):
+            line = (await client.stdout.receive()).decode()
+        keep_id, kill_id = line.split()
+        client.send_signal(signal.SIGKILL)  # no goodbye: its connection just closes
+        await client.wait()
+        t0 = time.monotonic()
+    async with rx.open_sandbox(url) as sb:
+        info = await _until(sb, kill_id, "ended", lambda i: i.state != "running")
+        elapsed = time.monotonic() - t0
+        print(f"\non_disconnect=kill: job ended {elapsed:.2f} s after its client was SIGKILLed (grace 2 s)")
+        assert info.state == "killed" and info.reason == "killed: no client attached for 2 s"
+        assert 2.0 - TICK <= elapsed <= 2.0 + 10 * TICK + 5  # grace, a tick, and a loaded machine
+        kept = await _info(sb, keep_id)
+        assert kept.state == "running" and kept.reason is None  # the "keep" job lives
+        await (await sb.attach(keep_id)).kill()
+
+
+async def test_a_restarted_agent_enforces_the_policy(fresh_agent_dir: Path, tmp_path: Path) -> None:
+    """The policy is in job.json: kill -9 of the agent, and the next one (the keeper starts it)
+    re-adopts the job and runs its rule over the output written after."""
+    go = tmp_path / "go"
+    policy = rx.JobPolicy(on_output=[rx.WatchRule(pattern="^nan$", action="kill")])
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        proc = sb.exec_remote(
+            "echo nan-ish; " + WAIT_GO + "echo nan; exec sleep 300", env={"GO": str(go)}, policy=policy
+        )
+        await proc.started()
+        assert proc.job_id is not None
+        old = sb.info.instance_id
+        os.kill(sb.info.pid, signal.SIGKILL)
+        with anyio.fail_after(60):
+            while True:  # the next agent: server_info reconnects to it
+                try:
+                    if (await sb.server_info()).instance_id != old:
+                        break
+                except rx.RemoteExecError:
+                    pass
+                await anyio.sleep(0.1)  # a moment for the keeper to start it; the deadline bounds it
+        go.touch()
+        info = await _until(sb, proc.job_id, "killed", lambda i: i.state != "running")
+    assert info.state == "killed" and info.policy == policy
+    assert (info.reason or "").startswith("killed: watch rule 0 matched '^nan$' on stdout at byte 8")

@@ -1,0 +1,80 @@
+"""Job policies where the client reaches the agent through a relay (``docker exec -i``): the
+client process SIGKILLed closes the relay, so the agent sees its connection go; and the watch
+rules run in the bundled agent (the ``regex`` module frozen into it)."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+
+import anyio
+import pytest
+
+import remote_exec as rx
+from remote_exec.agent.jobs.policy import TICK
+
+from .backend_docker import docker_or_skip, image_or_skip
+from .dockerd import Dockerd
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def container() -> Iterator[str]:
+    engine: Dockerd = docker_or_skip()
+    name = engine.run(f"rx-policy-{secrets.token_hex(4)}", image_or_skip(engine, "usr"), "-v", "/usr:/usr:ro")
+    yield f"docker://{name}"
+    engine.docker("rm", "-f", name, check=False)
+
+
+async def _ended(sb: rx.AsyncSandbox, job_id: str) -> rx.JobInfo:
+    with anyio.fail_after(60):
+        while True:  # re-read the record until the agent acted; the deadline bounds it
+            info = next(j for j in await sb.jobs() if j.job_id == job_id)
+            if info.state != "running":
+                return info
+            await anyio.sleep(0.05)
+
+
+async def test_docker_client_sigkilled_kill_job_dies_keep_job_lives(container: str) -> None:
+    script = textwrap.dedent("""
+        import sys, remote_exec as rx
+        with rx.connect(sys.argv[1]) as sb:
+            keep = sb.exec_remote(["sleep", "300"], policy=rx.JobPolicy(on_disconnect="keep"))
+            kill = sb.exec_remote(["sleep", "300"], policy=rx.JobPolicy(on_disconnect="kill", disconnect_grace=2))
+            for proc in (keep, kill):
+                sb.portal.call(proc.async_process.started)
+            print(keep.job_id, kill.job_id, flush=True)
+            sys.stdin.read()
+    """)
+    async with await anyio.open_process([sys.executable, "-c", script, container]) as client:
+        assert client.stdout is not None
+        with anyio.fail_after(90):
+            keep_id, kill_id = (await client.stdout.receive()).decode().split()
+        client.kill()  # SIGKILL: its docker exec loses its stdin, the relay its input
+        await client.wait()
+        t0 = time.monotonic()
+    async with rx.open_sandbox(container) as sb:
+        info = await _ended(sb, kill_id)
+        elapsed = time.monotonic() - t0
+        print(f"\ndocker, on_disconnect=kill: ended {elapsed:.2f} s after the client was SIGKILLed (grace 2 s)")
+        assert info.state == "killed" and info.reason == "killed: no client attached for 2 s"
+        assert elapsed <= 2.0 + 10 * TICK + 10
+        kept = next(j for j in await sb.jobs() if j.job_id == keep_id)
+        assert kept.state == "running"
+        await (await sb.attach(keep_id)).kill()
+
+
+async def test_docker_watch_rule_in_the_bundled_agent(container: str) -> None:
+    rules = [rx.WatchRule(pattern=r"(a|aa)+$"), rx.WatchRule(pattern=r"^nan$", action="kill")]
+    async with rx.open_sandbox(f"{container}?inject=always") as sb:  # the frozen agent, surely
+        proc = sb.exec_remote(f"echo {'a' * 60}b; echo nan; exec sleep 300", policy=rx.JobPolicy(on_output=rules))
+        with anyio.fail_after(60):
+            result = await proc.wait()
+        assert proc.job_id is not None
+        info = next(j for j in await sb.jobs() if j.job_id == proc.job_id)
+    assert result.state == "killed" and (result.reason or "").startswith("killed: watch rule 1 matched '^nan$'")
+    assert info.rules_disabled == [0]
