@@ -77,12 +77,13 @@ def test_health_in_the_job_view(
         f"echo started; for i in $(seq 1 40); do echo line $i; done; "
         f"( while [ ! -e {gate} ]; do :; done ) & wait; "  # busy on one core until the gate opens
         "echo after the gate; echo 'Traceback (most recent call last):'; echo '  File x, line 1'; "
-        "echo 'error: boom' >&2; exit 3"
+        "sleep 1; echo 'error: boom' >&2; exit 3"  # the rule's hit is counted by the poll of a later line
     )
     cells = [
         "import remote_exec as rx\nfrom remote_exec.jupyter import Dashboard, JobView\n"
         f"sb = rx.connect('local://?dir={fresh_agent_dir}')",
-        f"view = JobView(sb.exec_remote(['bash', '-c', {script!r}]), command='health demo')\n"
+        "rule = rx.JobPolicy(on_output=[rx.WatchRule(pattern='^Traceback')])\n"
+        f"view = JobView(sb.exec_remote(['bash', '-c', {script!r}], policy=rule), command='health demo')\n"
         "view.quiet_after = 2.0\nview",
         "spin = sb.exec_remote(['sh', '-c', 'echo spinning; while :; do :; done'])\n"
         "dash = Dashboard(sb, known=[spin], interval=1.0)\ndash",
@@ -133,10 +134,11 @@ def test_health_in_the_job_view(
         page.evaluate("window.__rxSetHidden(true)")
         gate.touch()
         job.locator(".rx-badge", has_text="failed").wait_for()
-        page.wait_for_function("() => window.__rxNotes.length > 0")
+        page.wait_for_function("() => window.__rxNotes.length >= 2")  # the end, and the rule's hit
         notes = page.evaluate("window.__rxNotes")
-        assert notes[0]["title"] == "remote_exec: failed (exit 3)", notes
-        assert "health demo" in notes[0]["body"]
+        titles = sorted(n["title"] for n in notes)
+        assert titles == ["remote_exec: a watch rule fired (1)", "remote_exec: failed (exit 3)"], notes
+        assert all("health demo" in n["body"] for n in notes)
         page.evaluate("window.__rxSetHidden(false)")
         mark = job.locator(".rx-pane-stdout .rx-new-since")
         mark.wait_for()

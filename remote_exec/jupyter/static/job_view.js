@@ -132,7 +132,8 @@ export default {
       if (lastState === "running" && state !== "running") {
         const code = model.get("exit_code");
         rxNotify(`remote_exec: ${state}${code === null ? "" : ` (exit ${code})`}`, what, `rx-${model.get("job_id")}`);
-      } else if (hits > lastHits) {
+      }
+      if (hits > lastHits) {
         rxNotify(`remote_exec: a watch rule fired (${hits})`, what, `rx-${model.get("job_id")}-hits`);
       }
       lastState = state;
