@@ -74,7 +74,7 @@ async def test_docker_pause_is_unresponsive_then_unpause_resumes(usr_container: 
         finally:
             engine.docker("unpause", name)
         await _rest(proc, got)
-        assert sb.link.state == "connected"
+        assert sb.link.status.state == "connected"  # (a fresh read: mypy narrowed .state above)
     assert hashlib.sha256(got).hexdigest() == hashlib.sha256(EXPECTED).hexdigest()
 
 
