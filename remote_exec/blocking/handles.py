@@ -15,6 +15,7 @@ from typing import Any, Literal, TypeVar
 
 from anyio.from_thread import BlockingPortal
 
+from ..client.link import Link
 from ..client.logs import OutputSlice
 from ..client.ports import PortForward
 from ..client.process import ExecRemoteProcess
@@ -124,6 +125,12 @@ class BlockingExecRemoteProcess(_Handle):
     def tty(self) -> bool:
         """True if the job runs in a pseudo-terminal."""
         return self.async_process.tty
+
+    @property
+    def link(self) -> Link:
+        """The state of the channel the job's sandbox talks over (see :attr:`ExecRemoteProcess.link`);
+        listeners run on the background loop thread, reading ``link.status`` is safe from any thread."""
+        return self.async_process.link
 
     @property
     def done(self) -> bool:

@@ -15,6 +15,7 @@ from typing import Literal, TypeVar, Unpack, overload
 
 from anyio.from_thread import BlockingPortal, BlockingPortalProvider
 
+from ..client.link import Link
 from ..client.logs import OutputSlice, Stream
 from ..client.process import ExecRemoteProcess
 from ..client.sandbox import AsyncSandbox
@@ -85,6 +86,12 @@ class Sandbox(BlockingSandboxFiles):
     @property
     def info(self) -> ServerInfo:
         return self.async_sandbox.info
+
+    @property
+    def link(self) -> Link:
+        """The agent channel's state with change events (see :attr:`AsyncSandbox.link`); listeners
+        run on the background loop thread, reading ``link.status`` is safe from any thread."""
+        return self.async_sandbox.link
 
     @property
     def closed(self) -> bool:

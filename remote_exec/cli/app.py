@@ -5,7 +5,8 @@
 ``remote-exec run -t -- CMD...``                the job in a terminal: this one, raw (see tty.py)
 ``remote-exec ps``                              list running and retained jobs
 ``remote-exec attach [-t] JOB_ID``              replay a job's retained output and follow it (-t: and
-                                                type into a tty job's terminal)
+                                                type into a tty job's terminal); rides out a frozen
+                                                agent (see health.py)
 ``remote-exec kill JOB_ID``                     kill a job's whole process group
 ``remote-exec shell [--session ID]``            a prompt on a shell session (see shell.py)
 ``remote-exec cp SRC DST``                      copy files or trees; ``sandbox:PATH`` is the sandbox's
@@ -18,21 +19,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import signal
 import sys
+import time
 from typing import TextIO
+
+import anyio
 
 from ..client.policyopts import POLICY_OPTIONS, policy_from_args
 from ..client.process import ExecRemoteProcess
 from ..client.sandbox import AsyncSandbox
 from ..client.types import Completed, ExecRemoteOptions, StderrChunk, StdoutChunk
-from ..errors import ExecTimeoutError, RemoteExecError
+from ..errors import AgentUnresponsiveError, ExecTimeoutError, RemoteExecError
 from ..protocol import JobInfo
 from ..sandboxes import open_sandbox
 from ..termsafe import terminal_safe
 from .cp import add_cp_parser, copy
+from .health import QUIET_AFTER, report_health
 from .logs import add_logs_parsers, logs, prune
 from .shell import shell_repl
 from .top import add_top_parser, top
@@ -62,6 +68,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--tty", "-t", action="store_true", help="run in a terminal: this one, raw, its size; Ctrl-] leaves"
     )
+    quiet_help = f"say on stderr when the job wrote nothing for this many seconds (default {QUIET_AFTER:g}; 0: never)"
+    run.add_argument("--quiet-after", type=float, default=QUIET_AFTER, help=quiet_help)
     policy = run.add_argument_group("policy", "what the agent does to the job by itself, client or no client")
     for flags, kwargs in POLICY_OPTIONS:
         policy.add_argument(*flags, **kwargs)
@@ -70,6 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     att = sub.add_parser("attach", help="follow a job's output")
     att.add_argument("--tty", "-t", action="store_true", help="be a tty job's terminal too (keys, size); Ctrl-] leaves")
     att.add_argument("job_id")
+    att.add_argument("--quiet-after", type=float, default=QUIET_AFTER, help=quiet_help)
     kill = sub.add_parser("kill", help="kill a job")
     kill.add_argument("job_id")
     kill.add_argument("--grace", type=float, help="seconds from SIGTERM to SIGKILL")
@@ -90,23 +99,44 @@ def _write(stream: TextIO, data: str | bytes) -> None:
     stream.flush()
 
 
-async def _follow(proc: ExecRemoteProcess) -> int:
-    """Print events as they come; return the exit status for this CLI."""
+async def _follow(proc: ExecRemoteProcess, url: str, quiet_after: float, *, ride_out: bool = False) -> int:
+    """Print events as they come, and the link's changes and long silences on stderr
+    (:mod:`.health`); return the exit status for this CLI.
+
+    ``ride_out``: a frozen agent (``AgentUnresponsiveError``) does not end the following: it is
+    told on stderr and asked again, from the same cursors, until it answers or is found gone.
+    """
+    last = time.monotonic()
+    # A side task, not a task group: the follower's own errors (RemoteExecError, BrokenPipeError)
+    # must reach main() as themselves, not wrapped in an ExceptionGroup; the reporter only prints.
+    reporter = asyncio.get_running_loop().create_task(report_health(url, proc.link, lambda: last, quiet_after))
     try:
-        async for ev in proc:
-            if isinstance(ev, StdoutChunk):
-                _write(sys.stdout, ev.data)
-            elif isinstance(ev, StderrChunk):
-                _write(sys.stderr, ev.data)
-            elif isinstance(ev, Completed):
-                if ev.reason:
-                    print(f"remote-exec: {terminal_safe(ev.reason)}", file=sys.stderr)
-                code = ev.exit_code
-                return 128 - code if code < 0 else code  # killed by signal N -> 128+N, like a shell
+        while True:
+            try:
+                async for ev in proc:
+                    last = time.monotonic()
+                    if isinstance(ev, StdoutChunk):
+                        _write(sys.stdout, ev.data)
+                    elif isinstance(ev, StderrChunk):
+                        _write(sys.stderr, ev.data)
+                    elif isinstance(ev, Completed):
+                        if ev.reason:
+                            print(f"remote-exec: {terminal_safe(ev.reason)}", file=sys.stderr)
+                        code = ev.exit_code
+                        return 128 - code if code < 0 else code  # killed by signal N -> 128+N, like a shell
+                return 1
+            except AgentUnresponsiveError:
+                if not ride_out:
+                    raise
+                with anyio.move_on_after(1.0):  # a pause between tries; a link change ends it
+                    await proc.link.changed()
     except ExecTimeoutError as exc:
         print(f"remote-exec: {terminal_safe(exc)}", file=sys.stderr)
         return 124  # what coreutils' timeout(1) returns
-    return 1
+    finally:
+        reporter.cancel()
+        with contextlib.suppress(asyncio.CancelledError, OSError):
+            await reporter
 
 
 def _env(pairs: list[str]) -> dict[str, str] | None:
@@ -153,7 +183,7 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
             print(terminal_safe(proc.detach()))  # the id is the agent's word
             return 0
         try:
-            return await _follow(proc)
+            return await _follow(proc, sb.url, args.quiet_after)
         except BrokenPipeError:  # nobody reads its output any more (`| head`): stop it, as SIGPIPE would
             await proc.kill()
             raise
@@ -175,7 +205,7 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
             raise SystemExit(f"remote-exec attach: job {job} has no terminal (attach without -t)")
         return await follow_tty(proc)
     if args.cmd == "attach":
-        return await _follow(await sb.attach(args.job_id))
+        return await _follow(await sb.attach(args.job_id), sb.url, args.quiet_after, ride_out=True)
     proc = await sb.attach(args.job_id)
     await proc.kill(args.grace)
     return 0

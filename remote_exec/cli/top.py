@@ -2,6 +2,11 @@
 
 Every string shown comes from the agent, so each goes through :func:`terminal_safe`. Stats are
 read only while ``top`` runs: the agent samples nothing when nobody asks.
+
+Health: the first line is the channel's state (:class:`~remote_exec.client.link.Link`); a frozen
+agent is a line saying so, then ``top`` goes on asking (it does not exit). ``QUIET`` is how long
+a job's output has not grown, as seen across refreshes (``>`` when it was already quiet at
+``top``'s first look, so the true silence is longer).
 """
 
 from __future__ import annotations
@@ -12,12 +17,14 @@ from typing import Any
 
 import anyio
 
+from ..client.activity import OutputActivity, Quiet
 from ..client.sandbox import AsyncSandbox
-from ..errors import JobNotFoundError
+from ..errors import AgentUnresponsiveError, JobNotFoundError
 from ..protocol import JobInfo, JobStats, SandboxStats
 from ..termsafe import terminal_safe
+from .health import LINK_WORDS, link_line
 
-__all__ = ["add_top_parser", "human", "top"]
+__all__ = ["add_top_parser", "human", "quiet_text", "render", "top"]
 
 COMMAND_WIDTH = 60
 
@@ -51,22 +58,36 @@ async def _job_rows(sb: AsyncSandbox, jobs: list[JobInfo]) -> list[tuple[JobInfo
     return [rows[j.job_id] for j in jobs if j.job_id in rows]
 
 
-def render(s: SandboxStats, rows: list[tuple[JobInfo, JobStats]]) -> str:
-    """One screen: the sandbox's line, then a line per running job (busiest first)."""
+def quiet_text(quiet: Quiet | None) -> str:
+    """``42s``, ``3m05``, ``1h02``; ``>`` first when the silence is at least that long."""
+    if quiet is None:
+        return ""
+    s = int(quiet.seconds())
+    shown = f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}"
+    return shown if quiet.exact else f">{shown}"
+
+
+def render(
+    s: SandboxStats, rows: list[tuple[JobInfo, JobStats]], quiet: OutputActivity | None = None, link: str = ""
+) -> str:
+    """One screen: the sandbox's line (ending with the channel's state ``link``), then a line per
+    running job (busiest first)."""
     limit = f"/{human(s.memory_limit)}" if s.memory_limit else ""
     cut = "+" if s.disk_truncated else ""
     lines = [
         f"sandbox ({terminal_safe(s.source)}): cpu {s.cpu_percent:5.1f}% of {s.cpu_count} cores  "
         f"mem {human(s.memory_used)}{limit}  workspace {human(s.workspace_bytes)}{cut}  "
-        f"agent state {human(s.state_dir_bytes)}  free {human(s.disk_free)}  jobs {s.jobs_running}",
-        f"{'JOB ID':<14} {'PID':>7} {'CPU%':>6} {'RSS':>7} {'THR':>4} {'PROCS':>5} {'READ':>7} {'WRITE':>7}  COMMAND",
+        f"agent state {human(s.state_dir_bytes)}  free {human(s.disk_free)}  jobs {s.jobs_running}"
+        + (f"  link {link}" if link else ""),
+        f"{'JOB ID':<14} {'PID':>7} {'CPU%':>6} {'RSS':>7} {'THR':>4} {'PROCS':>5} {'READ':>7} {'WRITE':>7} "
+        f"{'QUIET':>6}  COMMAND",
     ]
     for job, st in sorted(rows, key=lambda r: -r[1].cpu_percent):
         cmd = job.command if isinstance(job.command, str) else " ".join(job.command)
         lines.append(
             f"{terminal_safe(job.job_id):<14} {job.pid:>7} {st.cpu_percent:>6.1f} {human(st.rss):>7} "
-            f"{st.threads:>4} {st.processes:>5} {human(st.read_bytes):>7} {human(st.write_bytes):>7}  "
-            f"{terminal_safe(cmd)[:COMMAND_WIDTH]}"
+            f"{st.threads:>4} {st.processes:>5} {human(st.read_bytes):>7} {human(st.write_bytes):>7} "
+            f"{quiet_text(quiet.get(job.job_id)) if quiet else '':>6}  {terminal_safe(cmd)[:COMMAND_WIDTH]}"
         )
     return "\n".join(lines)
 
@@ -74,13 +95,19 @@ def render(s: SandboxStats, rows: list[tuple[JobInfo, JobStats]]) -> str:
 async def top(sb: AsyncSandbox, args: argparse.Namespace) -> int:
     """Print a screen every ``--interval`` seconds, ``--count`` times (0: until interrupted)."""
     n = 0
+    quiet = OutputActivity()
     while True:
-        running = [j for j in await sb.jobs() if j.state == "running"]
-        stats = await sb.stats()
-        rows = await _job_rows(sb, running)
+        try:
+            running = [j for j in await sb.jobs() if j.state == "running"]
+            stats = await sb.stats()
+            rows = await _job_rows(sb, running)
+            quiet.note(running)
+            screen = render(stats, rows, quiet, LINK_WORDS[sb.link.state])
+        except AgentUnresponsiveError:
+            screen = link_line(sb.url, sb.link.status)  # frozen: say so, and ask again next round
         if n:
             print()
-        print(render(stats, rows), flush=True)
+        print(screen, flush=True)
         n += 1
         if args.count and n >= args.count:
             return 0

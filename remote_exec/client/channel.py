@@ -18,6 +18,10 @@ sign of life, so a busy channel sends none. When nothing at all arrived for
 with :class:`AgentUnresponsiveError` and the transport is torn down, so the next request
 starts afresh. The agent stamps each connection with the time it last heard from it (the
 other direction: :class:`remote_exec.agent.stream.Peer`).
+
+Each channel keeps its :class:`~remote_exec.client.link.Link` up to date (connected on every
+frame after trouble, reconnecting when the transport broke, lost when the agent went silent,
+closed), so views can show it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Protocol
 
 from ..errors import AgentUnavailableError, AgentUnresponsiveError, ChannelBroken, ProtocolError
 from ..protocol import HEARTBEAT, MAX_CHUNK, frames
+from .link import Link
 
 __all__ = [
     "CallChannel",
@@ -118,7 +123,13 @@ DEFAULT_LIVENESS = Liveness()
 
 
 class Channel(ABC):
-    """Carries request bodies to the agent. Implementations must be safe for concurrent use."""
+    """Carries request bodies to the agent. Implementations must be safe for concurrent use.
+
+    :ivar link: the channel's state, for views (the RPC client sets ``gone`` and ``lost`` too).
+    """
+
+    def __init__(self) -> None:
+        self.link = Link()
 
     @abstractmethod
     async def request(self, body: bytes, request_id: int, timeout: float) -> frames.Frame:
@@ -141,6 +152,7 @@ class StdioChannel(Channel):
     """One persistent ``stdio`` relay process; responses are matched to requests by id."""
 
     def __init__(self, spawn: SpawnFn, liveness: Liveness | None = DEFAULT_LIVENESS) -> None:
+        super().__init__()
         self._spawn = spawn
         self.liveness = liveness
         """The heartbeat's timing (``None``: none; the per-call deadlines alone then bound a wait).
@@ -233,9 +245,13 @@ class StdioChannel(Channel):
                 if frame is None:
                     break
                 self._last_frame = asyncio.get_running_loop().time()
+                if self.link.state != "connected":  # the first sign of life after trouble
+                    self.link.set("connected")
                 self._deliver(frame)
         finally:
             self._broken = why
+            if self.link.state in ("connecting", "connected") and not self._closed:
+                self.link.set("reconnecting", why)  # lost/gone stay: a broken pipe says no more
             # A broken pipe is retried after a reconnect; a sandbox breaking the protocol is not:
             # it would only send the same again.
             for fut in self._pending.values():
@@ -272,6 +288,7 @@ class StdioChannel(Channel):
             f"(liveness bound {liveness.bound:g} s): it is frozen, paused or cut off"
         )
         self._broken = why
+        self.link.set("lost", why)
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(AgentUnresponsiveError(why))
@@ -308,6 +325,7 @@ class StdioChannel(Channel):
 
     async def aclose(self) -> None:
         self._closed = True
+        self.link.set("closed")
         await self._close_proc(grace=CLOSE_GRACE)
 
 
@@ -315,9 +333,23 @@ class CallChannel(Channel):
     """One ``remote-exec-agent call`` process per request (for transports without streams)."""
 
     def __init__(self, spawn: SpawnFn) -> None:
+        super().__init__()
         self._spawn = spawn
 
     async def request(self, body: bytes, request_id: int, timeout: float) -> frames.Frame:
+        try:
+            frame = await self._request(body, timeout)
+        except ChannelBroken as exc:
+            if self.link.state in ("connecting", "connected"):
+                self.link.set("reconnecting", str(exc))
+            raise
+        self.link.set("connected")
+        return frame
+
+    async def aclose(self) -> None:
+        self.link.set("closed")
+
+    async def _request(self, body: bytes, timeout: float) -> frames.Frame:
         proc = await self._spawn()
         assert proc.stdin is not None and proc.stdout is not None
         try:

@@ -18,6 +18,7 @@ from ..errors import AgentUnavailableError, SandboxError, TransportError
 from ..protocol import PROTOCOL_VERSION, Empty, Method, ServerInfo
 from .channel import DEFAULT_LIVENESS, Liveness, StdioChannel
 from .files import FileClient
+from .link import Link
 from .process import RESPONSE_MARGIN, ExecRemoteProcess, kill_quietly
 from .rpc import RpcClient
 from .transport import SandboxTransport
@@ -43,6 +44,8 @@ class SandboxCore:
     :ivar open_timeout: seconds the agent has to answer ``server_info`` on :meth:`open`.
     :ivar liveness: how fast a silent agent is noticed (``None``: by the call deadlines alone);
         see :class:`~remote_exec.client.channel.Liveness`.
+    :ivar link: the agent channel's state (:class:`~remote_exec.client.link.Link`), the same
+        object for the sandbox's whole life: the channel opened later reports into it.
     """
 
     def __init__(
@@ -57,6 +60,7 @@ class SandboxCore:
         self.response_margin = response_margin
         self.open_timeout = open_timeout
         self.liveness = liveness
+        self.link = Link()
         self._rpc: RpcClient | None = None
         self._info: ServerInfo | None = None
         self._procs: list[ExecRemoteProcess] = []
@@ -110,11 +114,13 @@ class SandboxCore:
             channel = await self.transport.open_channel()
         except BaseException:
             self._state = "closed"
+            self.link.set("closed")
             with anyio.CancelScope(shield=True):
                 await self.transport.aclose()  # whatever it set up before failing (a connection, a box)
             raise
         if isinstance(channel, StdioChannel):  # the socket channel is one too
             channel.liveness = self.liveness
+        channel.link = self.link  # before any request: the first answer makes it "connected"
         self._rpc = RpcClient(channel, name=self.url, diagnose=self.transport.diagnose)
         self._state = "open"
         try:
@@ -170,3 +176,4 @@ class SandboxCore:
             if self._rpc is not None:
                 await self._rpc.aclose()  # from here on nothing reconnects (a kill still running)
             await self.transport.aclose()
+            self.link.set("closed")

@@ -34,6 +34,7 @@ from ..protocol import (
     WriteStdinParams,
     WriteStdinResult,
 )
+from .link import Link
 from .logs import OutputSlice, read_output
 from .rpc import RpcClient
 from .tail import Tail
@@ -127,6 +128,12 @@ class ExecRemoteProcess:
     def returncode(self) -> int | None:
         """The exit code once the end has been read, else ``None``."""
         return self._final.exit_code if self._final is not None else None
+
+    @property
+    def link(self) -> Link:
+        """The state of the channel this handle talks over (its sandbox's ``link``): a view of the
+        job shows it beside the job's own state."""
+        return self._rpc.channel.link
 
     # -- events ---------------------------------------------------------------------------
 

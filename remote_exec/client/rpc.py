@@ -173,17 +173,26 @@ class RpcClient:
         answers with a payload at all)."""
         try:
             return await self._call(method, params, result, timeout, payload, deadline, max_payload)
-        except SandboxLostError:
+        except SandboxLostError as exc:
+            self.channel.link.set("gone", str(exc))
             raise
         except AgentUnresponsiveError as exc:
-            raise await self._diagnosed(AgentUnresponsiveError(f"{self.name}: {method}: {exc}")) from exc
+            raise self._noted(await self._diagnosed(AgentUnresponsiveError(f"{self.name}: {method}: {exc}"))) from exc
         except TransportError as exc:
             if self._closed or type(exc) is UntrustedAgentError:
                 raise
-            better = await self._diagnosed(exc)
+            better = self._noted(await self._diagnosed(exc))
             if better is exc:
                 raise
             raise better from exc
+
+    def _noted(self, exc: RemoteExecError) -> RemoteExecError:
+        """``exc``, its verdict on the sandbox set on the channel's link (for the views)."""
+        if isinstance(exc, SandboxLostError):
+            self.channel.link.set("gone", str(exc))
+        elif isinstance(exc, AgentUnresponsiveError) and self.channel.link.state != "gone":
+            self.channel.link.set("lost", str(exc))
+        return exc
 
     async def _diagnosed(self, exc: TransportError) -> RemoteExecError:
         """``exc``, or what the sandbox says became of it (its own failure to say changes nothing)."""
@@ -252,6 +261,8 @@ class RpcClient:
             self._check_open("reconnect")
             if generation != self._generation:
                 return  # another caller already reconnected this broken generation
+            if self.channel.link.state in ("connecting", "connected"):
+                self.channel.link.set("reconnecting", "the channel broke")
             try:
                 async with asyncio.timeout_at(end):  # the call's deadline bounds the reconnect too
                     await self.channel.reconnect()

@@ -27,6 +27,7 @@ from ..protocol import (
 )
 from .channel import DEFAULT_LIVENESS, Liveness
 from .core import OPEN_TIMEOUT, SandboxCore
+from .link import Link
 from .logs import OutputSlice, Stream, prune_jobs, read_output
 from .ports import PortForward
 from .process import RESPONSE_MARGIN, ExecRemoteProcess, attached, launch
@@ -66,6 +67,12 @@ class AsyncSandbox(SandboxFiles):
         """How fast a silent agent is noticed (``None``: by the call deadlines alone); see
         :class:`~remote_exec.client.channel.Liveness`."""
         return self._core.liveness
+
+    @property
+    def link(self) -> Link:
+        """The agent channel's state (connected, reconnecting, lost, gone...) with change
+        events, for views: see :class:`~remote_exec.client.link.Link`."""
+        return self._core.link
 
     @property
     def response_margin(self) -> float:

@@ -1,7 +1,8 @@
 """The widgets' front-end code, ``static/*.js|*.css`` beside this module (package data in a wheel).
 
-Each widget's module is ``common.js`` followed by its own file (and likewise for CSS): anywidget
-loads a module from its text, where a relative ``import`` cannot resolve, so the shared part is
+Each widget's module is ``common.js``, then the shared parts it names (``health.js``: link
+badge, sparkline, notifications...), then its own file (and likewise for CSS): anywidget loads a
+module from its text, where a relative ``import`` cannot resolve, so the shared parts are
 prepended instead of imported.
 
 Hot reload: with ``ANYWIDGET_HMR=1`` and the files in a source checkout (not under
@@ -74,18 +75,19 @@ def _hot_reload() -> bool:
     return True
 
 
-def _asset(name: str, suffix: str) -> str | WatchedFiles:
-    paths = (STATIC / f"common{suffix}", STATIC / f"{name}{suffix}")
+def _asset(name: str, suffix: str, parts: tuple[str, ...]) -> str | WatchedFiles:
+    paths = (STATIC / f"common{suffix}", *(STATIC / f"{p}{suffix}" for p in parts), STATIC / f"{name}{suffix}")
     if _hot_reload():
         return WatchedFiles(*paths)
     return "\n".join(p.read_text(encoding="utf-8") for p in paths)
 
 
-def esm(name: str) -> str | WatchedFiles:
-    """The ES module of widget ``name``: the shared helpers, then the widget's own code."""
-    return _asset(name, ".js")
+def esm(name: str, *parts: str) -> str | WatchedFiles:
+    """The ES module of widget ``name``: the shared helpers, the shared ``parts``, then the
+    widget's own code."""
+    return _asset(name, ".js", parts)
 
 
-def css(name: str) -> str | WatchedFiles:
-    """The stylesheet of widget ``name``, after the shared one."""
-    return _asset(name, ".css")
+def css(name: str, *parts: str) -> str | WatchedFiles:
+    """The stylesheet of widget ``name``, after the shared one and those of ``parts``."""
+    return _asset(name, ".css", parts)

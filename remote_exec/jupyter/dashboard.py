@@ -11,6 +11,12 @@ table in place (a selection, focus or a press on a button survives a refresh).
 
 Displayed, its output carries a record (the page's rows), rewritten every ``RECORD_PERIOD`` s at
 most as it refreshes: a saved notebook shows the jobs as they last were (:mod:`~remote_exec.jupyter.saving`).
+
+Health: ``links`` holds each sandbox's channel state (:class:`~remote_exec.client.link.Link`),
+shown above the table; each running job's row carries its CPU and memory (one batched
+``job_stats_many`` per sandbox and refresh, for the running jobs of the page shown, so only
+while a view refreshes) and when its output last grew (``quiet_since``; ``quiet_exact`` false
+when the job was already quiet when the dashboard first saw it: then it is "at least").
 """
 
 from __future__ import annotations
@@ -26,9 +32,11 @@ import anywidget
 import traitlets
 
 from ..blocking import BlockingExecRemoteProcess, Sandbox
+from ..client.activity import OutputActivity
+from ..client.link import LinkStatus
 from ..client.sandbox import AsyncSandbox
 from ..errors import JobNotFoundError, JobNotRunningError, RemoteExecError, SandboxClosedError
-from ..protocol import JobInfo
+from ..protocol import JobInfo, JobStats
 from ._assets import css, esm
 from .dashboard_view import STATE_FILTERS, Filters, Identity, Page, is_mine, job_row, session_row, visible
 from .display import jobs_table, widgets_enabled
@@ -39,6 +47,11 @@ from .saving import RECORD_META
 from .transcript import strip_ansi
 
 __all__ = ["Dashboard"]
+
+
+def _link(status: LinkStatus) -> dict[str, Any]:
+    return {"state": status.state, "reason": status.reason, "since": status.since}
+
 
 TAIL_BYTES = 1024  # the end of each stream read for a row's "last line"
 
@@ -72,8 +85,8 @@ class Dashboard(anywidget.AnyWidget):
     :raises SandboxClosedError: a sandbox is closed already.
     """
 
-    _esm = esm("dashboard")
-    _css = css("dashboard")
+    _esm = esm("dashboard", "health")
+    _css = css("dashboard", "health")
 
     sandboxes = traitlets.List(traitlets.Unicode()).tag(sync=True)
     errors = traitlets.Dict().tag(sync=True)
@@ -88,6 +101,7 @@ class Dashboard(anywidget.AnyWidget):
     page_size = traitlets.Int(50).tag(sync=True)
     expanded = traitlets.List(traitlets.Unicode()).tag(sync=True)
     counts = traitlets.Dict().tag(sync=True)
+    links = traitlets.Dict().tag(sync=True)  # url -> {state, reason, since}: each channel's Link
 
     def __init__(
         self,
@@ -100,6 +114,7 @@ class Dashboard(anywidget.AnyWidget):
         state: str = "all",
         text: str = "",
     ) -> None:
+        self._unsubscribe: list[Callable[[], None]] = []  # close() may run with __init__ failed
         self._sbs = [sandboxes] if isinstance(sandboxes, Sandbox) else list(sandboxes)
         if not self._sbs:
             raise ValueError("a dashboard needs at least one sandbox")
@@ -128,6 +143,10 @@ class Dashboard(anywidget.AnyWidget):
         self._closed = False
         self._display: tuple[str, dict[str, Any] | None] | None = None  # display id, request header
         self._recorded = float("-inf")
+        self._usage: dict[str, JobStats] = {}  # running job id -> its last reading
+        self._activity = OutputActivity()  # when each job's output last grew
+        self._unsubscribe = [sb.link.subscribe(self._on_link) for sb in self._sbs]
+        self.links = {sb.url: _link(sb.link.status) for sb in self._sbs}
         self.on_msg(self._on_front_end_msg)
         self.observe(self._on_view_change, ["mine_only", "state_filter", "text_filter", "page", "expanded"])
         if not widgets_enabled():
@@ -150,9 +169,28 @@ class Dashboard(anywidget.AnyWidget):
         self._tails = {k: v for k, v in self._tails.items() if k in live}
         self._cleared &= live
         self._jobs = jobs
+        self._activity.note(job for _, job in jobs)
         if errors != self.errors:
             self.errors = errors
+        await self._sample_usage()
         await self._publish()
+
+    async def _sample_usage(self) -> None:
+        """CPU and memory of the running jobs on the page shown: one batched call per sandbox."""
+        wanted: dict[int, list[str]] = {}
+        for entry in self._page().entries:
+            if entry[0] == "job" and entry[2].state == "running":
+                wanted.setdefault(entry[1], []).append(entry[2].job_id)
+        usage: dict[str, JobStats] = {}
+        for i, ids in wanted.items():
+            # An error (or a lost link) shows above the table; the rows then carry no numbers.
+            with contextlib.suppress(RemoteExecError, RuntimeError):
+                usage |= await self._sbs[i].async_sandbox.job_stats_many(ids)
+        self._usage = usage
+
+    def _on_link(self, _status: LinkStatus) -> None:
+        # On the loop thread (where the channel reports); one dict for all the sandboxes.
+        self.links = {sb.url: _link(sb.link.status) for sb in self._sbs}
 
     def _known_ids(self) -> set[str]:
         return {k if isinstance(k, str) else (k.job_id or "") for k in self._known}
@@ -180,7 +218,7 @@ class Dashboard(anywidget.AnyWidget):
                 rows.append(session_row(i, sid, jobs, f"shell:{i}:{sid}" in self.expanded))
             else:
                 _, i, job, depth = entry
-                rows.append(job_row(i, job, *await self._tail(i, job), depth=depth))
+                rows.append(self._health(job, job_row(i, job, *await self._tail(i, job), depth=depth)))
         self.rows = rows
         if view.counts != self.counts:
             self.counts = view.counts
@@ -192,6 +230,17 @@ class Dashboard(anywidget.AnyWidget):
             self.send({"type": "rows", "order": order, "rows": changed, "now": time.time()})
         if self._display is not None and time.monotonic() - self._recorded >= RECORD_PERIOD:
             self._update_record()
+
+    def _health(self, job: JobInfo, row: dict[str, Any]) -> dict[str, Any]:
+        st = self._usage.get(job.job_id) if job.state == "running" else None
+        quiet = self._activity.get(job.job_id)
+        return {
+            **row,
+            "cpu": round(st.cpu_percent, 1) if st else None,
+            "rss": st.rss if st else None,
+            "last_output_at": quiet.since if quiet else None,
+            "quiet_exact": quiet.exact if quiet else False,
+        }
 
     async def _tail(self, i: int, job: JobInfo) -> tuple[str, int]:
         written = job.stdout_bytes + job.stderr_bytes
@@ -338,6 +387,8 @@ class Dashboard(anywidget.AnyWidget):
     def close(self) -> None:
         """Stop refreshing and close the widget (and the job view it shows)."""
         self._closed = True
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
         if isinstance(self.opened, JobView):
             self.opened.close()
         super().close()

@@ -9,6 +9,7 @@ never needed while a job runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
@@ -20,7 +21,7 @@ from anyio.from_thread import BlockingPortal
 from ..blocking import BlockingExecRemoteProcess, BlockingShellSession, Sandbox
 from ..client.process import ExecRemoteProcess
 from ..client.types import ExecResult, StderrChunk, StdoutChunk
-from ..errors import ExecTimeoutError, JobKilledError, RemoteExecError
+from ..errors import AgentUnresponsiveError, ExecTimeoutError, JobKilledError, RemoteExecError
 
 __all__ = ["JobState", "Loop", "Outcome", "follow", "loop_of"]
 
@@ -52,17 +53,36 @@ def _text(data: str | bytes) -> str:
     return data if isinstance(data, str) else data.decode("utf-8", "replace")
 
 
-async def follow(proc: ExecRemoteProcess, on_output: Callable[[str, str], None]) -> Outcome:
+RIDE_OUT_PAUSE = 1.0
+"""Seconds :func:`follow` waits (or less, if the link changes) before asking a lost agent again."""
+
+
+async def follow(proc: ExecRemoteProcess, on_output: Callable[[str, str], None], *, ride_out: bool = False) -> Outcome:
     """Read ``proc`` to its end, calling ``on_output(stream, text)`` for each chunk (on the loop).
+
+    ``ride_out``: an unresponsive agent (frozen, paused, cut off: the handle's ``link`` says
+    ``lost``) does not end the following; it goes on asking, from the same cursors, until the
+    agent answers again or the sandbox is found gone (:class:`SandboxLostError` ends it). For a
+    view that shows the link's state: a person sees "lost" and can act, nothing hangs unseen.
 
     Cancelling ``follow`` kills the job when ``proc`` owns it (see ``kill_on_cancel``).
     """
     try:
-        async for ev in proc:
-            if isinstance(ev, StdoutChunk):
-                on_output("stdout", _text(ev.data))
-            elif isinstance(ev, StderrChunk):
-                on_output("stderr", _text(ev.data))
+        while True:
+            try:
+                async for ev in proc:
+                    if isinstance(ev, StdoutChunk):
+                        on_output("stdout", _text(ev.data))
+                    elif isinstance(ev, StderrChunk):
+                        on_output("stderr", _text(ev.data))
+                break
+            except AgentUnresponsiveError:
+                if not ride_out:  # (a SandboxLostError is no AgentUnresponsiveError: it ends this)
+                    raise
+                # A pause, not synchronisation: each new try is itself bounded by the liveness
+                # bound; a change of the link (gone, or back) ends the pause early.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.link.changed(), RIDE_OUT_PAUSE)
         result = await proc.wait()
     except ExecTimeoutError as exc:
         return Outcome("timed out", exc.result if isinstance(exc.result, ExecResult) else None, exc)

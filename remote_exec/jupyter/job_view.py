@@ -7,6 +7,17 @@ Its output bundle carries a record beside the widget (:mod:`~remote_exec.jupyter
 shown with :meth:`JobView.show`, the view rewrites that record in the notebook
 (``update_display``) on every state change, every :data:`RECORD_PERIOD` seconds while the job
 runs, and at its end, so a saved notebook tells how far the job got.
+
+Health: the view shows its sandbox's channel state (``link``: connected, reconnecting, lost,
+gone; :class:`~remote_exec.client.link.Link`) beside the job's, and the front end says "no
+output for N min" once a running job has been quiet for :attr:`JobView.quiet_after` seconds.
+A lost agent does not end the view: it keeps asking from its cursors (``follow(ride_out=True)``)
+and resumes when the agent answers again; a gone sandbox ends it as ``error``.
+
+Usage: while at least one view is on screen in a visible tab (the front end says so with
+``watch`` messages, renewed every few seconds), the job's CPU and memory are sampled every
+:data:`SAMPLE_PERIOD` seconds into ``usage`` (the last :data:`USAGE_POINTS` points) for the
+sparkline; nobody watching, nothing is sampled.
 """
 
 from __future__ import annotations
@@ -15,14 +26,16 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any, cast
 
 import traitlets
 
 from ..blocking import BlockingExecRemoteProcess, Sandbox
+from ..client.link import LinkStatus
 from ..client.types import ExecResult
-from ..errors import JobNotRunningError, RemoteExecError
+from ..errors import JobNotFoundError, JobNotRunningError, RemoteExecError
 from ._assets import css, esm
 from .base import StreamWidget
 from .display import widgets_enabled
@@ -31,10 +44,24 @@ from .record import RECORD_LINE_CHARS, RECORD_LINES, JobRecord, as_reply_to, cur
 from .saving import RECORD_META
 from .transcript import DEFAULT_TAIL_LINES
 
-__all__ = ["RECORD_PERIOD", "JobView"]
+__all__ = ["QUIET_AFTER", "RECORD_PERIOD", "SAMPLE_PERIOD", "USAGE_POINTS", "WATCH_TTL", "JobView"]
 
 RECORD_PERIOD = 5.0
 """Seconds between rewrites of a running view's stored record."""
+
+QUIET_AFTER = 60.0
+"""Seconds without output after which a running job shows "no output for N min"."""
+
+SAMPLE_PERIOD = 2.0
+"""Seconds between CPU/memory samples while a view watches."""
+
+USAGE_POINTS = 90
+"""Samples kept for the sparkline (3 minutes at :data:`SAMPLE_PERIOD`)."""
+
+WATCH_TTL = 15.0
+"""Seconds a view's ``watch`` holds: a view that stops renewing it (closed tab) stops the sampling."""
+
+_MAX_WATCHERS = 16  # views of one widget counted at once (a page shows a handful)
 
 
 def _command_text(command: list[str] | str | None, fallback: str) -> str:
@@ -64,8 +91,8 @@ class JobView(StreamWidget):
     """
 
     PANES = {"stdout": "stdout", "stderr": "stderr"}  # noqa: RUF012 - a ClassVar of the base
-    _esm = esm("job_view")
-    _css = css("job_view")
+    _esm = esm("job_view", "health")
+    _css = css("job_view", "health")
 
     command = traitlets.Unicode("").tag(sync=True)
     job_id = traitlets.Unicode("").tag(sync=True)
@@ -77,6 +104,12 @@ class JobView(StreamWidget):
     stdout_chars = traitlets.Int(0).tag(sync=True)
     stderr_chars = traitlets.Int(0).tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)
+    link = traitlets.Unicode("connecting").tag(sync=True)
+    link_reason = traitlets.Unicode("").tag(sync=True)
+    last_output_at = traitlets.Float(None, allow_none=True).tag(sync=True)
+    quiet_after = traitlets.Float(QUIET_AFTER).tag(sync=True)
+    usage: traitlets.List[list[float]] = traitlets.List().tag(sync=True)  # [[time, cpu %, rss], ...]
+    hits = traitlets.Int(0).tag(sync=True)  # watch-rule matches seen so far
 
     def __init__(
         self,
@@ -112,6 +145,10 @@ class JobView(StreamWidget):
         self.outcome: Outcome | None = None
         """How the job ended, once it has."""
         self._done = threading.Event()
+        self._last_output: float | None = None
+        self._watchers: dict[str, float] = {}  # view id -> when it last said it watches
+        self._usage: deque[tuple[float, float, int]] = deque(maxlen=USAGE_POINTS)
+        self._sampler: asyncio.Task[None] | None = None
         self._loop.spawn(self._run)
 
     @classmethod
@@ -129,10 +166,16 @@ class JobView(StreamWidget):
 
     async def _run(self) -> None:
         recorder = asyncio.get_running_loop().create_task(self._record_while_running())
+        link = self.process.async_process.link
+        self._on_link(link.status)
+        unsubscribe = link.subscribe(self._on_link)
         try:
-            outcome = await follow(self.process.async_process, self._emit)
+            outcome = await follow(self.process.async_process, self._emit, ride_out=True)
         finally:
             recorder.cancel()
+            unsubscribe()
+            if self._sampler is not None:
+                self._sampler.cancel()
         code = outcome.exit_code
         error = "" if outcome.state != "error" else str(outcome.error)
         info = self.process.async_process.info  # attached after its end: the agent knows when
@@ -142,6 +185,45 @@ class JobView(StreamWidget):
         await self._drain()
         self._update_record()  # the final record: what a saved notebook shows from now on
         self._done.set()
+
+    def _on_link(self, status: LinkStatus) -> None:
+        self._set(link=status.state, link_reason=status.reason)
+
+    def _emit(self, stream: str, text: str) -> None:
+        self._last_output = time.time()
+        super()._emit(stream, text)
+
+    # -- usage, sampled while watched (loop thread) ------------------------------------------------
+
+    def _watch(self, view: str, on: bool) -> None:
+        if on and (view in self._watchers or len(self._watchers) < _MAX_WATCHERS):
+            self._watchers[view] = time.monotonic()
+        elif not on:
+            self._watchers.pop(view, None)
+        if self._watchers and self._sampler is None and not self._done.is_set():
+            self._sampler = asyncio.get_running_loop().create_task(self._sample())
+
+    async def _sample(self) -> None:
+        """Sample the job's tree while a view watches; cancelled when the job ends."""
+        proc = self.process.async_process
+        try:
+            while True:
+                now = time.monotonic()
+                self._watchers = {v: t for v, t in self._watchers.items() if now - t < WATCH_TTL}
+                if not self._watchers:
+                    return
+                try:
+                    st = await proc.stats()
+                except JobNotFoundError:
+                    return  # released: nothing more to sample
+                except RemoteExecError:
+                    st = None  # a lost link: a gap in the line, the link badge says why
+                if st is not None and st.running:
+                    self._usage.append((round(time.time(), 1), round(st.cpu_percent, 1), st.rss))
+                    self._set(usage=[list(p) for p in self._usage])
+                await asyncio.sleep(SAMPLE_PERIOD)  # the sampling period: a timer, not synchronisation
+        finally:
+            self._sampler = None
 
     async def _record_while_running(self) -> None:
         # Cancelled when the job ends (the final record is written after).
@@ -212,7 +294,12 @@ class JobView(StreamWidget):
 
     def _counters(self) -> dict[str, Any]:
         chars = self._transcript.chars
-        return {"stdout_chars": chars["stdout"], "stderr_chars": chars["stderr"]}
+        return {
+            "stdout_chars": chars["stdout"],
+            "stderr_chars": chars["stderr"],
+            "last_output_at": self._last_output,
+            "hits": self.process.async_process.hits,
+        }
 
     async def _control(self, what: str) -> None:
         proc = self._control_proc.async_process
@@ -229,6 +316,8 @@ class JobView(StreamWidget):
     def _action(self, kind: str, content: dict[str, Any]) -> None:
         if kind in ("kill", "interrupt") and not self._done.is_set():
             self._loop.spawn(self._control, kind)
+        elif kind == "watch" and isinstance(view := content.get("view"), str) and len(view) <= 64:
+            self._loop.call_soon(self._watch, view, bool(content.get("on")))
 
     # -- Python side -----------------------------------------------------------------------------
 
@@ -239,6 +328,11 @@ class JobView(StreamWidget):
     def interrupt(self) -> None:
         """Send SIGINT to the job's process group (Ctrl-C)."""
         self._loop.call(self._control, "interrupt")
+
+    @property
+    def sampling(self) -> bool:
+        """True while CPU/memory are being sampled (a view watches and the job runs)."""
+        return self._sampler is not None
 
     @property
     def done(self) -> bool:

@@ -53,3 +53,31 @@ def test_store_replay_delta_tail_and_colours() -> None:
     assert out["msgs"] == ["replay", "delta"]  # the stale delta never reaches a view
     assert out["sgr"] == [[None], [1]]  # each part starts in the colour in force: red carries into line 2
     assert out["changed"] == [False, True]  # only the line that changed is re-rendered
+
+
+ARRIVALS = r"""
+const store = new RxStore((s) => s, 100);
+store.handle({kind: "replay", seq: 1, data: {now: Date.now() / 1000,
+  panes: {stdout: {pieces: [["stdout", "replayed\npartial "]], hidden: 0}}}});
+const before = Date.now();
+for (let seq = 2; seq < 2 + 5000; seq++) store.handle({kind: "delta", seq, data: [["stdout", `chunk ${seq}\n`]]});
+const pane = store.pane("stdout");
+const times = pane.lines.filter((l) => l.length).map((l) => l.t);
+console.log(JSON.stringify({
+  kept: pane.lines.length,
+  timed: times.filter((t) => typeof t === "number" && t >= before).length,
+  untimed: times.filter((t) => t === null || t === undefined).length,
+}));
+"""
+
+
+def test_arrival_times_are_kept_per_line_and_capped_with_the_lines() -> None:
+    """One arrival time per kept line: 5000 chunks into a 100-line pane keep 100 times, not 5000."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    code = (STATIC / "common.js").read_text() + ARRIVALS
+    proc = subprocess.run([node, "-e", code], capture_output=True, text=True, timeout=30, check=True)
+    out = json.loads(proc.stdout)
+    assert out["kept"] == 100  # the cap holds; the times live on the lines, so they go with them
+    assert out["timed"] == 99 and out["untimed"] == 0  # every text line kept has its arrival time

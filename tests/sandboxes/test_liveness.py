@@ -70,9 +70,11 @@ async def test_docker_pause_is_unresponsive_then_unpause_resumes(usr_container: 
             print(f"\ndocker pause: {kind} after {elapsed:.2f} s (bound {BOUND:g} s): {caught.value}")
             assert elapsed <= BOUND + 1.0 + 5.0  # + the diagnosis (docker inspect)
             assert name in str(caught.value)
+            assert sb.link.state == "lost"  # what the views show: "agent not answering"
         finally:
             engine.docker("unpause", name)
         await _rest(proc, got)
+        assert sb.link.status.state == "connected"  # (a fresh read: mypy narrowed .state above)
     assert hashlib.sha256(got).hexdigest() == hashlib.sha256(EXPECTED).hexdigest()
 
 
@@ -88,6 +90,7 @@ async def test_killed_container_is_sandbox_lost(usr_container: tuple[Dockerd, st
         elapsed = time.monotonic() - t0
         print(f"\ndocker kill: {type(caught.value).__name__} after {elapsed:.2f} s (bound {BOUND:g} s): {caught.value}")
         assert elapsed <= BOUND + 1.0
+        assert sb.link.state == "gone" and name in sb.link.status.reason  # the views: "sandbox gone"
 
 
 async def test_sigstopped_agent_in_a_jail(tmp_path: Path) -> None:

@@ -101,6 +101,8 @@ function rxSgrAfter(state, text) {
 }
 
 // One pane's tail: lines of parts {kind, text, sgr}; the last line is the unfinished one.
+// Each line also carries `t`, when its first text arrived in this browser (ms since the epoch;
+// unknown for replayed text): one number per kept line, so capped with the lines themselves.
 // Each line array carries `v`, the version that last changed it, so every view of the pane
 // (a widget can be shown twice) re-renders just what changed since it last looked.
 class RxPane {
@@ -122,7 +124,7 @@ class RxPane {
     l.v = this.version;
     return l;
   }
-  feed(kind, text) {
+  feed(kind, text, at) {
     if (!text) return;
     this.version += 1;
     this.lines[this.lines.length - 1].v = this.version;
@@ -133,6 +135,7 @@ class RxPane {
         this.lines[this.lines.length - 1] = this.line(); // a progress bar redraws its line
       } else if (bit) {
         const line = this.lines[this.lines.length - 1];
+        line.t ??= at ?? null;
         const st = this.sgr[kind] || RX_PLAIN;
         const prev = line[line.length - 1];
         if (prev && prev.kind === kind) prev.text += bit;
@@ -178,7 +181,8 @@ class RxStore {
     } else if (msg.kind === "delta") {
       if (msg.seq <= this.seq) return; // already in a replay
       this.seq = msg.seq;
-      for (const [stream, text] of msg.data) this.pane(this.paneOf(stream)).feed(stream, text);
+      const at = Date.now();
+      for (const [stream, text] of msg.data) this.pane(this.paneOf(stream)).feed(stream, text, at);
     }
     for (const fn of this.listeners) fn(msg);
   }
@@ -249,6 +253,7 @@ class RxPaneView {
         div.appendChild(holder);
       }
       if (!pane.lines[i].length) div.classList.add("rx-empty");
+      if (pane.lines[i].t) div.title = `arrived ${rxClock(pane.lines[i].t)}`;
       frag.appendChild(div);
       this.count++;
     }
@@ -281,6 +286,12 @@ function rxFormatDuration(s) {
   if (s < 60) return `${Math.round(s)} s`;
   if (s < 3600) return `${Math.floor(s / 60)} min ${String(Math.floor(s % 60)).padStart(2, "0")} s`;
   return `${Math.floor(s / 3600)} h ${String(Math.floor((s % 3600) / 60)).padStart(2, "0")} min`;
+}
+
+// A wall-clock time with milliseconds, "14:03:07.412" (for arrival times).
+function rxClock(ms) {
+  const d = new Date(ms);
+  return `${d.toLocaleTimeString([], { hour12: false })}.${String(d.getMilliseconds()).padStart(3, "0")}`;
 }
 
 function rxFormatBytes(n) {

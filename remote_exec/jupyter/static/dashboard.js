@@ -1,6 +1,6 @@
 // Dashboard: the jobs of one sandbox or a fleet. State (traits): sandboxes, errors, interval,
 // auto_refresh, message, opened (a JobView shown under the table), mine_only, state_filter,
-// text_filter, page, page_size, expanded, counts. Rows arrive as {type: "rows", order, rows, now}
+// text_filter, page, page_size, expanded, counts, links (health). Rows arrive as {type: "rows", order, rows, now}
 // messages carrying only the rows that changed: each row's <tr> is kept and updated in place, so
 // a selection, focus or a press on a button survives a refresh.
 // Sends {type: "hello" | "refresh" | "auto" | "clear_finished" | "show_cleared" | "close_view" |
@@ -59,6 +59,7 @@ export default {
     controls.append(mineLabel, stateSel, text, clear, autoLabel, refresh);
     header.append(rxEl("strong", "", "Jobs"), status, rxEl("span", "rx-spacer"), controls);
 
+    const linksBox = rxEl("div", "rx-dash-links"); // health: each sandbox's channel
     const notice = rxEl("div", "rx-muted rx-dash-notice");
     const errors = rxEl("div", "rx-error");
     const table = rxEl("table", "rx-dash-table");
@@ -72,12 +73,12 @@ export default {
     const pageText = rxEl("span", "rx-muted");
     pager.append(prev, pageText, next);
     const openedBox = rxEl("div", "rx-dash-opened");
-    root.append(header, notice, errors, table, empty, pager, openedBox);
+    root.append(header, linksBox, notice, errors, table, empty, pager, openedBox);
 
     const fleet = () => model.get("sandboxes").length > 1;
     const renderHead = () => {
       const head = [["", "id"], ["command", "command"], ["state", "state"], ["elapsed", "elapsed"],
-        ["output", "bytes"], ["last line", "tail"], ["", "actions"]];
+        ["output", "bytes"], ["cpu · mem", "usage"], ["last line", "tail"], ["", "actions"]];
       if (fleet()) head.splice(1, 0, ["sandbox", "sandbox"]);
       const tr = rxEl("tr");
       for (const [h, cls] of head) tr.appendChild(rxEl("th", `rx-dash-col-${cls}`, h));
@@ -104,13 +105,15 @@ export default {
         state: rxEl("td", "rx-dash-col-state"),
         elapsed: rxEl("td", "rx-dash-col-elapsed"),
         bytes: rxEl("td", "rx-dash-col-bytes"),
+        usage: rxEl("td", "rx-dash-col-usage"),
         tail: rxEl("td", "rx-mono rx-muted rx-dash-tail rx-dash-col-tail"),
         actions: rxEl("td", "rx-dash-actions rx-dash-col-actions"),
       };
       const entry = { tr, c, data: null, kind: null };
       c.badge = rxEl("span", "rx-badge");
       c.code = document.createTextNode("");
-      c.state.append(c.badge, c.code);
+      c.quiet = rxEl("span", "rx-quiet");
+      c.state.append(c.badge, c.code, c.quiet);
       c.fold = rxEl("button", "rx-dash-fold");
       c.fold.type = "button";
       c.fold.addEventListener("click", () => {
@@ -126,7 +129,7 @@ export default {
       c.kill = rxButton("Kill", "Kill the job", act(entry, "kill"), "rx-danger");
       c.open = rxButton("Open", "Show this job's output live, under the table", act(entry, "open"));
       c.actions.append(c.intr, c.kill, c.open);
-      tr.append(c.id, ...(fleet() ? [c.sandbox] : []), c.command, c.state, c.elapsed, c.bytes, c.tail, c.actions);
+      tr.append(c.id, ...(fleet() ? [c.sandbox] : []), c.command, c.state, c.elapsed, c.bytes, c.usage, c.tail, c.actions);
       return entry;
     };
     const update = (entry, r) => {
@@ -152,6 +155,7 @@ export default {
       c.badge.className = `rx-badge rx-state-${state.replace(/ /g, "-")}`;
       c.code.textContent = r.exit_code === null ? "" : ` (${r.exit_code})`;
       setText(c.bytes, rxFormatBytes(r.bytes));
+      setText(c.usage, r.cpu === null || r.cpu === undefined ? "" : `${r.cpu.toFixed(0)}% · ${rxFormatBytes(r.rss)}`);
       setText(c.tail, r.tail);
       c.tail.title = r.tail;
       const running = r.state === "running";
@@ -163,6 +167,25 @@ export default {
       const r = entry.data;
       const now = Date.now() / 1000 - offset;
       setText(entry.c.elapsed, rxFormatDuration(Math.max(0, (r.ended_at ?? now) - r.started_at)));
+      // health: a running job quiet for a minute says so ("≥": it was quiet before we looked)
+      const q = r.state === "running" && r.last_output_at != null ? rxQuietText(r.last_output_at, r.started_at, offset, 60) : "";
+      setText(entry.c.quiet, q && !r.quiet_exact ? q.replace("for ", "for ≥ ") : q);
+      entry.c.quiet.title = entry.c.quiet.textContent;
+      entry.tr.dataset.quiet = q ? "yes" : "no";
+    };
+    const renderLinks = () => {
+      const links = model.get("links") || {};
+      linksBox.replaceChildren();
+      for (const url of model.get("sandboxes")) {
+        const l = links[url];
+        if (!l) continue;
+        const item = rxEl("span", "rx-dash-link");
+        const badge = rxEl("span");
+        rxRenderLink(badge, l.state, l.reason);
+        item.dataset.sandbox = url;
+        item.append(rxEl("span", "rx-muted", `${url} `), badge);
+        linksBox.append(item);
+      }
     };
     const onRows = (msg) => {
       offset = Date.now() / 1000 - msg.now;
@@ -257,7 +280,9 @@ export default {
     model.on(traits, renderState);
     model.on("change:sandboxes", onSandboxes);
     model.on("change:opened", renderOpened);
+    model.on("change:links", renderLinks);
     model.on("msg:custom", onMsg);
+    renderLinks();
     renderHead();
     renderState();
     renderOpened();
@@ -273,6 +298,7 @@ export default {
       model.off(traits, renderState);
       model.off("change:sandboxes", onSandboxes);
       model.off("change:opened", renderOpened);
+      model.off("change:links", renderLinks);
       model.off("msg:custom", onMsg);
     };
   },

@@ -1,6 +1,7 @@
 // JobView: one job — state badge, command, elapsed, exit code, stdout/stderr panes, buttons.
 // Traits: command, job_id, sandbox, state, exit_code, started_at, ended_at, stdout_chars,
-// stderr_chars, error. Sends {type: "hello" | "interrupt" | "kill" | "fetch"}.
+// stderr_chars, error; health (health.js): link, link_reason, last_output_at, quiet_after,
+// usage, hits. Sends {type: "hello" | "interrupt" | "kill" | "fetch" | "watch"}.
 
 const JOB_PANE_OF = (stream) => stream;
 const JOB_WIDGET_MIME = "application/vnd.jupyter.widget-view+json";
@@ -71,11 +72,21 @@ export default {
     const meta = rxEl("span", "rx-muted rx-job-meta");
     const interrupt = rxButton("Interrupt", "Send SIGINT (Ctrl-C) to the job", () => model.send({ type: "interrupt" }));
     const kill = rxButton("Kill", "Kill the job (SIGTERM, then SIGKILL)", () => model.send({ type: "kill" }), "rx-danger");
+    // -- health: the link, "no output for N min", the usage sparklines, the bell ---------------
+    const link = rxEl("span", "rx-link");
+    const quiet = rxEl("span", "rx-quiet");
+    const usage = rxEl("span", "rx-usage");
+    const cpuSpark = rxSparkline("rx-spark-cpu", "CPU % of the job's processes (sampled while this view is on screen)");
+    const memSpark = rxSparkline("rx-spark-mem", "resident memory of the job's processes");
+    const usageText = rxEl("span", "rx-muted rx-usage-text");
+    usage.append(cpuSpark, memSpark, usageText);
+    usage.hidden = true;
+    const bell = rxNotifyButton();
     const error = rxEl("div", "rx-error rx-job-error");
     const reconnect = jobReconnectButton(model, root, (text) => {
       error.textContent = text;
     });
-    header.append(badge, cmd, meta, interrupt, kill, reconnect.button);
+    header.append(badge, link, cmd, meta, quiet, usage, bell, interrupt, kill, reconnect.button);
     root.append(header, error);
 
     const views = {};
@@ -95,7 +106,9 @@ export default {
       views[stream] = new RxPaneView(box, store.pane(stream), (n) => {
         hidden.textContent = n ? `${n.toLocaleString()} lines hidden` : "";
       });
+      title.insertBefore(rxFirstErrorButton(views[stream]), copy); // health: jump to first error
     }
+    const since = rxSinceMarker(Object.values(views)); // health: "new since you last looked"
 
     const elapsed = () => {
       const end = model.get("ended_at") ?? Date.now() / 1000 - store.offset;
@@ -142,23 +155,71 @@ export default {
       const running = state === "running";
       interrupt.disabled = kill.disabled = !running;
       reconnect.update(disconnected);
+      renderHealth(running);
       if (reconnect.button.textContent !== "Reconnect") return; // its own message stands
       error.textContent = disconnected
         ? `The kernel that showed this view is gone; the job goes on in the sandbox. Reconnect, or in a running kernel: %exec_remote_attach ${model.get("job_id")}`
         : model.get("error");
     };
+    // -- health -----------------------------------------------------------------------------
+    const renderHealth = (running) => {
+      rxRenderLink(link, model.get("link"), model.get("link_reason"));
+      root.dataset.link = model.get("link");
+      const q = running && model.get("link") === "connected"
+        ? rxQuietText(model.get("last_output_at"), model.get("started_at"), store.offset, model.get("quiet_after"))
+        : "";
+      if (quiet.textContent !== q) quiet.textContent = q;
+      root.dataset.quiet = q ? "yes" : "no";
+    };
+    const renderUsage = () => {
+      const points = model.get("usage");
+      usage.hidden = !points.length;
+      if (!points.length) return;
+      rxDrawSparkline(cpuSpark, points.map((p) => p[1]), 100);
+      rxDrawSparkline(memSpark, points.map((p) => p[2]));
+      const [, cpu, rss] = points[points.length - 1];
+      usageText.textContent = `${cpu.toFixed(0)}% · ${rxFormatBytes(rss)}`;
+    };
+    let lastState = model.get("state");
+    let lastHits = model.get("hits");
+    const notifyChanges = () => {
+      const state = model.get("state");
+      const hits = model.get("hits");
+      const what = `job ${model.get("job_id")}: ${cmd.textContent}`;
+      if (lastState === "running" && state !== "running") {
+        const code = model.get("exit_code");
+        rxNotify(`remote_exec: ${state}${code === null ? "" : ` (exit ${code})`}`, what, `rx-${model.get("job_id")}`);
+      }
+      if (hits > lastHits) {
+        rxNotify(`remote_exec: a watch rule fired (${hits})`, what, `rx-${model.get("job_id")}-hits`);
+      }
+      lastState = state;
+      lastHits = hits;
+    };
     const onMsg = (msg) => {
       if (msg.kind === "full") rxDeliver(msg.data, `${model.get("job_id")}-${msg.data.stream}.txt`, copies[msg.data.stream]);
-      else for (const v of Object.values(views)) v.update();
+      else {
+        for (const v of Object.values(views)) v.update();
+        since.update();
+      }
     };
     store.listeners.add(onMsg);
-    const traits = "change:state change:exit_code change:ended_at change:stdout_chars change:stderr_chars change:error change:command";
+    const traits = "change:state change:exit_code change:ended_at change:stdout_chars change:stderr_chars change:error change:command " +
+      "change:link change:link_reason change:last_output_at";
     model.on(traits, renderState);
+    model.on("change:usage", renderUsage);
+    model.on("change:state change:hits", notifyChanges);
+    const unwatch = rxWatch(model, root);
     renderState();
+    renderUsage();
     const timer = setInterval(() => model.get("state") === "running" && !disconnected && renderState(), 500);
     model.send({ type: "hello" });
     return () => {
       clearInterval(timer);
+      unwatch();
+      since.cleanup();
+      model.off("change:usage", renderUsage);
+      model.off("change:state change:hits", notifyChanges);
       store.listeners.delete(onMsg);
       model.off(traits, renderState);
       model.off("comm:close", lost);

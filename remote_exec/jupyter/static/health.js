@@ -1,0 +1,149 @@
+// Health, usage and attention, shared by JobView and Dashboard (prepended after common.js):
+// the channel's link badge, "no output for N min", the CPU/memory sparkline and the watching
+// that drives its sampling, browser notifications, the "new since you last looked" marker and
+// "jump to first error". Each widget calls these from its own section marked "health".
+
+const RX_LINK_TEXT = {
+  connecting: "connecting",
+  connected: "connected",
+  reconnecting: "reconnecting…",
+  lost: "agent not answering",
+  gone: "sandbox gone",
+  closed: "closed",
+};
+
+// The sandbox channel's state (traits `link`, `link_reason`) on a badge; the reason on hover.
+function rxRenderLink(el, state, reason) {
+  const text = RX_LINK_TEXT[state] ?? state;
+  if (el.textContent !== text) el.textContent = text;
+  el.className = `rx-link rx-link-${state}`;
+  el.dataset.link = state;
+  el.title = reason || `the channel to the sandbox: ${text}`;
+}
+
+// "no output for 3 min 05 s" once a running job was quiet `after` seconds (kernel clock times).
+function rxQuietText(lastOutputAt, startedAt, offset, after) {
+  const quiet = Date.now() / 1000 - offset - (lastOutputAt ?? startedAt);
+  return quiet >= after ? `no output for ${rxFormatDuration(quiet)}` : "";
+}
+
+// A sparkline: one SVG polyline per series, each scaled to its own maximum.
+const RX_SVG = "http://www.w3.org/2000/svg";
+
+function rxSparkline(cls, title) {
+  const svg = document.createElementNS(RX_SVG, "svg");
+  svg.setAttribute("class", `rx-spark ${cls}`);
+  svg.setAttribute("viewBox", "0 0 100 20");
+  svg.setAttribute("preserveAspectRatio", "none");
+  const line = document.createElementNS(RX_SVG, "polyline");
+  svg.appendChild(line);
+  const label = document.createElementNS(RX_SVG, "title");
+  label.textContent = title;
+  svg.appendChild(label);
+  return svg;
+}
+
+function rxDrawSparkline(svg, values, floor = 0) {
+  const line = svg.firstChild;
+  const max = Math.max(floor, ...values);
+  const n = values.length;
+  const pts = values.map((v, i) => `${n > 1 ? ((i / (n - 1)) * 100).toFixed(1) : 100},${(19 - (max ? v / max : 0) * 18).toFixed(1)}`);
+  line.setAttribute("points", pts.join(" "));
+  svg.dataset.points = String(n);
+}
+
+// Tell Python ({type: "watch", view, on}) while `el` is on screen in a visible tab, renewed every
+// `renew` ms (Python forgets a view that stops renewing); returns the cleanup.
+function rxWatch(model, el, renew = 5000) {
+  const view = Math.random().toString(36).slice(2, 12);
+  let onScreen = false;
+  let sent = false;
+  const check = () => {
+    const on = onScreen && !document.hidden;
+    if (on !== sent) model.send({ type: "watch", view, on });
+    sent = on;
+  };
+  const observer = typeof IntersectionObserver === "undefined"
+    ? null
+    : new IntersectionObserver((entries) => {
+      onScreen = entries.some((e) => e.isIntersecting);
+      check();
+    });
+  if (observer) observer.observe(el);
+  else onScreen = true;
+  check();
+  document.addEventListener("visibilitychange", check);
+  const timer = setInterval(() => sent && model.send({ type: "watch", view, on: true }), renew);
+  return () => {
+    clearInterval(timer);
+    observer?.disconnect();
+    document.removeEventListener("visibilitychange", check);
+    if (sent) model.send({ type: "watch", view, on: false });
+  };
+}
+
+// Browser notifications: the permission is asked once, from a press on the bell (a user
+// gesture, as browsers require); once answered the bell hides. Notes go out only while the tab
+// is hidden: a person looking at the page needs none.
+function rxNotifyButton() {
+  const b = rxButton("🔔", "Notify me (browser notification) when this job ends or a watch rule fires while the tab is hidden", () => {
+    if (typeof Notification !== "undefined") Notification.requestPermission().then(show, show);
+  }, "rx-notify");
+  const show = () => {
+    b.hidden = typeof Notification === "undefined" || Notification.permission !== "default";
+  };
+  show();
+  return b;
+}
+
+function rxNotify(title, body, tag) {
+  if (typeof Notification === "undefined" || Notification.permission !== "granted" || !document.hidden) return null;
+  try {
+    return new Notification(title, { body, tag });
+  } catch (e) {
+    return null; // some browsers allow notifications only from a service worker
+  }
+}
+
+// "New since you last looked": when the tab is hidden, note each pane's end; when it is shown
+// again, mark the first line that came meanwhile (the mark stays until the tab is hidden again).
+function rxSinceMarker(views) {
+  const marks = new Map(); // view -> {at (absolute line index), version}
+  const place = (view) => {
+    view.el.querySelector(".rx-new-since")?.classList.remove("rx-new-since");
+    const m = marks.get(view);
+    if (!m || !m.shown || view.pane.version <= m.version) return;
+    view.el.children[m.at - view.base]?.classList.add("rx-new-since");
+  };
+  const onVisibility = () => {
+    for (const view of views) {
+      const pane = view.pane;
+      if (document.hidden) {
+        marks.set(view, { at: pane.base + pane.lines.length - 1, version: pane.version, shown: false });
+      } else if (marks.has(view)) {
+        marks.get(view).shown = true;
+        place(view);
+      }
+    }
+  };
+  document.addEventListener("visibilitychange", onVisibility);
+  return { update: () => views.forEach(place), cleanup: () => document.removeEventListener("visibilitychange", onVisibility) };
+}
+
+// "First error": scroll a pane to its first kept line holding a Traceback or "error:".
+const RX_ERROR_LINE = /Traceback \(most recent call last\)|\berror:/i;
+
+function rxFirstErrorButton(view) {
+  const b = rxButton("First error", "Jump to the first Traceback or “error:” line kept in this pane", () => {
+    const line = [...view.el.children].find((div) => RX_ERROR_LINE.test(div.textContent));
+    view.el.querySelector(".rx-error-line")?.classList.remove("rx-error-line");
+    if (!line) {
+      rxFlash(b, "No error shown");
+      return;
+    }
+    view.stick = false; // stay there: new output must not scroll it away
+    line.classList.add("rx-error-line");
+    view.el.scrollTop = line.offsetTop - view.el.offsetTop - 4;
+  });
+  return b;
+}

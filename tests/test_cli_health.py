@@ -1,0 +1,100 @@
+"""Health on the command line: ``attach`` tells a quiet job and a frozen agent apart on stderr
+(a real SIGSTOP of the agent), rides the freeze out and loses no byte; ``top`` shows the link
+and how long each job has been quiet."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import remote_exec as rx
+from remote_exec.cli.health import format_quiet
+
+from .conftest import run_cli
+
+
+def lines_of(stream: object) -> queue.Queue[str]:
+    """The lines of a pipe, read in a thread (so a test can wait on them with a deadline); an
+    empty string at its end."""
+    q: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            q.put(line)
+        q.put("")
+
+    threading.Thread(target=pump, daemon=True).start()
+    return q
+
+
+def expect(q: queue.Queue[str], needle: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        line = q.get(timeout=max(0.01, deadline - time.monotonic()))
+        assert line, f"the stream ended before {needle!r}"
+        if needle in line:
+            return line
+
+
+def rest(q: queue.Queue[str], timeout: float = 30) -> str:
+    got = ""
+    while line := q.get(timeout=timeout):
+        got += line
+    return got
+
+
+def test_attach_tells_quiet_from_frozen_and_rides_the_freeze_out(fresh_agent_dir: Path, tmp_path: Path) -> None:
+    url = f"local://?dir={fresh_agent_dir}"
+    gate = tmp_path / "gate"
+    script = f"echo first; while [ ! -e {gate} ]; do sleep 0.05; done; seq 1 3000"
+    with rx.connect(url) as sb:
+        job = sb.exec_remote(["bash", "-c", script])
+        job.stats(window=0.1)  # it started
+        job.detach()
+        agent = sb.info.pid
+    argv = [sys.executable, "-m", "remote_exec.cli", "-s", url, "attach", job.job_id or "", "--quiet-after", "2"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as attach:
+        out, err = lines_of(attach.stdout), lines_of(attach.stderr)
+        assert expect(out, "first", 30) == "first\n"
+        quiet = expect(err, "no output for", 30)
+        assert quiet.startswith("remote-exec: no output for 2 s; the job is running"), quiet
+        os.kill(agent, signal.SIGSTOP)
+        t0 = time.monotonic()
+        try:
+            lost = expect(err, "agent not answering", 60)
+            print(f"\nattach: told 'agent not answering' {time.monotonic() - t0:.2f} s after SIGSTOP: {lost.strip()}")
+            assert "heartbeat" in lost and url.split("?")[0] in lost
+            assert attach.poll() is None  # still following: a freeze is not an end
+        finally:
+            os.kill(agent, signal.SIGCONT)
+        expect(err, ": connected", 60)
+        gate.touch()
+        assert rest(out) == "".join(f"{i}\n" for i in range(1, 3001))  # nothing lost, nothing twice
+        assert attach.wait(timeout=60) == 0
+
+
+def test_top_shows_the_link_and_quiet_jobs(agent_dir: Path) -> None:
+    url = f"local://?dir={agent_dir}"
+    with rx.connect(url) as sb:
+        job = sb.exec_remote(["sh", "-c", "sleep 300"])  # never writes: quiet since its start
+        job.stats(window=0.1)  # it started
+        top = run_cli("-s", url, "top", "-n", "1")
+        assert top.returncode == 0, top.stderr
+        first, header, *rows = top.stdout.splitlines()
+        assert first.startswith("sandbox (") and first.endswith("link connected")
+        assert "QUIET" in header
+        row = next(r for r in rows if r.startswith(job.job_id or "?"))
+        assert row.split()[8].endswith("s")  # seconds since its start, exact (no ">")
+        job.kill()
+
+
+def test_format_quiet() -> None:
+    assert format_quiet(5) == "no output for 5 s"
+    assert format_quiet(303) == "no output for 5 min 03 s"
+    assert format_quiet(7500) == "no output for 2 h 05 min"
