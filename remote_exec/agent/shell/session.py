@@ -33,6 +33,7 @@ from typing import Any
 
 from ...errors import NoSpaceError, SpawnError
 from ...protocol import ShellInfo
+from ..jobs.environment import job_environment
 from ..jobs.proctree import MARKER
 from . import signals
 from .framing import Frame, frame_script, init_script, new_nonce, recovery_lines
@@ -137,8 +138,7 @@ class ShellSession:
         ``mark``: the job marker its processes carry, so that the next agent finds and ends a
         shell (and its run) that outlived this one (see ``JobController.end_dead_shells``).
         """
-        full_env = dict(os.environ)
-        full_env.update(env or {})
+        full_env = job_environment(env)
         if mark is not None:
             full_env[MARKER] = mark
         loop = asyncio.get_running_loop()
