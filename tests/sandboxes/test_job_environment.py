@@ -89,11 +89,26 @@ async def test_environment_isolated_between_clients(sandbox_url: str) -> None:
     async with rx.open_sandbox(sandbox_url) as one:
         assert (await one.run(["sh", "-c", "echo $JOB_SECRET"], env={"JOB_SECRET": "j"})).stdout == "j\n"
         async with await one.shell(env={"SHELL_SECRET": "s"}) as sh:
-            await sh.run("export EXPORTED=e")
+            await sh.run("export EXPORTED=e")  # (busybox's banner goes with this first run)
             assert (await sh.run(PROBE)).stdout == "[][][s][e][1]\n"  # the base, its env, its exports
             async with rx.open_sandbox(sandbox_url) as two:
                 assert (await two.run(["sh", "-c", PROBE])).stdout == CLEAN
                 async with await two.shell() as other:
+                    await other.run(":")  # busybox's banner
                     assert (await other.run(PROBE)).stdout == CLEAN
     second = cli(sandbox_url, "run", "--", "sh", "-c", PROBE)
     assert second.stdout == CLEAN, second.stderr
+
+
+async def test_shell_run_reads_what_is_sent(sandbox_url: str) -> None:
+    """A shell run's open stdin on every transport: ``read`` waits for the line sent, and what
+    it leaves unread never runs as a command."""
+    async with rx.open_sandbox(sandbox_url) as sb, await sb.shell() as sh:
+        await sh.run(":")  # busybox's banner goes with the first run
+        proc = sh.start('echo ready; read -r x; echo "got [$x]"', stdin_open=True)
+        async for event in proc:
+            assert event == rx.StdoutChunk("ready\n")  # read is waiting now
+            break
+        await proc.write_stdin("an answer\necho LEAKED\n")
+        assert (await proc.wait()).stdout == "ready\ngot [an answer]\n"
+        assert (await sh.run("echo next")).stdout == "next\n"
