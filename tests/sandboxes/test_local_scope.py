@@ -112,14 +112,40 @@ async def test_user_scope_is_shared(runtime: Path, tmp_path: Path, monkeypatch: 
     assert job_id in cli(b, "--sandbox", "local://?scope=user", "ps").stdout
 
 
-def test_first_client_environment_does_not_leak(runtime: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("channel", ["socket", "stdio"])
+def test_first_client_environment_does_not_leak(runtime: Path, tmp_path: Path, channel: str) -> None:
     """The issue's case: the client that starts the agent holds a secret; the next one must not see it."""
     a, _ = projects(tmp_path)
-    first = cli(a, "run", "--", "true", env={"FIRST_SECRET": "abc", "MPLBACKEND": "agg", "JPY_SESSION_NAME": "n"})
+    url = f"local://?channel={channel}"
+    secrets = {"FIRST_SECRET": "abc", "MPLBACKEND": "agg", "JPY_SESSION_NAME": "n"}
+    first = cli(a, "--sandbox", url, "run", "--", "true", env=secrets)
     assert first.returncode == 0, first.stderr
-    second = cli(a, "run", "--", "sh", "-c", 'echo "[$FIRST_SECRET][$MPLBACKEND][$JPY_SESSION_NAME][$HOME]"')
+    probe = 'echo "[$FIRST_SECRET][$MPLBACKEND][$JPY_SESSION_NAME][$HOME]"'
+    second = cli(a, "--sandbox", url, "run", "--", "sh", "-c", probe)
     assert second.stdout == f"[][][][{os.environ['HOME']}]\n", second.stderr
     # Nor is it in the agent's own environment, which the same user's jobs could read in /proc.
     with rx.connect(f"local://?dir={scope_dir('project', a)[0]}") as sb:
         environ = Path(f"/proc/{sb.info.pid}/environ").read_bytes().split(b"\0")
         assert not [v for v in environ if v.startswith((b"FIRST_SECRET=", b"MPLBACKEND=", b"JPY_SESSION_NAME="))]
+
+
+@pytest.mark.parametrize("plant", ["foreign", "symlink"])
+async def test_foreign_projects_dir_is_refused(
+    runtime: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, plant: str
+) -> None:
+    """Another user made the "-projects" parent first (or a symlink there): refused, nothing sent."""
+    a, _ = projects(tmp_path)
+    parent = runtime / "remote-exec-projects"
+    if plant == "foreign":
+        if os.geteuid() != 0:
+            pytest.skip("making a directory another user's takes root")
+        parent.mkdir(mode=0o777)
+        os.chown(parent, 65534, 65534)
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        parent.symlink_to(tmp_path / "elsewhere")
+    monkeypatch.chdir(a)
+    with pytest.raises(rx.UntrustedAgentError):
+        async with rx.open_sandbox("local://"):
+            pass
+    assert not list((tmp_path / "elsewhere").glob("*")) if plant == "symlink" else not list(parent.iterdir())
