@@ -100,6 +100,14 @@ async def test_environment_isolated_between_clients(sandbox_url: str) -> None:
     assert second.stdout == CLEAN, second.stderr
 
 
+async def test_no_trace_of_the_agents_own_start(sandbox_url: str) -> None:
+    """An injected PyInstaller agent's bootloader variables, and its LD_LIBRARY_PATH to the
+    bundle's private libraries, are the agent's: no job sees them."""
+    async with rx.open_sandbox(sandbox_url) as sb:
+        env = str((await sb.run(["env"])).stdout)
+    assert not [line for line in env.splitlines() if line.startswith(("_PYI_", "_MEIPASS", "LD_LIBRARY_PATH="))]
+
+
 async def test_shell_run_reads_what_is_sent(sandbox_url: str) -> None:
     """A shell run's open stdin on every transport: ``read`` waits for the line sent, and what
     it leaves unread never runs as a command."""
