@@ -235,13 +235,17 @@ class BlockingShellSession(_Handle):
         input: str | bytes | None = None,
         kill_grace: float = 5.0,
         tags: dict[str, str] | None = None,
+        stdin_open: bool = False,
     ) -> BlockingExecRemoteProcess:
         """Start ``command`` in the shell; returns once the agent confirmed it (see the async twin).
+
+        With ``stdin_open``, ``write_stdin()`` / ``close_stdin()`` on the returned process feed the
+        command's stdin.
 
         :raises ShellBusyError: another run is in progress in this session.
         :raises ShellClosedError: the shell has ended.
         """
-        proc = self._call(self._start, command, timeout, input, kill_grace, tags)
+        proc = self._call(self._start, command, timeout, input, kill_grace, tags, stdin_open)
         return BlockingExecRemoteProcess(self._portal, proc, sandbox=self._sandbox)
 
     async def _start(
@@ -251,9 +255,12 @@ class BlockingShellSession(_Handle):
         input: str | bytes | None,
         kill_grace: float,
         tags: dict[str, str] | None,
+        stdin_open: bool,
     ) -> ExecRemoteProcess:
-        session = self.async_session
-        return await session.start(command, timeout=timeout, input=input, kill_grace=kill_grace, tags=tags).started()
+        run = self.async_session.start(
+            command, timeout=timeout, input=input, kill_grace=kill_grace, tags=tags, stdin_open=stdin_open
+        )
+        return await run.started()
 
     def run(
         self, command: str, *, timeout: float | None = None, input: str | bytes | None = None, kill_grace: float = 5.0

@@ -36,6 +36,7 @@ from ...protocol import (
 from ..budget import MemoryBudget
 from ..buffer import Slice, StreamBuffer
 from ..rpc import WithPayload, dump_json
+from .environment import job_environment
 from .proctable import group_alive, scan
 from .stdin import StdinQueue
 
@@ -161,7 +162,7 @@ class Job:
         :raises SpawnError: the user is unknown.
         """
         p = self.params
-        env = dict(os.environ)
+        env = job_environment(None)
         kwargs: dict[str, object] = {}
         if p.user is not None:
             try:
