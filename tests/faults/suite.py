@@ -202,10 +202,6 @@ async def run_suite(
             log(f"fault {i}: {what} of agent {pid} ({kind}), {progress.total} bytes received so far")
             await fault(i, what, pid)
             info = await _next_agent(sb, pid)
-            # Spacing, not synchronisation: one poll interval between a new agent and the next
-            # fault. A client call retries a broken channel 4 times; an agent that dies more often
-            # than its callers' polls turn round exhausts them (TransportError, never a loss).
-            await anyio.sleep(POLL)
         for w in range(WAVES):  # any wave the schedule did not reach (few faults)
             if w * per_wave < jobs and w * per_wave not in procs:
                 start_wave(w)
