@@ -303,3 +303,25 @@ async def test_agent_rss_does_not_grow_with_unwatched_output(fresh_agent_dir: Pa
         grown = agent_rss(sb.info.pid) - before
         assert grown < 4 * 1024 * 1024, f"agent RSS grew by {grown} bytes"
         assert (fresh_agent_dir / "jobs" / job_id / "stdout").stat().st_size == 50_000_001
+
+
+async def test_the_next_jobs_dir_is_made_ahead(fresh_agent_dir: Path) -> None:
+    """A start renames a ready, private, empty dir into place (no mkdir or create on its path);
+    the next one is made after it, and a killed agent's spare is replaced, not used."""
+    spare = fresh_agent_dir / "jobs.spare"
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        await wait_until("a spare is ready", spare.exists)
+        ino = os.stat(spare).st_ino
+        proc = sb.exec_remote(["echo", "hi"])
+        await proc.wait()
+        assert os.stat(fresh_agent_dir / "jobs" / (proc.job_id or "")).st_ino == ino  # the spare became the job's dir
+        await wait_until("the next spare", lambda: spare.exists() and os.stat(spare).st_ino != ino)
+        assert oct(os.stat(spare).st_mode & 0o777) == "0o700"
+        for name in ("stdout", "stderr"):
+            assert oct(os.stat(spare / name).st_mode & 0o777) == "0o600" and (spare / name).stat().st_size == 0
+        (spare / "stale").write_bytes(b"")
+        os.kill(sb.info.pid, signal.SIGKILL)
+        with anyio.fail_after(30):
+            await sb.server_info()  # reconnects to the keeper's next agent
+        await wait_until("a fresh spare", lambda: spare.exists() and not (spare / "stale").exists())
+        assert sorted(p.name for p in spare.iterdir()) == ["stderr", "stdout"]

@@ -38,6 +38,7 @@ from .logbudget import LogBudget
 from .logfile import Inotify, LogFile
 from .proctable import scan
 from .proctree import MARKER, end_tree, job_processes
+from .spare import SpareDir
 
 __all__ = ["DiskJob", "JobHome"]
 
@@ -146,17 +147,21 @@ class DiskJob(Job):
 
     # -- start -----------------------------------------------------------------------------
 
-    async def spawn(self) -> None:
-        """Start the process with its fds 1 and 2 on the job's files.
+    async def spawn(self, spare: SpareDir | None = None) -> None:
+        """Start the process with its fds 1 and 2 on the job's files (``spare``'s, if it has one).
 
         :raises SpawnError: it cannot be started. :raises NoSpaceError: the disk is full.
         """
-        try:
-            os.mkdir(self.dir, 0o700)
-            out = os.open(self.dir / "stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-            err = os.open(self.dir / "stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise _spawn_error(exc, self.job_id, "its job dir") from None
+        files = spare.take(self.dir) if spare is not None else None
+        if files is not None:
+            out, err = files
+        else:
+            try:
+                os.mkdir(self.dir, 0o700)
+                out = os.open(self.dir / "stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+                err = os.open(self.dir / "stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise _spawn_error(exc, self.job_id, "its job dir") from None
         try:
             await self._exec(out, err)
         finally:

@@ -1,0 +1,83 @@
+"""The next job's directory, made before any start asks for it.
+
+A job's directory and its two log files are three file-system metadata operations. On a quiet
+disk they cost microseconds; on a loaded one (ext4's journal shared with other work) each can
+take milliseconds, and a start waits on them before it can exec: they were most of a loaded
+agent's first byte. So the agent keeps one such directory ready, ``<state>/jobs.spare`` (0700,
+its ``stdout`` and ``stderr`` 0600 and open, exactly a job dir's), and a start renames it to
+``jobs/<job id>`` (one metadata operation, atomic, the open fds follow it). The next spare is
+made after the start answered (``call_soon``) and by the once-a-second sweep (after a failure,
+e.g. a full disk), never on a start's path. It holds no job and no id, so nothing is lost with
+it: an agent that dies leaves at most an empty spare, which the next one removes and remakes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from pathlib import Path
+
+__all__ = ["SpareDir"]
+
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+class SpareDir:
+    """One ready job dir at ``path`` (the jobs dir's sibling, so a rename moves it into place)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fds: tuple[int, int] | None = None
+        self._stale = True  # a previous agent's spare may be there: removed before the first fill
+        self._closed = False
+
+    @property
+    def ready(self) -> bool:
+        return self._fds is not None
+
+    def fill(self) -> None:
+        """Make the spare if there is none (a failure leaves none: a start then makes its own)."""
+        if self._fds is not None or self._closed:
+            return
+        if self._stale:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self._stale = False
+        out = err = -1
+        try:
+            os.mkdir(self.path, 0o700)
+            out = os.open(self.path / "stdout", _FLAGS, 0o600)
+            err = os.open(self.path / "stderr", _FLAGS, 0o600)
+        except OSError:
+            for fd in (out, err):
+                if fd >= 0:
+                    os.close(fd)
+            shutil.rmtree(self.path, ignore_errors=True)
+            return
+        self._fds = (out, err)
+
+    def take(self, dest: Path) -> tuple[int, int] | None:
+        """Move the spare to ``dest`` and return its (stdout, stderr) fds, or None if there is
+        none (or the rename failed): the caller makes the dir itself."""
+        fds, self._fds = self._fds, None
+        if fds is None:
+            return None
+        try:
+            os.rename(self.path, dest)
+        except OSError:
+            self._discard(fds)
+            return None
+        return fds
+
+    def close(self) -> None:
+        """No more spares (shutdown, handover): remove the one there is."""
+        self._closed = True
+        fds, self._fds = self._fds, None
+        if fds is not None:
+            self._discard(fds)
+
+    def _discard(self, fds: tuple[int, int]) -> None:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        shutil.rmtree(self.path, ignore_errors=True)
