@@ -317,11 +317,13 @@ async def test_the_next_jobs_dir_is_made_ahead(fresh_agent_dir: Path) -> None:
         assert os.stat(fresh_agent_dir / "jobs" / (proc.job_id or "")).st_ino == ino  # the spare became the job's dir
         await wait_until("the next spare", lambda: spare.exists() and os.stat(spare).st_ino != ino)
         assert oct(os.stat(spare).st_mode & 0o777) == "0o700"
-        for name in ("stdout", "stderr"):
+        for name in ("stdout", "stderr", "job.json"):
             assert oct(os.stat(spare / name).st_mode & 0o777) == "0o600" and (spare / name).stat().st_size == 0
         (spare / "stale").write_bytes(b"")
         os.kill(sb.info.pid, signal.SIGKILL)
         with anyio.fail_after(30):
             await sb.server_info()  # reconnects to the keeper's next agent
         await wait_until("a fresh spare", lambda: spare.exists() and not (spare / "stale").exists())
-        assert sorted(p.name for p in spare.iterdir()) == ["stderr", "stdout"]
+        assert sorted(p.name for p in spare.iterdir()) == ["job.json", "stderr", "stdout"]
+        meta = json.loads((fresh_agent_dir / "jobs" / (proc.job_id or "") / "job.json").read_bytes())
+        assert meta["job_id"] == proc.job_id and meta["end"]["exit_code"] == 0  # first record, then the end

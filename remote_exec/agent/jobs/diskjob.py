@@ -137,6 +137,20 @@ class DiskJob(Job):
                 json.dump(self._meta(), f)
             os.replace(tmp, self.dir / "job.json")
 
+    def _save_first(self, fd: int) -> None:
+        """The first record, written into the spare's empty ``job.json`` (no file to create, no
+        rename). A crash mid-write leaves a torn record, which the next agent treats as none,
+        as it treats a crash before the record: the start never answered, so it ends the job's
+        processes and removes the dir."""
+        try:
+            view = memoryview(json.dumps(self._meta()).encode())
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            pass  # a full disk: as in save(), the job runs on
+        finally:
+            os.close(fd)
+
     def _save_stdin_cursor(self) -> None:
         with contextlib.suppress(OSError):
             fd = os.open(self.dir / "stdin_bytes", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
@@ -153,8 +167,9 @@ class DiskJob(Job):
         :raises SpawnError: it cannot be started. :raises NoSpaceError: the disk is full.
         """
         files = spare.take(self.dir) if spare is not None else None
+        meta_fd = -1
         if files is not None:
-            out, err = files
+            out, err, meta_fd = files
         else:
             try:
                 os.mkdir(self.dir, 0o700)
@@ -164,6 +179,10 @@ class DiskJob(Job):
                 raise _spawn_error(exc, self.job_id, "its job dir") from None
         try:
             await self._exec(out, err)
+        except BaseException:
+            if meta_fd >= 0:
+                os.close(meta_fd)
+            raise
         finally:
             os.close(out)
             os.close(err)
@@ -177,7 +196,10 @@ class DiskJob(Job):
                     await self.home.keeper.request({"op": "hold", "key": self.job_id}, fd=dup)
                 finally:
                     os.close(dup)
-        self.save()
+        if meta_fd >= 0:
+            self._save_first(meta_fd)
+        else:
+            self.save()
 
     async def _exec(self, out: int, err: int) -> None:
         p = self.params

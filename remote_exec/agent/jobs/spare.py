@@ -4,8 +4,10 @@ A job's directory and its two log files are three file-system metadata operation
 disk they cost microseconds; on a loaded one (ext4's journal shared with other work) each can
 take milliseconds, and a start waits on them before it can exec: they were most of a loaded
 agent's first byte. So the agent keeps one such directory ready, ``<state>/jobs.spare`` (0700,
-its ``stdout`` and ``stderr`` 0600 and open, exactly a job dir's), and a start renames it to
-``jobs/<job id>`` (one metadata operation, atomic, the open fds follow it). The next spare is
+its ``stdout``, ``stderr`` and an empty ``job.json`` 0600 and open, exactly a job dir's), and a
+start renames it to ``jobs/<job id>`` (one metadata operation, atomic, the open fds follow it)
+and writes the job's first record into that ``job.json`` in place (later records replace it
+atomically, see ``DiskJob.save``). The next spare is
 made after the start answered (``call_soon``) and by the once-a-second sweep (after a failure,
 e.g. a full disk), never on a start's path. It holds no job and no id, so nothing is lost with
 it: an agent that dies leaves at most an empty spare, which the next one removes and remakes.
@@ -17,10 +19,19 @@ import contextlib
 import os
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
-__all__ = ["SpareDir"]
+__all__ = ["SpareDir", "SpareFiles"]
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+class SpareFiles(NamedTuple):
+    """The open fds of a spare's files, moved with it."""
+
+    stdout: int
+    stderr: int
+    meta: int
 
 
 class SpareDir:
@@ -28,7 +39,7 @@ class SpareDir:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._fds: tuple[int, int] | None = None
+        self._fds: SpareFiles | None = None
         self._stale = True  # a previous agent's spare may be there: removed before the first fill
         self._closed = False
 
@@ -43,22 +54,20 @@ class SpareDir:
         if self._stale:
             shutil.rmtree(self.path, ignore_errors=True)
             self._stale = False
-        out = err = -1
+        fds: list[int] = []
         try:
             os.mkdir(self.path, 0o700)
-            out = os.open(self.path / "stdout", _FLAGS, 0o600)
-            err = os.open(self.path / "stderr", _FLAGS, 0o600)
+            for name in ("stdout", "stderr"):
+                fds.append(os.open(self.path / name, _FLAGS, 0o600))
+            fds.append(os.open(self.path / "job.json", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
         except OSError:
-            for fd in (out, err):
-                if fd >= 0:
-                    os.close(fd)
-            shutil.rmtree(self.path, ignore_errors=True)
+            self._discard(fds)
             return
-        self._fds = (out, err)
+        self._fds = SpareFiles(*fds)
 
-    def take(self, dest: Path) -> tuple[int, int] | None:
-        """Move the spare to ``dest`` and return its (stdout, stderr) fds, or None if there is
-        none (or the rename failed): the caller makes the dir itself."""
+    def take(self, dest: Path) -> SpareFiles | None:
+        """Move the spare to ``dest`` and return its files' fds (the caller closes them), or
+        None if there is none (or the rename failed): the caller makes the dir itself."""
         fds, self._fds = self._fds, None
         if fds is None:
             return None
@@ -76,7 +85,7 @@ class SpareDir:
         if fds is not None:
             self._discard(fds)
 
-    def _discard(self, fds: tuple[int, int]) -> None:
+    def _discard(self, fds: tuple[int, ...] | list[int]) -> None:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
