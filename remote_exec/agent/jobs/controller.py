@@ -241,7 +241,7 @@ class JobController:
             if isinstance(job, DiskJob):
                 await job.spawn(self._spare)  # SpawnError propagates; the job was never registered
                 assert self._spare is not None
-                asyncio.get_running_loop().call_soon(self._spare.fill)  # the next one, after the answer
+                self._spare.refill()  # the next one, in a thread
             else:
                 await job.spawn()
         except BaseException as exc:
@@ -447,7 +447,7 @@ class JobController:
         """Check running jobs' files against their disk cap every :data:`SWEEP` seconds (and
         make the next job's dir if none is ready)."""
         if self._spare is not None:
-            self._spare.fill()
+            self._spare.refill()
         for job in self._jobs.values():
             if job.running and isinstance(job, DiskJob):
                 for stream in job.files:

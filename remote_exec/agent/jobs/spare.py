@@ -8,16 +8,19 @@ its ``stdout``, ``stderr`` and an empty ``job.json`` 0600 and open, exactly a jo
 start renames it to ``jobs/<job id>`` (one metadata operation, atomic, the open fds follow it)
 and writes the job's first record into that ``job.json`` in place (later records replace it
 atomically, see ``DiskJob.save``). The next spare is
-made after the start answered (``call_soon``) and by the once-a-second sweep (after a failure,
-e.g. a full disk), never on a start's path. It holds no job and no id, so nothing is lost with
+made in a thread after each start and by the once-a-second sweep (after a failure, e.g. a full
+disk): never on a start's path, and never blocking the event loop, where it would delay the poll
+that follows every start. It holds no job and no id, so nothing is lost with
 it: an agent that dies leaves at most an empty spare, which the next one removes and remakes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -42,13 +45,31 @@ class SpareDir:
         self._fds: SpareFiles | None = None
         self._stale = True  # a previous agent's spare may be there: removed before the first fill
         self._closed = False
+        self._filling = False
+        # fill() runs in a thread; take() on the event loop never waits for it (no spare yet:
+        # the start makes its own dir).
+        self._lock = threading.Lock()
 
     @property
     def ready(self) -> bool:
         return self._fds is not None
 
+    def refill(self) -> None:
+        """Make the spare in a thread if there is none and none is being made; returns at once."""
+        if self._fds is None and not self._filling and not self._closed:
+            self._filling = True
+            asyncio.get_running_loop().run_in_executor(None, self._fill_locked)
+
+    def _fill_locked(self) -> None:
+        try:
+            with self._lock:
+                self.fill()
+        finally:
+            self._filling = False
+
     def fill(self) -> None:
-        """Make the spare if there is none (a failure leaves none: a start then makes its own)."""
+        """Make the spare if there is none (a failure leaves none: a start then makes its own).
+        Blocking: :meth:`refill` runs it in a thread."""
         if self._fds is not None or self._closed:
             return
         if self._stale:
@@ -68,22 +89,28 @@ class SpareDir:
     def take(self, dest: Path) -> SpareFiles | None:
         """Move the spare to ``dest`` and return its files' fds (the caller closes them), or
         None if there is none (or the rename failed): the caller makes the dir itself."""
-        fds, self._fds = self._fds, None
-        if fds is None:
-            return None
+        if not self._lock.acquire(blocking=False):
+            return None  # being made right now
         try:
-            os.rename(self.path, dest)
-        except OSError:
-            self._discard(fds)
-            return None
-        return fds
+            fds, self._fds = self._fds, None
+            if fds is None:
+                return None
+            try:
+                os.rename(self.path, dest)
+            except OSError:
+                self._discard(fds)
+                return None
+            return fds
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         """No more spares (shutdown, handover): remove the one there is."""
         self._closed = True
-        fds, self._fds = self._fds, None
-        if fds is not None:
-            self._discard(fds)
+        with self._lock:  # a fill in progress finishes first (it then sees ``_closed``)
+            fds, self._fds = self._fds, None
+            if fds is not None:
+                self._discard(fds)
 
     def _discard(self, fds: tuple[int, ...] | list[int]) -> None:
         for fd in fds:
