@@ -327,3 +327,35 @@ async def test_the_next_jobs_dir_is_made_ahead(fresh_agent_dir: Path) -> None:
         assert sorted(p.name for p in spare.iterdir()) == ["job.json", "stderr", "stdout"]
         meta = json.loads((fresh_agent_dir / "jobs" / (proc.job_id or "") / "job.json").read_bytes())
         assert meta["job_id"] == proc.job_id and meta["end"]["exit_code"] == 0  # first record, then the end
+
+
+async def test_the_keeper_applies_the_cap_while_no_agent_runs(fresh_agent_dir: Path, tmp_path: Path) -> None:
+    """During a handover (no agent until the next one is started) a job writes 4 MiB past its
+    256 KiB cap: the keeper punches the head out; the next agent reports exactly what went."""
+    from remote_exec.agent.keeperlink import keeper_call
+
+    from ..conftest import wait_exit
+
+    go, wrote = tmp_path / "go", tmp_path / "wrote"
+    cap, size = 256 * 1024, 4 * 1024 * 1024
+    script = (
+        f"while [ ! -e {go} ]; do sleep 0.02; done; head -c {size} /dev/zero | tr '\\0' a; touch {wrote}; sleep 300"
+    )
+    url = f"local://?dir={fresh_agent_dir}"
+    async with rx.open_sandbox(url) as sb:
+        proc = await sb.exec_remote(["sh", "-c", script], output_cap=cap).started()
+        proc.detach()  # it runs on after this client closes
+        agent = sb.info.pid
+    rpc(fresh_agent_dir / "agent.sock", "server_handover")
+    assert wait_exit(agent, 30)
+    go.touch()
+    await wait_until("the job wrote", wrote.exists, 30)
+    stdout = fresh_agent_dir / "jobs" / (proc.job_id or "") / "stdout"
+    await wait_until("the keeper punched", lambda: stdout.stat().st_blocks * 512 <= cap + 64 * 1024, 30)
+    hello = keeper_call(fresh_agent_dir, {"op": "hello"}, 10.0)
+    assert hello is not None and hello["agent_pid"] == 0  # it was the keeper: no agent ran
+    async with rx.open_sandbox(url) as sb:  # the next agent, started by this connect
+        head = await sb.read_output(proc.job_id or "", max_bytes=4096)
+        assert size - cap - 4096 < head.dropped <= size - cap and head.offset == head.dropped
+        assert head.data == b"a" * len(head.data) and len(head.data) > 0
+        await (await sb.attach(proc.job_id or "")).kill()
