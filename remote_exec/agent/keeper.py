@@ -41,6 +41,7 @@ import time
 from collections import OrderedDict
 from typing import Any
 
+from .keepercap import CapSweeper, disk_cap_of
 from .procfacts import proc_starttime, reset_signals
 
 __all__ = ["HANDOVER_EXIT", "KEEPER_PROTOCOL", "KEEPER_SOCKET", "main", "run_cli"]
@@ -55,6 +56,7 @@ READY_TIMEOUT = 30.0
 QUICK_DEATH = 2.0  # an agent dying this soon after its start counts towards the back-off
 MAX_QUICK_DEATHS = 5  # then stop restarting until someone asks (``start``)
 LINGER = 60.0  # with no agent and no child left, exit after this long without a ``start``
+CAP_SWEEP = 1.0  # seconds between applications of the disk caps while no agent runs
 
 
 def _set_subreaper() -> bool:
@@ -86,6 +88,8 @@ class Keeper:
         self.ready_pipe: int | None = None
         self.quick_deaths = 0
         self.stopping = False  # an explicit shutdown: no restart, end the children, exit
+        self.caps = CapSweeper(os.path.join(state_dir, "jobs"))
+        self.cap_due = 0.0  # when the caps are next applied (only while no agent runs)
         self.waiting_start: list[_Conn] = []  # ``start`` requests answered once the agent is ready
         self.exits: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.held: dict[str, int] = {}  # key (a job id) -> a stdin write end
@@ -148,6 +152,7 @@ class Keeper:
 
     def _agent_exited(self, how: dict[str, Any]) -> None:
         self.agent_pid = 0
+        self.cap_due = time.monotonic() + CAP_SWEEP  # a gap shorter than this needs no sweep
         if self.ready_pipe is not None:
             self._on_ready_pipe()  # its EOF: answers the waiters with the failure
         code = how.get("code")
@@ -342,6 +347,10 @@ class Keeper:
         while True:
             self.reap()
             now = time.monotonic()
+            if not self.agent_pid and self.restart_at is None and now >= self.cap_due:
+                # No agent, none about to start: nobody else applies the disk caps (see .keepercap).
+                self.cap_due = now + CAP_SWEEP
+                self.caps.sweep(disk_cap_of(self.agent_argv))
             if self.restart_at is not None and now >= self.restart_at and not self.stopping:
                 self.restart_at = None
                 self.spawn_agent()
@@ -354,7 +363,7 @@ class Keeper:
                 self.idle_since = self.idle_since or now
                 if now - self.idle_since > LINGER and not self.children():
                     return
-                timeout = LINGER / 4
+                timeout = min(LINGER / 4, CAP_SWEEP)
             else:
                 self.idle_since = None
                 timeout = None if self.restart_at is None else max(0.0, self.restart_at - now)

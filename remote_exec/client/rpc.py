@@ -9,7 +9,10 @@ Nothing from the sandbox is trusted, so every call is bounded twice:
 - **in time**: a call has a deadline (``timeout``, default :data:`RPC_TIMEOUT`; a long poll
   passes its wait plus a margin). An unanswered request is asked once more, with the same
   deadline; so a silent agent fails the call with :class:`TransportError` after at most twice
-  the deadline, and retries after a broken channel fit in that window too.
+  the deadline. A broken channel is reconnected and the call asked again (a jittered backoff
+  from the second break on); a reconnect that succeeds gives the call at least one more
+  ``timeout``, so an agent that crashes and is restarted many times during one long poll does not
+  fail the poll: up to :data:`MAX_BREAKS` breaks per call, which is what ends a crash loop.
 - **in size**: the response's JSON may be at most :data:`MAX_MESSAGE` bytes (a listing page
   :data:`MAX_PAGE_MESSAGE`), and its payload at most what the call asked for, checked before
   the JSON is parsed; items in the models are bounded too. A response over its bound is a
@@ -45,7 +48,10 @@ from ..errors import (
 from ..protocol import MAX_CHUNK, METHODS, PAGE_BYTES, Method, WireModel, frames
 from .channel import Channel, ChannelBroken
 
-__all__ = ["DIAGNOSE_TIMEOUT", "MAX_MESSAGE", "MAX_PAGE_MESSAGE", "RPC_TIMEOUT", "Diagnose", "RpcClient"]
+__all__ = ["DIAGNOSE_TIMEOUT", "MAX_BREAKS", "MAX_MESSAGE", "MAX_PAGE_MESSAGE", "RPC_TIMEOUT", "Diagnose", "RpcClient"]
+
+MAX_BREAKS = 64
+"""Most broken channels one call reconnects after (each one after an agent that came back)."""
 
 RPC_TIMEOUT = 15.0
 """Seconds a call waits for its response by default (then asks once more, as long again)."""
@@ -89,7 +95,7 @@ class RpcClient:
 
     :param channel: how requests reach the agent.
     :param default_timeout: seconds to wait for a response when a call names none.
-    :param attempts: most tries per call (all within twice its deadline).
+    :param attempts: most tries per call; ``None`` (the default): as many as fit in its deadline.
     :param name: the sandbox, as errors name it.
     :param diagnose: asked before a call fails for the transport (see :data:`Diagnose`).
     """
@@ -99,7 +105,7 @@ class RpcClient:
         channel: Channel,
         *,
         default_timeout: float = RPC_TIMEOUT,
-        attempts: int = 4,
+        attempts: int | None = None,
         name: str = "the sandbox",
         diagnose: Diagnose | None = None,
     ) -> None:
@@ -226,7 +232,10 @@ class RpcClient:
         limits = (_MESSAGE_LIMITS.get(method, MAX_MESSAGE), _payload_limit(method, max_payload))
         params_json = params.model_dump_json().encode()
         why = "no attempt made"
-        for attempt in range(self.attempts):
+        tries = 0
+        broken = 0  # breaks so far in this call
+        while self.attempts is None or tries < self.attempts:
+            tries += 1
             left = end - loop.time()
             if left <= 0:
                 break
@@ -243,9 +252,8 @@ class RpcClient:
                 continue
             except ChannelBroken as exc:
                 why = str(exc)
-                if attempt:  # a second failure in a row: back off (jittered) before hammering again
-                    await asyncio.sleep(random.uniform(0, min(0.05 * 2**attempt, 1.0)))
-                await self._reconnect(generation, end)
+                broken += 1
+                end = await self._recover(method, broken, generation, end, timeout)
                 continue
             try:
                 return self._decode(raw, request_id, result, limits)
@@ -253,8 +261,30 @@ class RpcClient:
                 if type(exc) is not AgentUnavailableError:
                     raise  # AgentLostError: the job is gone, retrying cannot help
                 why = f"the relay lost the agent server: {exc}"
-                await self._reconnect(generation, end)
+                broken += 1
+                end = await self._recover(method, broken, generation, end, timeout)
         raise TransportError(f"{self.name}: {method} failed: {why}")
+
+    async def _recover(self, method: str, broken: int, generation: int, end: float, timeout: float) -> float:
+        """Reconnect after the ``broken``-th break of one call; return the call's new deadline.
+
+        A reconnect that succeeds is a sign of life (a restarted agent answers again), so the call
+        gets at least one more ``timeout`` from there: the deadline bounds waiting on an agent that
+        does not answer, not the number of times one was restarted. What bounds a crash-looping
+        agent is :data:`MAX_BREAKS`; a frozen one, the channel's heartbeat. From the second break
+        on, a jittered, growing pause (at most 1 s) keeps a crash loop from being hammered.
+        """
+        if broken > MAX_BREAKS:
+            raise TransportError(
+                f"{self.name}: {method}: the channel to the agent broke {broken} times in one call "
+                "(an agent that crashes again each time it is restarted?)"
+            )
+        loop = asyncio.get_running_loop()
+        end = max(end, loop.time() + timeout)
+        if broken > 1:
+            await asyncio.sleep(random.uniform(0, min(0.05 * 2 ** min(broken, 5), 1.0)))
+        await self._reconnect(generation, end)
+        return max(end, loop.time() + timeout)
 
     async def _reconnect(self, generation: int, end: float) -> None:
         async with self._reconnect_lock:

@@ -303,3 +303,59 @@ async def test_agent_rss_does_not_grow_with_unwatched_output(fresh_agent_dir: Pa
         grown = agent_rss(sb.info.pid) - before
         assert grown < 4 * 1024 * 1024, f"agent RSS grew by {grown} bytes"
         assert (fresh_agent_dir / "jobs" / job_id / "stdout").stat().st_size == 50_000_001
+
+
+async def test_the_next_jobs_dir_is_made_ahead(fresh_agent_dir: Path) -> None:
+    """A start renames a ready, private, empty dir into place (no mkdir or create on its path);
+    the next one is made after it, and a killed agent's spare is replaced, not used."""
+    spare = fresh_agent_dir / "jobs.spare"
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        await wait_until("a spare is ready", spare.exists)
+        ino = os.stat(spare).st_ino
+        proc = sb.exec_remote(["echo", "hi"])
+        await proc.wait()
+        assert os.stat(fresh_agent_dir / "jobs" / (proc.job_id or "")).st_ino == ino  # the spare became the job's dir
+        await wait_until("the next spare", lambda: spare.exists() and os.stat(spare).st_ino != ino)
+        assert oct(os.stat(spare).st_mode & 0o777) == "0o700"
+        for name in ("stdout", "stderr", "job.json"):
+            assert oct(os.stat(spare / name).st_mode & 0o777) == "0o600" and (spare / name).stat().st_size == 0
+        (spare / "stale").write_bytes(b"")
+        os.kill(sb.info.pid, signal.SIGKILL)
+        with anyio.fail_after(30):
+            await sb.server_info()  # reconnects to the keeper's next agent
+        await wait_until("a fresh spare", lambda: spare.exists() and not (spare / "stale").exists())
+        assert sorted(p.name for p in spare.iterdir()) == ["job.json", "stderr", "stdout"]
+        meta = json.loads((fresh_agent_dir / "jobs" / (proc.job_id or "") / "job.json").read_bytes())
+        assert meta["job_id"] == proc.job_id and meta["end"]["exit_code"] == 0  # first record, then the end
+
+
+async def test_the_keeper_applies_the_cap_while_no_agent_runs(fresh_agent_dir: Path, tmp_path: Path) -> None:
+    """During a handover (no agent until the next one is started) a job writes 4 MiB past its
+    256 KiB cap: the keeper punches the head out; the next agent reports exactly what went."""
+    from remote_exec.agent.keeperlink import keeper_call
+
+    from ..conftest import wait_exit
+
+    go, wrote = tmp_path / "go", tmp_path / "wrote"
+    cap, size = 256 * 1024, 4 * 1024 * 1024
+    script = (
+        f"while [ ! -e {go} ]; do sleep 0.02; done; head -c {size} /dev/zero | tr '\\0' a; touch {wrote}; sleep 300"
+    )
+    url = f"local://?dir={fresh_agent_dir}"
+    async with rx.open_sandbox(url) as sb:
+        proc = await sb.exec_remote(["sh", "-c", script], output_cap=cap).started()
+        proc.detach()  # it runs on after this client closes
+        agent = sb.info.pid
+    rpc(fresh_agent_dir / "agent.sock", "server_handover")
+    assert wait_exit(agent, 30)
+    go.touch()
+    await wait_until("the job wrote", wrote.exists, 30)
+    stdout = fresh_agent_dir / "jobs" / (proc.job_id or "") / "stdout"
+    await wait_until("the keeper punched", lambda: stdout.stat().st_blocks * 512 <= cap + 64 * 1024, 30)
+    hello = keeper_call(fresh_agent_dir, {"op": "hello"}, 10.0)
+    assert hello is not None and hello["agent_pid"] == 0  # it was the keeper: no agent ran
+    async with rx.open_sandbox(url) as sb:  # the next agent, started by this connect
+        head = await sb.read_output(proc.job_id or "", max_bytes=4096)
+        assert size - cap - 4096 < head.dropped <= size - cap and head.offset == head.dropped
+        assert head.data == b"a" * len(head.data) and len(head.data) > 0
+        await (await sb.attach(proc.job_id or "")).kill()

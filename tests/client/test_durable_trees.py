@@ -1,7 +1,8 @@
 """Whole trees (#14), beyond test_durable.py: the grace-period child is proven to have been
 started (its trap leaves a mark), and a job re-adopted after a SIGKILL of the agent (so its
 processes are the keeper's, not the agent's) loses every descendant to ``kill()`` and to its
-timeout; a finished job's leftovers that left its session or were orphaned go with ``kill()``.
+timeout; a finished job's leftovers that left its session or were orphaned go with ``kill()`` and with its
+timeout (before and after a re-adoption), each after a SIGTERM and the job's grace.
 The process table is read directly."""
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ async def test_kill_ends_the_grace_child_it_provokes(agent_dir: Path, tmp_path: 
 
 async def test_kill_ends_a_finished_jobs_escaped_leftovers(agent_dir: Path) -> None:
     # Left behind by the leader: a subshell, an own-session sleep, a grandchild orphaned to the
-    # keeper (its parent exits at once). Leftovers get SIGKILL at once: there is no grace here.
+    # keeper (its parent exits at once).
     leftovers = "(while :; do sleep 0.04640; done) & setsid sleep 46401 & (sleep 46402 &) ; echo started"
     async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
         proc = sb.exec_remote(["bash", "-c", leftovers], kill_grace=0.5)
@@ -86,3 +87,47 @@ async def test_kill_ends_a_finished_jobs_escaped_leftovers(agent_dir: Path) -> N
         await wait_until("leftovers up", lambda: procs_with("sleep 46401") and procs_with("sleep 46402"))
         await proc.kill()
         assert procs_with("sleep 4640") == [] and procs_with("sleep 0.04640") == []
+
+
+# A leftover that ignores SIGTERM but notes it in {mark}, and one in its own session.
+LEFTOVERS = "(trap 'echo termed > {mark}' TERM; while :; do sleep 0.0{t}; done) & setsid sleep {t}1 & echo started"
+
+
+async def _finished_with_leftovers(
+    sb: rx.AsyncSandbox, t: int, mark: Path, timeout: float | None = None
+) -> rx.ExecRemoteProcess:
+    proc = sb.exec_remote(["bash", "-c", LEFTOVERS.format(t=t, mark=mark)], kill_grace=1.0, timeout=timeout)
+    res = await proc.wait()
+    assert (res.stdout, res.returncode) == ("started\n", 0)  # completed: the leader is gone, not timed out
+    await wait_until("leftovers up", lambda: procs_with(f"sleep 0.0{t}") and procs_with(f"sleep {t}1"))
+    return proc
+
+
+async def test_a_finished_jobs_leftovers_get_sigterm_and_grace(agent_dir: Path, tmp_path: Path) -> None:
+    mark = tmp_path / "termed"
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = await _finished_with_leftovers(sb, 4650, mark)
+        await proc.kill()
+        assert procs_with("sleep 4650") == [] and procs_with("sleep 0.04650") == []
+    assert mark.read_text() == "termed\n"  # SIGTERM first (SIGKILL at once would leave no mark)
+
+
+async def test_a_finished_jobs_leftovers_end_at_its_timeout(agent_dir: Path, tmp_path: Path) -> None:
+    mark = tmp_path / "termed"
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        await _finished_with_leftovers(sb, 4660, mark, timeout=4.0)
+        await wait_until("leftovers gone", lambda: not procs_with("sleep 4660") and not procs_with("sleep 0.04660"), 30)
+    assert mark.read_text() == "termed\n"
+
+
+async def test_a_readopted_finished_jobs_leftovers_end_at_its_timeout(fresh_agent_dir: Path, tmp_path: Path) -> None:
+    mark = tmp_path / "termed"
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        proc = await _finished_with_leftovers(sb, 4670, mark, timeout=6.0)
+        await _agent_killed(sb)  # the next agent finds the job completed and re-arms its timeout
+        assert procs_with("sleep 46701")  # the deadline is still ahead
+        await wait_until("leftovers gone", lambda: not procs_with("sleep 4670") and not procs_with("sleep 0.04670"), 30)
+        assert [j.state for j in await sb.jobs() if j.job_id == proc.job_id] == ["completed"]
+    assert mark.read_text() == "termed\n"
+    meta = (fresh_agent_dir / "jobs" / (proc.job_id or "") / "job.json").read_text()
+    assert '"tree_ended": true' in meta  # a third agent does not scan for them again

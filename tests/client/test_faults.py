@@ -121,3 +121,42 @@ async def test_an_agent_without_a_frame_stream_is_named_not_retried(fresh_agent_
                 pass
     finally:
         os.kill(pid, signal.SIGTERM)
+
+
+async def test_one_poll_outlives_many_agent_crashes(fresh_agent_dir: Path) -> None:
+    """Six agents killed during ONE long poll: the poll reconnects each time while its deadline
+    has time left, and the job's output and exit status arrive (four breaks used to end it)."""
+    url = f"local://?dir={fresh_agent_dir}&channel=socket"
+    async with rx.open_sandbox(url) as sb, rx.open_sandbox(url) as probe:
+        rpc_channel = sb._core.rpc.channel
+        polls: list[int] = []
+        sent = anyio.Event()
+        request = rpc_channel.request
+
+        async def counting(body: bytes, request_id: int, timeout: float) -> frames.Frame:
+            if b'"exec_remote_poll"' in body:
+                polls.append(request_id)
+                sent.set()
+            return await request(body, request_id, timeout)
+
+        rpc_channel.request = counting  # type: ignore[method-assign]
+        # One poll waits up to 60 s for output that never comes until the kills are over.
+        proc = sb.exec_remote(["sh", "-c", "echo up; read x; echo got $x"], stdin_open=True, poll_interval=60)
+        assert await anext(aiter(proc)) == rx.StdoutChunk("up\n")
+        sent = anyio.Event()  # that poll has answered; the next one is the long one
+        result: list[rx.ExecResult] = []
+
+        async def finish() -> None:
+            result.append(await proc.wait())
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(finish)
+                for _ in range(6):
+                    await sent.wait()  # a poll is out (a retry, after the first): break it
+                    sent = anyio.Event()
+                    os.kill((await probe.server_info()).pid, signal.SIGKILL)
+                await sent.wait()  # the seventh agent has the poll
+                await proc.write_stdin("it\n")
+    assert result[0].stdout == "up\ngot it\n" and result[0].returncode == 0
+    assert len(set(polls)) >= 7  # every kill broke a poll request, and each was asked again

@@ -48,6 +48,7 @@ from .proctable import scan
 from .proctree import marked_processes, signal_all
 from .ptyjob import PtyJob, not_a_tty
 from .readopt import readopt
+from .spare import SpareDir
 
 __all__ = ["JobController", "JobLimits", "Watcher"]
 
@@ -122,6 +123,8 @@ class JobController:
                 self._counter = int((home.root / COUNTER).read_bytes())
         self._spawning = 0  # starts between the limit check and registering (their spawn awaited)
         self.watcher: Watcher | None = None  # the policy enforcer (the server sets it)
+        # The next job's dir, made ahead (see .spare): off the start's path.
+        self._spare = SpareDir(home.root.with_name(home.root.name + ".spare")) if home is not None else None
 
     @property
     def running_count(self) -> int:
@@ -267,7 +270,12 @@ class JobController:
             self._starting[key] = pending  # registered before the await: no duplicate spawns
         self._spawning += 1  # the slot is taken before the await: concurrent starts cannot overshoot
         try:
-            await job.spawn()  # SpawnError propagates; the job was never registered
+            if isinstance(job, DiskJob) and not isinstance(job, PtyJob):  # a tty job makes its own dir
+                await job.spawn(self._spare)  # SpawnError propagates; the job was never registered
+                assert self._spare is not None
+                self._spare.refill()  # the next one, in a thread
+            else:
+                await job.spawn()
         except BaseException as exc:
             pending.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
             pending.exception()  # retrieved: waiters re-raise it, nobody else needs to
@@ -408,6 +416,8 @@ class JobController:
         everything ends), then give the killed jobs a moment to have their ends recorded."""
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._spare is not None:
+            self._spare.close()
         for job in list(self._jobs.values()):
             await job.aclose()
         if self.home is not None:
@@ -425,6 +435,8 @@ class JobController:
         """The agent hands its jobs over: leave every process running, stop watching them."""
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._spare is not None:
+            self._spare.close()  # the next agent makes its own
         for job in self._jobs.values():
             if isinstance(job, DiskJob):
                 job.detach()
@@ -476,7 +488,10 @@ class JobController:
         return total
 
     def start_sweeper(self) -> None:
-        """Check running jobs' files against their disk cap every :data:`SWEEP` seconds."""
+        """Check running jobs' files against their disk cap every :data:`SWEEP` seconds (and
+        make the next job's dir if none is ready)."""
+        if self._spare is not None:
+            self._spare.refill()
         for job in self._jobs.values():
             if job.running and isinstance(job, DiskJob):
                 for stream in job.files:

@@ -37,11 +37,10 @@ from .job import Job, _killpg
 from .logbudget import LogBudget
 from .logfile import Inotify, LogFile
 from .proctable import scan
-from .proctree import MARKER, job_processes, kill_tree, signal_all
+from .proctree import MARKER, end_tree, job_processes
+from .spare import SpareDir
 
 __all__ = ["DiskJob", "JobHome"]
-
-TREE_POLL = 0.05  # seconds between process-table scans while a kill's grace runs
 
 
 @dataclass
@@ -90,6 +89,8 @@ class DiskJob(Job):
         self.streams = cast("dict[int, StreamBuffer]", files)
         self.starttime: int | None = None
         self.leftovers: list[int] = []
+        self.tree_ended = False  # its leftovers were ended at its timeout (kept in job.json)
+        self._tree_task: asyncio.Task[None] | None = None
         self._wd = -1
         self._waiters = 0
         self._pidfd: int | None = None
@@ -125,6 +126,8 @@ class DiskJob(Job):
         }
         if self._done.is_set():
             meta["end"] = {"state": self._state, "exit_code": self.exit_code, "ended_at": self.ended_at}
+        if self.tree_ended:
+            meta["tree_ended"] = True
         return meta
 
     def save(self) -> None:
@@ -136,6 +139,20 @@ class DiskJob(Job):
                 json.dump(self._meta(), f)
             os.replace(tmp, self.dir / "job.json")
 
+    def _save_first(self, fd: int) -> None:
+        """The first record, written into the spare's empty ``job.json`` (no file to create, no
+        rename). A crash mid-write leaves a torn record, which the next agent treats as none,
+        as it treats a crash before the record: the start never answered, so it ends the job's
+        processes and removes the dir."""
+        try:
+            view = memoryview(json.dumps(self._meta()).encode())
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            pass  # a full disk: as in save(), the job runs on
+        finally:
+            os.close(fd)
+
     def _save_stdin_cursor(self) -> None:
         with contextlib.suppress(OSError):
             fd = os.open(self.dir / "stdin_bytes", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
@@ -146,19 +163,28 @@ class DiskJob(Job):
 
     # -- start -----------------------------------------------------------------------------
 
-    async def spawn(self) -> None:
-        """Start the process with its fds 1 and 2 on the job's files.
+    async def spawn(self, spare: SpareDir | None = None) -> None:
+        """Start the process with its fds 1 and 2 on the job's files (``spare``'s, if it has one).
 
         :raises SpawnError: it cannot be started. :raises NoSpaceError: the disk is full.
         """
-        try:
-            os.mkdir(self.dir, 0o700)
-            out = os.open(self.dir / "stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-            err = os.open(self.dir / "stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise _spawn_error(exc, self.job_id, "its job dir") from None
+        files = spare.take(self.dir) if spare is not None else None
+        meta_fd = -1
+        if files is not None:
+            out, err, meta_fd = files
+        else:
+            try:
+                os.mkdir(self.dir, 0o700)
+                out = os.open(self.dir / "stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+                err = os.open(self.dir / "stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise _spawn_error(exc, self.job_id, "its job dir") from None
         try:
             await self._exec(out, err)
+        except BaseException:
+            if meta_fd >= 0:
+                os.close(meta_fd)
+            raise
         finally:
             os.close(out)
             os.close(err)
@@ -172,7 +198,10 @@ class DiskJob(Job):
                     await self.home.keeper.request({"op": "hold", "key": self.job_id}, fd=dup)
                 finally:
                     os.close(dup)
-        self.save()
+        if meta_fd >= 0:
+            self._save_first(meta_fd)
+        else:
+            self.save()
 
     async def _exec(self, out: int, err: int) -> None:
         p = self.params
@@ -265,6 +294,7 @@ class DiskJob(Job):
         job._restored(meta)
         with contextlib.suppress(OSError, ValueError):
             job.stdin.written = int((job.dir / "stdin_bytes").read_bytes())
+        job.tree_ended = bool(meta.get("tree_ended"))
         end = meta.get("end")
         if end is not None:
             job._finish(end["state"], end.get("exit_code"), end.get("ended_at"), save=False)
@@ -362,6 +392,7 @@ class DiskJob(Job):
         for t in self._timers:
             t.cancel()
         self._timers.clear()
+        self._arm_leftovers_timeout()
         self._stop_watching()
         if self.stdin.pipe is not None and not self.stdin.pipe.is_closing():
             self.stdin.pipe.close()
@@ -374,6 +405,29 @@ class DiskJob(Job):
             self.save()
         self._notify()
         self._on_done(self)
+
+    def _arm_leftovers_timeout(self) -> None:
+        """A job that completed before its ``timeout`` may have left processes behind
+        (``sleep 300 &``): they are part of the job, so its timeout ends them too, with the
+        same SIGTERM and ``kill_grace`` as a running job's tree. A killed or timed-out job's tree
+        was ended already; a restored job whose timeout passed while no agent ran is ended now."""
+        p = self.params
+        if p.timeout is None or self._state != "completed" or self.tree_ended:
+            return
+        left = max(0.0, self.started_at + p.timeout - time.time())
+        self._timers.append(asyncio.get_running_loop().call_later(left, self._timeout_leftovers))
+
+    def _timeout_leftovers(self) -> None:
+        if self._tree_task is None:
+            self._tree_task = asyncio.get_running_loop().create_task(self._end_leftovers(self.params.kill_grace))
+
+    async def _end_leftovers(self, grace: float) -> None:
+        """End what the job left running: SIGTERM, ``grace`` seconds, SIGKILL for the rest."""
+        await end_tree(self.job_id, 0, grace)
+        self.leftovers = []
+        if not self.tree_ended:
+            self.tree_ended = True
+            self.save()  # the next agent does not scan for them again
 
     # -- watching ------------------------------------------------------------------------
 
@@ -406,29 +460,20 @@ class DiskJob(Job):
     async def kill(self, grace: float | None) -> KillResult:
         """End the job's whole tree: SIGTERM, then SIGKILL after ``grace`` to whatever is left,
         descendants in other sessions and children forked during the grace included. On an
-        ended job, ends its leftovers. Returns once none of its processes is left."""
+        ended job, ends its leftovers the same way. Returns once none of its processes is left."""
         if not self.running:
             found: set[int] = await scan(job_processes, self.job_id, 0)
             if self.leftovers or found:
-                await scan(kill_tree, self.job_id, 0)
-                self.leftovers = []
+                await self._end_leftovers(self.params.kill_grace if grace is None else grace)
             return KillResult(state=self._state, exit_code=self.exit_code)
         return await super().kill(grace)
 
     async def _terminate(self, grace: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + grace
-        signal_all(await scan(job_processes, self.job_id, self.pid), signal.SIGTERM)
-        _killpg(self.pid, signal.SIGTERM)
-        if self.stdin.open:
-            self.write_stdin(b"", None, eof=True)
-        # No event exists for "every process of the tree is gone": poll the table during grace.
-        while loop.time() < deadline:
-            alive: set[int] = await scan(job_processes, self.job_id, self.pid)
-            if not alive:
-                break
-            await asyncio.sleep(TREE_POLL)
-        await scan(kill_tree, self.job_id, self.pid)
+        def close_stdin() -> None:
+            if self.stdin.open:
+                self.write_stdin(b"", None, eof=True)
+
+        await end_tree(self.job_id, self.pid, grace, close_stdin)
         await self._done.wait()
 
     async def aclose(self) -> None:

@@ -8,20 +8,25 @@ the keeper (the child subreaper) adopts instead of the job. ``/proc/PID/environ`
 for processes of the same user, which is every job of this agent.
 
 Killing is a loop (scan, SIGKILL everything found, again) until a scan finds nothing, since a
-process may fork while it is being killed.
+process may fork while it is being killed. :func:`end_tree` is the graceful form every end of a
+job uses (kill, timeout, a finished job's leftovers): SIGTERM, the grace, then that loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
-__all__ = ["MARKER", "job_processes", "kill_tree", "marked_processes"]
+from .proctable import scan
+
+__all__ = ["MARKER", "end_tree", "job_processes", "kill_tree", "marked_processes", "signal_all"]
 
 MARKER = "REMOTE_EXEC_JOB"
 KILL_ROUNDS = 200
+TREE_POLL = 0.05  # seconds between process-table scans while a kill's grace runs
 
 
 def _table() -> tuple[dict[int, int], dict[int, bytes]]:
@@ -114,3 +119,26 @@ def kill_tree(job_id: str, leader: int = 0) -> int:
         signal_all(pids, signal.SIGKILL)
         total += len(pids)
     return total
+
+
+async def end_tree(job_id: str, leader: int, grace: float, after_term: Callable[[], None] | None = None) -> None:
+    """SIGTERM every process of the job (``leader``'s group too, if given), wait up to ``grace``
+    seconds for them to go, then SIGKILL what is left, children forked meanwhile included.
+
+    ``after_term`` runs right after the SIGTERMs (a job closes its stdin there). Cancelling
+    stops the wait: what got SIGTERM may live on.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    signal_all(await scan(job_processes, job_id, leader), signal.SIGTERM)
+    if leader:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(leader, signal.SIGTERM)
+    if after_term is not None:
+        after_term()
+    # No event exists for "every process of the tree is gone": poll the table during grace.
+    while loop.time() < deadline:
+        if not await scan(job_processes, job_id, leader):
+            break
+        await asyncio.sleep(TREE_POLL)
+    await scan(kill_tree, job_id, leader)

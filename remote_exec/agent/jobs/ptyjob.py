@@ -38,6 +38,7 @@ from .diskjob import DiskJob, _spawn_error
 from .job import _killpg
 from .proctree import MARKER
 from .ptyrelay import fork_relay
+from .spare import SpareDir
 
 __all__ = ["PtyJob"]
 
@@ -91,8 +92,11 @@ class PtyJob(DiskJob):
 
     # -- start -----------------------------------------------------------------------------
 
-    async def spawn(self) -> None:
+    async def spawn(self, spare: SpareDir | None = None) -> None:
         """Start the process on a new terminal and its copier; the agent keeps the master.
+
+        A terminal job makes its own dir (``spare`` is not used: its output file is opened for
+        the copier, not given to the job).
 
         :raises SpawnError: no pseudo-terminal can be had here (no ``/dev/pts``), or the process
             cannot be started. :raises NoSpaceError: the disk is full.

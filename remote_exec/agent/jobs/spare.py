@@ -1,0 +1,119 @@
+"""The next job's directory, made before any start asks for it.
+
+A job's directory and its two log files are three file-system metadata operations. On a quiet
+disk they cost microseconds; on a loaded one (ext4's journal shared with other work) each can
+take milliseconds, and a start waits on them before it can exec: they were most of a loaded
+agent's first byte. So the agent keeps one such directory ready, ``<state>/jobs.spare`` (0700,
+its ``stdout``, ``stderr`` and an empty ``job.json`` 0600 and open, exactly a job dir's), and a
+start renames it to ``jobs/<job id>`` (one metadata operation, atomic, the open fds follow it)
+and writes the job's first record into that ``job.json`` in place (later records replace it
+atomically, see ``DiskJob.save``). The next spare is
+made in a thread after each start and by the once-a-second sweep (after a failure, e.g. a full
+disk): never on a start's path, and never blocking the event loop, where it would delay the poll
+that follows every start. It holds no job and no id, so nothing is lost with
+it: an agent that dies leaves at most an empty spare, which the next one removes and remakes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import NamedTuple
+
+__all__ = ["SpareDir", "SpareFiles"]
+
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+class SpareFiles(NamedTuple):
+    """The open fds of a spare's files, moved with it."""
+
+    stdout: int
+    stderr: int
+    meta: int
+
+
+class SpareDir:
+    """One ready job dir at ``path`` (the jobs dir's sibling, so a rename moves it into place)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fds: SpareFiles | None = None
+        self._stale = True  # a previous agent's spare may be there: removed before the first fill
+        self._closed = False
+        self._filling = False
+        # fill() runs in a thread; take() on the event loop never waits for it (no spare yet:
+        # the start makes its own dir).
+        self._lock = threading.Lock()
+
+    @property
+    def ready(self) -> bool:
+        return self._fds is not None
+
+    def refill(self) -> None:
+        """Make the spare in a thread if there is none and none is being made; returns at once."""
+        if self._fds is None and not self._filling and not self._closed:
+            self._filling = True
+            asyncio.get_running_loop().run_in_executor(None, self._fill_locked)
+
+    def _fill_locked(self) -> None:
+        try:
+            with self._lock:
+                self.fill()
+        finally:
+            self._filling = False
+
+    def fill(self) -> None:
+        """Make the spare if there is none (a failure leaves none: a start then makes its own).
+        Blocking: :meth:`refill` runs it in a thread."""
+        if self._fds is not None or self._closed:
+            return
+        if self._stale:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self._stale = False
+        fds: list[int] = []
+        try:
+            os.mkdir(self.path, 0o700)
+            for name in ("stdout", "stderr"):
+                fds.append(os.open(self.path / name, _FLAGS, 0o600))
+            fds.append(os.open(self.path / "job.json", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
+        except OSError:
+            self._discard(fds)
+            return
+        self._fds = SpareFiles(*fds)
+
+    def take(self, dest: Path) -> SpareFiles | None:
+        """Move the spare to ``dest`` and return its files' fds (the caller closes them), or
+        None if there is none (or the rename failed): the caller makes the dir itself."""
+        if not self._lock.acquire(blocking=False):
+            return None  # being made right now
+        try:
+            fds, self._fds = self._fds, None
+            if fds is None:
+                return None
+            try:
+                os.rename(self.path, dest)
+            except OSError:
+                self._discard(fds)
+                return None
+            return fds
+        finally:
+            self._lock.release()
+
+    def close(self) -> None:
+        """No more spares (shutdown, handover): remove the one there is."""
+        self._closed = True
+        with self._lock:  # a fill in progress finishes first (it then sees ``_closed``)
+            fds, self._fds = self._fds, None
+            if fds is not None:
+                self._discard(fds)
+
+    def _discard(self, fds: tuple[int, ...] | list[int]) -> None:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        shutil.rmtree(self.path, ignore_errors=True)
