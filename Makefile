@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test check demo bench lint typecheck clean agent notebooks docs
+.PHONY: test check demo bench lint typecheck clean agent notebooks docs widgets
 
 # The agent bundle injected into sandboxes without the agent (tools/build_agent.py); rebuilt
 # only when the agent's sources change.
@@ -34,6 +34,12 @@ $(AGENT): $(STAMP) $(AGENT_SRC)
 	$(BIN)/python tools/build_agent.py
 
 agent: $(AGENT)
+
+# The widgets bundled from npm packages (xterm.js for TerminalView) into remote_exec/jupyter/static/,
+# from js/ and its lockfile (npm ci: the locked versions exactly). The bundles are committed, so an
+# install needs no npm; tests/jupyter/test_assets.py fails `make check` when one is older than js/.
+widgets:
+	cd js && npm ci --no-audit --no-fund && node build.mjs
 
 # The inner loop (CONTRIBUTING.md): lint, types and the tests that need no container engine, sshd,
 # bubblewrap, browser or kernel, on the socket channel only (`make test` runs the stdio twins).

@@ -68,7 +68,7 @@ class StreamWidget(anywidget.AnyWidget):
         super().__init__(_uid=uuid.uuid4().hex, tail_lines=tail_lines, **traits)
         self._loop = loop
         self._transcript = Transcript(self.PANES)
-        self._rate = RateLimit()
+        self._rate = self._rate_limit()
         self._output_sent: deque[tuple[float, int]] = deque()  # (when, characters) of output sent
         self._live = live
         self._seq = 0
@@ -80,6 +80,10 @@ class StreamWidget(anywidget.AnyWidget):
         self._drained.set()
         self._wake = asyncio.Event()  # set when something new is due
         self.on_msg(self._on_front_end_msg)
+
+    def _rate_limit(self) -> RateLimit:
+        """How often update rounds may go out (a terminal's echo needs shorter rounds)."""
+        return RateLimit()
 
     # -- fed on the loop thread ---------------------------------------------------------------
 

@@ -86,6 +86,7 @@ class JobView(StreamWidget):
         live: bool = False,
         tail_lines: int = DEFAULT_TAIL_LINES,
         control: BlockingExecRemoteProcess | None = None,
+        **traits: Any,
     ) -> None:
         job_id = proc.job_id or ""
         info = proc.async_process.info  # an attached handle knows the job's true command and start
@@ -101,6 +102,7 @@ class JobView(StreamWidget):
             job_id=job_id,
             sandbox=sandbox,
             started_at=started_at,
+            **traits,
         )
         self.process = proc
         """The handle the view follows."""
