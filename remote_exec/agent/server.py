@@ -48,7 +48,7 @@ MAX_REQUEST = 96 * 1024 * 1024  # a 64 MiB stdin write, base64'd, plus the envel
 SHUTDOWN_TIMEOUT = 2.0
 WRITE_JOURNAL = "writes"  # in the state dir: one entry per open write (see files/journal.py)
 CAPABILITIES = ["exec_remote", "long_poll", "base64", "stdin_offset", "idempotent_start", "shell", "payload", "ports"]
-CAPABILITIES += ["files", "ping", "stats", "durable_jobs"]
+CAPABILITIES += ["files", "ping", "stats", "durable_jobs", "tty"]
 
 
 @dataclass

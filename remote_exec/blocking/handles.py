@@ -120,6 +120,11 @@ class BlockingExecRemoteProcess(_Handle):
         return self.async_process.returncode
 
     @property
+    def tty(self) -> bool:
+        """True if the job runs in a pseudo-terminal."""
+        return self.async_process.tty
+
+    @property
     def done(self) -> bool:
         return self.async_process.done
 
@@ -149,6 +154,9 @@ class BlockingExecRemoteProcess(_Handle):
 
     def signal(self, sig: int | str) -> None:
         self._call(self.async_process.signal, sig)
+
+    def resize(self, cols: int, rows: int) -> None:
+        self._call(self.async_process.resize, cols, rows)
 
     def kill(self, grace: float | None = None) -> None:
         self._call(self.async_process.kill, grace)

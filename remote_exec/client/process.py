@@ -24,9 +24,11 @@ from ..protocol import (
     Method,
     PollParams,
     PollResult,
+    ResizeParams,
     SignalParams,
     StartParams,
     StartResult,
+    TtySize,
     WriteStdinParams,
     WriteStdinResult,
 )
@@ -112,6 +114,11 @@ class ExecRemoteProcess:
     def pid(self) -> int | None:
         """The job's PID inside the sandbox (``None`` until started)."""
         return self._pid
+
+    @property
+    def tty(self) -> bool:
+        """True if the job runs in a pseudo-terminal (``tty=True``)."""
+        return self.options.tty
 
     @property
     def returncode(self) -> int | None:
@@ -263,7 +270,8 @@ class ExecRemoteProcess:
     # -- control --------------------------------------------------------------------------
 
     async def write_stdin(self, data: str | bytes) -> None:
-        """Write to the job's stdin (needs ``stdin_open=True``). A retried write is never doubled.
+        """Write to the job's stdin (needs ``stdin_open=True``, or ``tty``: keystrokes, appended
+        after any other viewer's). A retried write is never doubled.
 
         Cancelling it may leave a prefix of ``data`` delivered (what the agent had taken); the
         job and its stdin stay as they were.
@@ -286,6 +294,9 @@ class ExecRemoteProcess:
         raw = data.encode() if isinstance(data, str) else data
         if self.options.encoding == "utf-8":
             _text(raw)  # the same check, and error, as the job's input
+        if self.options.tty:
+            await self._write_keys(raw, eof)
+            return
         # The agent takes what fits its memory budget and says where its stdin cursor is now; the
         # rest goes again from there (each call waits a while in the agent when nothing fits).
         # Chunks keep each request small enough for an agent with a small budget to take in.
@@ -304,6 +315,33 @@ class ExecRemoteProcess:
                 self._stdin_offset = max(self._stdin_offset, min(answer.stdin_bytes, start + len(raw)))
             if self._stdin_offset - start >= len(raw):  # the call that took the last byte applied eof
                 break
+
+    async def _write_keys(self, raw: bytes, eof: bool) -> None:
+        # A terminal has many typists (every view of it sends keystrokes): a tty write appends,
+        # where a stdin cursor would take one viewer's keys for another's retry and drop them.
+        assert self._job_id is not None
+        done = 0
+        while True:
+            chunk = raw[done : done + STDIN_CHUNK]
+            last = done + len(chunk) == len(raw)
+            params = WriteStdinParams(job_id=self._job_id, offset=None, eof=eof and last)
+            answer = await self._rpc.call(
+                Method.EXEC_REMOTE_WRITE_STDIN, params, WriteStdinResult, payload=chunk if chunk else None
+            )
+            done += answer.written
+            if done >= len(raw):
+                break
+
+    async def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal size of a ``tty`` job; its foreground program gets SIGWINCH.
+
+        Cancelling it abandons the answer; the agent may still apply the size.
+
+        :raises JobNotRunningError: the job ended, or is not a ``tty`` job.
+        """
+        await self.started()
+        assert self._job_id is not None
+        await self._rpc.call(Method.EXEC_REMOTE_RESIZE, ResizeParams(job_id=self._job_id, cols=cols, rows=rows), Empty)
 
     async def signal(self, sig: int | str) -> None:
         """Send a signal (``"SIGINT"``, ``signal.SIGUSR1``...) to the job's process group.
@@ -404,6 +442,8 @@ def launch(rpc: RpcClient, command: list[str] | str, options: ExecRemoteOptions,
         tags=options.tags,
         idempotency_key=secrets.token_hex(8),
         output_cap=options.output_cap,
+        tty=options.tty,
+        tty_size=None if options.tty_size is None else TtySize(cols=options.tty_size[0], rows=options.tty_size[1]),
     )
     return starting(rpc, rpc.call(Method.EXEC_REMOTE_START, params, StartResult), options, margin)
 

@@ -218,7 +218,10 @@ class AsyncSandbox(SandboxFiles):
         """
         for info in await self.jobs():
             if info.job_id == job_id:
-                opts = (options or ExecRemoteOptions()).merged({"encoding": info.encoding})
+                size = None if info.tty_size is None else (info.tty_size.cols, info.tty_size.rows)
+                opts = (options or ExecRemoteOptions()).merged(
+                    {"encoding": info.encoding, "tty": info.tty, "tty_size": size}
+                )
                 # Not tracked: closing this sandbox leaves a job it did not start alone.
                 return attached(self._core.rpc, info, opts, self._core.response_margin)
         raise JobNotFoundError(f"no job {job_id} in {self.url}", job_id=job_id)

@@ -100,6 +100,11 @@ class ExecRemoteOptions:
         1 GiB; at least 64 KiB); past it the oldest bytes are dropped and counted.
     :ivar tags: notes stored with the job and returned by ``jobs()`` (at most 16; keys up to
         64 characters, values up to 1024), e.g. the notebook that started it.
+    :ivar tty: run the job in a pseudo-terminal: ``[ -t 1 ]`` is true, stdin takes keystrokes
+        (:meth:`~remote_exec.ExecRemoteProcess.write_stdin`), output is one stream (stderr
+        merged into stdout, as a terminal does), ``signal("INT")`` acts as Ctrl-C.
+    :ivar tty_size: the terminal's ``(cols, rows)`` (None: 80x24); change it live with
+        :meth:`~remote_exec.ExecRemoteProcess.resize`.
     """
 
     input: str | bytes | None = None
@@ -116,6 +121,8 @@ class ExecRemoteOptions:
     label: str | None = None
     output_cap: int | None = None
     tags: dict[str, str] | None = None
+    tty: bool = False
+    tty_size: tuple[int, int] | None = None
 
     def merged(self, overrides: OptionOverrides) -> ExecRemoteOptions:
         """A copy with ``overrides`` applied."""
@@ -139,3 +146,5 @@ class OptionOverrides(TypedDict, total=False):
     label: str | None
     output_cap: int | None
     tags: dict[str, str] | None
+    tty: bool
+    tty_size: tuple[int, int] | None

@@ -68,10 +68,12 @@ from .jobs import (
     PruneResult,
     ReadParams,
     ReadResult,
+    ResizeParams,
     ServerInfo,
     SignalParams,
     StartParams,
     StartResult,
+    TtySize,
     WriteStdinParams,
     WriteStdinResult,
 )
@@ -161,6 +163,7 @@ __all__ = [
     "PruneResult",
     "ReadParams",
     "ReadResult",
+    "ResizeParams",
     "PortConnInfo",
     "PortConnectParams",
     "PortIdParams",
@@ -184,6 +187,7 @@ __all__ = [
     "SignalParams",
     "StartParams",
     "StartResult",
+    "TtySize",
     "WireModel",
     "WriteStdinParams",
     "WriteStdinResult",
@@ -205,6 +209,7 @@ class Method(StrEnum):
     EXEC_REMOTE_READ = "exec_remote_read"
     EXEC_REMOTE_FORGET = "exec_remote_forget"
     EXEC_REMOTE_PRUNE = "exec_remote_prune"
+    EXEC_REMOTE_RESIZE = "exec_remote_resize"
     SERVER_INFO = "server_info"
     SERVER_HANDOVER = "server_handover"
     SHELL_OPEN = "shell_open"
@@ -257,6 +262,7 @@ METHODS: dict[str, MethodSpec] = {
     Method.EXEC_REMOTE_READ: MethodSpec(params=ReadParams, result=ReadResult, gives_payload=True),
     Method.EXEC_REMOTE_FORGET: MethodSpec(params=JobIdParams, result=Empty),
     Method.EXEC_REMOTE_PRUNE: MethodSpec(params=PruneParams, result=PruneResult),
+    Method.EXEC_REMOTE_RESIZE: MethodSpec(params=ResizeParams, result=Empty),
     Method.SERVER_INFO: MethodSpec(params=Empty, result=ServerInfo),
     Method.SERVER_HANDOVER: MethodSpec(params=Empty, result=ServerInfo),
     Method.SHELL_OPEN: MethodSpec(params=ShellOpenParams, result=ShellInfo),

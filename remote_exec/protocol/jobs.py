@@ -31,14 +31,27 @@ __all__ = [
     "PruneResult",
     "ReadParams",
     "ReadResult",
+    "ResizeParams",
     "ServerInfo",
     "SignalParams",
     "StartParams",
     "StartResult",
     "Tags",
+    "TtySize",
     "WriteStdinParams",
     "WriteStdinResult",
 ]
+
+
+TtyCells = Annotated[int, Field(ge=1, le=1000)]
+"""Columns or rows of a terminal: 1 to 1000 (a 4K screen in a small font is about 500 wide)."""
+
+
+class TtySize(WireModel):
+    """A terminal's size in character cells (the default is the classic 80x24)."""
+
+    cols: TtyCells = 80
+    rows: TtyCells = 24
 
 
 class StartParams(WireModel):
@@ -54,6 +67,9 @@ class StartParams(WireModel):
     past it the oldest bytes are dropped, and counted, as ``*_dropped``.
     ``tags`` are the starter's own bounded notes on the job (e.g. the notebook and kernel that
     started it), stored with it and returned by ``exec_remote_list``; the agent never reads them.
+    ``tty``: run the job in a pseudo-terminal of ``tty_size`` (default 80x24): stdin is the
+    keyboard, stdout carries the screen (stderr merged, as a terminal does; the stderr stream
+    stays empty), ``TERM`` is ``xterm-256color`` unless ``env`` sets it.
     """
 
     command: (
@@ -72,6 +88,8 @@ class StartParams(WireModel):
     idempotency_key: Annotated[str, Field(max_length=128)] | None = None
     output_cap: Annotated[int, Field(ge=64 * 1024)] | None = None
     tags: Tags | None = None
+    tty: bool = False
+    tty_size: TtySize | None = None
 
     @field_validator("command")
     @classmethod
@@ -199,7 +217,8 @@ class WriteStdinResult(WireModel):
 
 
 class SignalParams(WireModel):
-    """Params of ``exec_remote_signal``: a signal name ("SIGINT") or number, sent to the group."""
+    """Params of ``exec_remote_signal``: a signal name ("SIGINT" or "INT") or number, sent to the
+    job's process group (a tty job's: its terminal's foreground group, as Ctrl-C sends)."""
 
     job_id: JobId
     signal: str | Annotated[int, Field(ge=1, le=64)]
@@ -207,9 +226,21 @@ class SignalParams(WireModel):
     @field_validator("signal")
     @classmethod
     def _known_signal(cls, v: str | int) -> str | int:
-        if isinstance(v, str) and v.upper() not in _SIGNAL_NAMES:
+        if isinstance(v, int):
+            return v
+        name = v.upper() if v.upper().startswith("SIG") else "SIG" + v.upper()  # "INT" as kill -INT takes it
+        if name not in _SIGNAL_NAMES:
             raise ValueError(f"unknown signal name {v!r}")
-        return v.upper() if isinstance(v, str) else v
+        return name
+
+
+class ResizeParams(WireModel):
+    """Params of ``exec_remote_resize``: the new size of a tty job's terminal (the kernel then
+    sends SIGWINCH to the terminal's foreground process group)."""
+
+    job_id: JobId
+    cols: TtyCells
+    rows: TtyCells
 
 
 class KillParams(WireModel):
@@ -239,7 +270,8 @@ class JobInfo(WireModel):
     """One row of ``exec_remote_list`` (its strings bounded as :class:`StartParams` bounds them).
 
     ``leftovers``: pids of the job's processes still alive after its leader exited (``sleep 300 &``
-    in a finished script); ``exec_remote_kill`` on the ended job ends them."""
+    in a finished script); ``exec_remote_kill`` on the ended job ends them. ``tty``: the job runs
+    in a pseudo-terminal, whose current size is ``tty_size`` (a second viewer sizes itself by it)."""
 
     job_id: JobId
     pid: int
@@ -256,6 +288,8 @@ class JobInfo(WireModel):
     encoding: Encoding
     leftovers: list[int] = Field(default_factory=list, max_length=1024)
     tags: Tags | None = None
+    tty: bool = False
+    tty_size: TtySize | None = None
 
 
 class ListParams(WireModel):

@@ -31,9 +31,11 @@ from ...protocol import (
     PruneResult,
     ReadParams,
     ReadResult,
+    ResizeParams,
     SignalParams,
     StartParams,
     StartResult,
+    TtySize,
     WriteStdinParams,
     WriteStdinResult,
 )
@@ -44,6 +46,7 @@ from .job import Job
 from .logbudget import evict
 from .proctable import scan
 from .proctree import marked_processes, signal_all
+from .ptyjob import PtyJob, not_a_tty
 from .readopt import readopt
 
 __all__ = ["JobController", "JobLimits"]
@@ -225,7 +228,10 @@ class JobController:
         job_id = self._next_id()
         job: Job
         if self.home is not None:
-            job = DiskJob(job_id, p, self.limits.buffer_limit, self._job_done, self.home)
+            kind = PtyJob if p.tty else DiskJob
+            job = kind(job_id, p, self.limits.buffer_limit, self._job_done, self.home)
+        elif p.tty:
+            raise InvalidParamsError("tty jobs need the agent's job dir (an agent served with a state dir)")
         else:
             job = Job(job_id, p, self.limits.buffer_limit, self._job_done)
         if self.budget is not None:
@@ -286,6 +292,13 @@ class JobController:
     async def signal(self, p: SignalParams) -> Empty:
         sig = p.signal if isinstance(p.signal, int) else signal.Signals[p.signal].value
         self._get(p.job_id).send_signal(sig)
+        return Empty()
+
+    async def resize(self, p: ResizeParams) -> Empty:
+        job = self._get(p.job_id)
+        if not isinstance(job, PtyJob):
+            raise not_a_tty(p.job_id)
+        job.resize(TtySize(cols=p.cols, rows=p.rows))
         return Empty()
 
     async def kill(self, p: KillParams) -> KillResult:

@@ -253,6 +253,8 @@ class DiskJob(Job):
             idempotency_key=meta.get("idempotency_key"),
             output_cap=meta.get("output_cap"),
             tags=meta.get("tags"),
+            tty=bool(meta.get("tty", False)),
+            tty_size=meta.get("tty_size"),
         )
         job = cls(meta["job_id"], params, buffer_limit, on_done, home)
         job.pid, job.starttime, job.started_at = int(meta.get("pid") or 0), meta.get("starttime"), meta["started_at"]

@@ -22,4 +22,5 @@ def job_methods(ctl: JobController) -> dict[str, Handler]:
         Method.EXEC_REMOTE_READ: ctl.read,
         Method.EXEC_REMOTE_FORGET: ctl.forget,
         Method.EXEC_REMOTE_PRUNE: ctl.prune,
+        Method.EXEC_REMOTE_RESIZE: ctl.resize,
     }

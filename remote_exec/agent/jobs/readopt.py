@@ -18,6 +18,7 @@ from .diskjob import DiskJob, JobHome
 from .job import Job
 from .proctable import scan
 from .proctree import kill_tree
+from .ptyjob import PtyJob
 
 __all__ = ["readopt"]
 
@@ -41,7 +42,8 @@ async def readopt(home: JobHome, prefix: str, buffer_limit: int, on_done: Callab
             meta = _load_meta(entry.path)
             if meta.get("job_id") != entry.name or not entry.name.startswith(prefix + "-"):
                 raise ValueError("not a job of this state dir")
-            restored.append(await DiskJob.restore(meta, buffer_limit, on_done, home, exits))
+            kind = PtyJob if meta.get("tty") else DiskJob
+            restored.append(await kind.restore(meta, buffer_limit, on_done, home, exits))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             log.warning("cannot re-adopt %s: %s; ending its processes and removing it", entry.name, exc)
             if entry.name.startswith(prefix + "-"):
