@@ -4,7 +4,7 @@
 // prepends common.js to the bundle (rxEl, rxButton, rxDeliver, rxFormat*), as for every widget.
 //
 // Traits: command, job_id, sandbox, state, exit_code, started_at, ended_at, stdout_chars, lines,
-// error, rows, cols, stdin_open, tail_lines (the scrollback cap).
+// error, rows, cols, stdin_open, convert_eol, tail_lines (the scrollback cap).
 // From Python, {kind, seq, data}:
 //   replay {panes: {main: {pieces: [[stream, text]...], hidden}}, now} -- reset the screen, write
 //   delta  [[stream, text], ...]                                      -- new output only
@@ -127,7 +127,7 @@ export default {
       fontSize: 13,
       cursorBlink: true,
       theme: RX_TERM_THEME,
-      allowProposedApi: false,
+      convertEol: model.get("convert_eol"), // a job without a PTY: no staircase of bare "\n"
     });
     const fit = new FitAddon();
     term.loadAddon(fit);

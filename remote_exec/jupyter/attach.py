@@ -13,6 +13,7 @@ from ..errors import JobNotFoundError
 from ..protocol import JobInfo
 from .background import BackgroundJob
 from .job_view import JobView
+from .terminal_view import TerminalView
 
 __all__ = ["attach_view", "find_job"]
 
@@ -41,7 +42,8 @@ def attach_view(sb: Sandbox, info: JobInfo, *, show: bool) -> BackgroundJob:
     :raises JobNotFoundError: the job was released meanwhile.
     """
     proc, watcher, control = (sb.attach(info.job_id) for _ in range(3))
-    view = JobView(watcher, sandbox=sb.url, control=control) if show else None
+    kind = TerminalView if info.tty else JobView  # a PTY job: the same screen, and a keyboard
+    view = kind(watcher, sandbox=sb.url, control=control) if show else None
     if view is not None:
         view.show()
     return BackgroundJob(proc, control, watcher, view, (info.tags or {}).get("name"))

@@ -26,6 +26,8 @@ from .background import BackgroundJob
 from .display import CellWriter, JobInterrupted, RemoteCommandError
 from .follow import Outcome, follow, loop_of
 from .job_view import JobView
+from .terminal_view import TerminalView
+from .vt import ScreenWriter
 
 __all__ = ["CellJob", "exit_line", "failure"]
 
@@ -39,6 +41,8 @@ class CellJob:
     :ivar session: run in this shell session instead of as a fresh ``bash -c`` job.
     :ivar tags: stored with the job by the agent (which notebook and kernel started it, the
         cell's ``--name``), so a later kernel finds it (``%exec_remote_attach``).
+    :ivar tty: run in a pseudo-terminal, shown in a :class:`TerminalView` (plain text: the
+        rendered screen at the end, never the raw control sequences).
     """
 
     body: str
@@ -49,6 +53,7 @@ class CellJob:
     env: dict[str, str] | None = None
     interrupt_grace: float = 2.0
     tags: dict[str, str] | None = None
+    tty: bool = False
 
     def start(self) -> BlockingExecRemoteProcess:
         """Start the script; returns once the agent confirmed it.
@@ -74,7 +79,13 @@ class CellJob:
             return await self.session.async_session.start(self.body, timeout=self.timeout).started()
         sb = self.sandbox.async_sandbox
         proc = sb.exec_remote(
-            ["bash", "-c", self.body], cwd=self.cwd, env=self.env, timeout=self.timeout, label=LABEL, tags=self.tags
+            ["bash", "-c", self.body],
+            cwd=self.cwd,
+            env=self.env,
+            timeout=self.timeout,
+            label=LABEL,
+            tags=self.tags,
+            tty=self.tty,
         )
         return await proc.started()
 
@@ -86,7 +97,7 @@ class CellJob:
         An interrupted cell raises ``JobInterrupted`` (a ``KeyboardInterrupt``) once the job is gone.
         """
         proc = self.start()
-        writer = CellWriter(plain)
+        writer: CellWriter | ScreenWriter = ScreenWriter() if self.tty else CellWriter(plain)
         drain: Drain = _sleep_until  # until the watching below is set up
         outcome: Callable[[float | None], Outcome | None]
         try:
@@ -109,7 +120,7 @@ class CellJob:
             writer.finish(exit_line(result, self.timeout) if plain or failed else None)
         return result
 
-    def _stop(self, proc: BlockingExecRemoteProcess, writer: CellWriter, drain: Drain) -> str:
+    def _stop(self, proc: BlockingExecRemoteProcess, writer: CellWriter | ScreenWriter, drain: Drain) -> str:
         """SIGINT, wait, kill: returns how the job ended."""
         loop = loop_of(proc)
         try:
@@ -146,7 +157,8 @@ class CellJob:
         watcher, control = self.sandbox.attach(proc.job_id), self.sandbox.attach(proc.job_id)
         view = None
         if widget and not plain:
-            view = JobView(watcher, command=self.body, sandbox=self.sandbox.url, control=control)
+            kind = TerminalView if self.tty else JobView
+            view = kind(watcher, command=self.body, sandbox=self.sandbox.url, control=control)
             view.show()
         elif plain:
             print("started in the background")  # no job id: plain output must not vary by run
@@ -181,7 +193,7 @@ def _watch_view(view: JobView) -> Drain:
 
 
 def _watch_queue(
-    proc: BlockingExecRemoteProcess, writer: CellWriter
+    proc: BlockingExecRemoteProcess, writer: CellWriter | ScreenWriter
 ) -> tuple[Drain, Callable[[float | None], Outcome]]:
     """Follow ``proc`` on the loop into a queue; the returned drain writes from this thread."""
     chunks: queue.Queue[tuple[str, str]] = queue.Queue()

@@ -25,7 +25,7 @@ from .job_view import JobView
 from .transcript import RateLimit
 from .vt import RENDER_CHARS, render_screen
 
-__all__ = ["DEFAULT_SIZE", "INPUT_LIMIT", "TerminalView"]
+__all__ = ["DEFAULT_SIZE", "INPUT_LIMIT", "MAX_COLS", "MAX_ROWS", "TerminalView"]
 
 DEFAULT_SIZE = (80, 24)
 """Columns and rows of a terminal before its view has measured the cell."""
@@ -52,15 +52,18 @@ class TerminalView(JobView):
     rows = traitlets.Int(DEFAULT_SIZE[1]).tag(sync=True)
     lines = traitlets.Int(0).tag(sync=True)
     stdin_open = traitlets.Bool(True).tag(sync=True)
+    convert_eol = traitlets.Bool(False).tag(sync=True)
+    """A job without a PTY writes bare ``\\n``: the terminal then returns to the line start too."""
 
     def __init__(self, proc: BlockingExecRemoteProcess, *, rows: int | None = None, **kwargs: Any) -> None:
         info = proc.async_process.info
-        size = getattr(proc.async_process.options, "tty_size", None) or DEFAULT_SIZE
+        size = proc.async_process.options.tty_size or DEFAULT_SIZE
         super().__init__(
             proc,
             cols=max(2, min(int(size[0]), MAX_COLS)),
             rows=max(2, min(int(rows or size[1]), MAX_ROWS)),
             stdin_open=info.stdin_open if info is not None else True,
+            convert_eol=not proc.tty,
             **kwargs,
         )
         self._keys: list[str] = []
@@ -129,7 +132,7 @@ class TerminalView(JobView):
         try:
             while self._size_wanted is not None:
                 (cols, rows), self._size_wanted = self._size_wanted, None
-                await proc.resize(cols, rows)  # type: ignore[attr-defined]  # the PTY API (branch pty)
+                await proc.resize(cols, rows)
         except JobNotRunningError:
             pass  # it ended meanwhile
         except RemoteExecError as exc:

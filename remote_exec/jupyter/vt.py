@@ -12,11 +12,12 @@ pyte is slow next to the terminal itself (a few MB/s), so it only ever sees a bo
 from __future__ import annotations
 
 import copy
-from typing import Any
+import sys
+from typing import Any, TextIO
 
 import pyte
 
-__all__ = ["RENDER_CHARS", "render_screen"]
+__all__ = ["RENDER_CHARS", "ScreenWriter", "render_screen"]
 
 RENDER_CHARS = 256 * 1024
 """Characters of the newest output replayed to render a screen (from a line start)."""
@@ -70,3 +71,36 @@ def render_screen(text: str, cols: int = 80, rows: int = 24, *, history: int = 2
     while lines and not lines[-1]:
         lines.pop()
     return "\n".join(lines[-max_lines:])
+
+
+class ScreenWriter:
+    """A PTY cell's output in plain text (nbval, ``--no-widget``): the rendered screen at the end.
+
+    A terminal's raw bytes printed as they come would put control sequences into the notebook;
+    so the newest output is kept (bounded) and :meth:`finish` writes what a terminal showed.
+    The interface is :class:`~remote_exec.jupyter.display.CellWriter`'s.
+    """
+
+    def __init__(self, cols: int = 80, rows: int = 24, stdout: TextIO | None = None, stderr: TextIO | None = None):
+        self._size = (cols, rows)
+        self._out = stdout or sys.stdout
+        self._err = stderr or sys.stderr
+        self._text = ""
+
+    def write(self, stream: str, text: str) -> None:
+        self._text += text
+        if len(self._text) > 2 * RENDER_CHARS:  # amortised: render_screen reads the newest only
+            self._text = self._text[-RENDER_CHARS:]
+
+    def note(self, text: str) -> None:
+        """A line of ours (not the job's), e.g. "interrupted: SIGINT sent"; to stderr."""
+        self._err.write(text if text.endswith("\n") else text + "\n")
+        self._err.flush()
+
+    def finish(self, exit_line: str | None) -> None:
+        """Write the rendered screen and, if given, ``exit_line``."""
+        screen = render_screen(self._text, *self._size)
+        self._out.write(screen + "\n" if screen else "")
+        if exit_line:
+            self._out.write(exit_line + "\n")
+        self._out.flush()

@@ -4,9 +4,13 @@ fallback that is the rendered screen (no control sequences) — on the real agen
 from __future__ import annotations
 
 import pytest
+from IPython.core.error import UsageError
+from IPython.core.interactiveshell import InteractiveShell
+from IPython.utils.capture import capture_output
 
 import remote_exec as rx
 from remote_exec.jupyter import TerminalView
+from remote_exec.jupyter.background import BackgroundJob
 from remote_exec.jupyter.headless import HeadlessFrontEnd
 from remote_exec.jupyter.vt import RENDER_CHARS, render_screen
 
@@ -96,3 +100,100 @@ def test_the_plain_text_fallback_is_the_rendered_screen(sb: rx.Sandbox, monkeypa
     bundle = data[0] if isinstance(data, tuple) else data
     assert ESC not in bundle["text/plain"] and ESC not in bundle["text/html"]
     assert "red text" in bundle["text/plain"]
+
+
+# -- on a PTY job ------------------------------------------------------------------------------------
+
+
+def test_the_views_width_sets_the_ptys_size(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:
+    proc = sb.exec_remote(["bash", "-c", "while read -r x; do stty size; done"], tty=True, tty_size=(80, 24))
+    view = TerminalView(proc)
+    front.send(view, {"type": "hello"})
+    front.send(view, {"type": "resize", "cols": 132, "rows": 40})
+    asked = [0]
+
+    def answered_with_new_size() -> bool:
+        # An Enter the job answers with `stty size`; the first may come before the resize did.
+        lines = [ln for ln in view.text().split("\r\n") if ln.strip() and ln[0].isdigit()]
+        if "40 132" in lines:
+            return True
+        if len(lines) == asked[0]:
+            view.send_keys("\r")
+            asked[0] += 1
+        return False
+
+    wait_for(answered_with_new_size, what="stty size 40 132")
+    assert (view.cols, view.rows) == (132, 40)
+    view.kill()
+    assert view.wait(20) is not None
+
+
+def test_two_views_of_one_pty_job_show_the_same_screen(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:
+    script = (
+        "printf '\\033]0;title\\007\\033[1;31mred\\033[0m\\n'; tput cup 5 10; echo moved; "
+        'read -r line; echo "got $line"'
+    )
+    proc = sb.exec_remote(["bash", "-c", script], tty=True)
+    first = TerminalView(proc, command="demo")
+    assert proc.job_id is not None
+    second = TerminalView.attach(sb, proc.job_id)  # as another notebook (or kernel) would
+    wait_for(lambda: "moved" in first.screen() and "moved" in second.screen(), what="both screens")
+    second.send_keys("typed in the second\r")  # either view's keys reach the one terminal
+    assert first.wait(20) is not None and second.wait(20) is not None
+    assert first.screen() == second.screen()
+    assert first.screen().splitlines()[-2:] == ["typed in the second", "got typed in the second"]
+    assert "          moved" in first.screen().splitlines()
+
+
+# -- the magics ----------------------------------------------------------------------------------------
+
+
+def test_a_tty_cell_is_a_terminal_to_type_into(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:
+    with capture_output() as cap:
+        ip.run_cell_magic(
+            "exec_remote", "--tty --name job", 'read -p "name? " n; echo "hello $n"; [ -t 1 ] && echo tty'
+        )
+    view = front.widget(cap.outputs[0])  # returned at once: the kernel is free for the keystrokes
+    assert isinstance(view, TerminalView)
+    job = ip.user_ns["job"]
+    assert isinstance(job, BackgroundJob) and not job.done
+    front.send(view, {"type": "hello"})
+    wait_for(lambda: "name?" in view.screen(), what="the prompt")
+    for key in "Ada\r":
+        front.send(view, {"type": "input", "data": key})
+    assert job.wait().returncode == 0
+    assert view.wait(20) is not None
+    assert view.screen().splitlines() == ["name? Ada", "hello Ada", "tty"]
+
+
+def test_a_tty_cell_in_plain_text_prints_the_rendered_screen(ip: InteractiveShell, plain: None) -> None:
+    script = "printf '\\033[?1049h\\033[2Jfull screen\\033[?1049l'; printf '\\033[32mok\\033[0m 1\\rok 2\\n'; tput cols"
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--tty", script)
+    assert cap.stdout == "ok 2\n80\nexit code: 0\n"
+    with pytest.raises(UsageError, match="--tty"):
+        ip.run_cell_magic("exec_remote", "--tty --shell new", "true")
+
+
+def test_remote_shell_is_an_interactive_shell_in_a_terminal(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:
+    with capture_output() as cap:
+        ip.run_line_magic("remote_shell", "--rows 30")
+    view = front.widget(cap.outputs[0])
+    assert isinstance(view, TerminalView) and view.rows == 30
+    front.send(view, {"type": "hello"})
+    view.send_keys("echo $((6*7)) $-; stty size\r")
+    wait_for(lambda: any(ln.startswith("42 ") for ln in view.screen().splitlines()), what="the answer")
+    answer = next(ln for ln in view.screen().splitlines() if ln.startswith("42 "))
+    assert "i" in answer.split()[1]  # $- holds i: an interactive shell
+    wait_for(lambda: "30 80" in view.screen().splitlines(), what="stty size")
+    view.send_keys("exit\r")
+    outcome = view.wait(20)
+    assert outcome is not None and outcome.exit_code == 0
+
+
+def test_remote_shell_in_plain_text_starts_nothing(ip: InteractiveShell, sb: rx.Sandbox, plain: None) -> None:
+    before = {j.job_id for j in sb.jobs()}
+    with capture_output() as cap:
+        ip.run_line_magic("remote_shell", "")
+    assert "interactive terminal where widgets render" in cap.stdout
+    assert {j.job_id for j in sb.jobs()} == before
