@@ -75,6 +75,8 @@ class JobView(StreamWidget):
     stdout_chars = traitlets.Int(0).tag(sync=True)
     stderr_chars = traitlets.Int(0).tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)
+    stdin_open = traitlets.Bool(False).tag(sync=True)
+    """The job's stdin takes input: the view shows an input line (Enter sends, Ctrl+D closes)."""
 
     def __init__(
         self,
@@ -102,7 +104,7 @@ class JobView(StreamWidget):
             job_id=job_id,
             sandbox=sandbox,
             started_at=started_at,
-            **traits,
+            **{"stdin_open": info.stdin_open if info is not None else proc.async_process.options.stdin_open, **traits},
         )
         self.process = proc
         """The handle the view follows."""
@@ -111,6 +113,7 @@ class JobView(StreamWidget):
         self.outcome: Outcome | None = None
         """How the job ended, once it has."""
         self._done = threading.Event()
+        self._stdin_lock = asyncio.Lock()  # a handle's stdin cursor takes one write at a time
         self._loop.spawn(self._run)
 
     @classmethod
@@ -210,9 +213,28 @@ class JobView(StreamWidget):
         except RemoteExecError as exc:
             self._set(error=f"{what} failed: {exc}")
 
+    async def _stdin(self, data: str | None) -> None:
+        """Write ``data`` to the job's stdin, or close it (``None``); in the order they came."""
+        proc = self._control_proc.async_process
+        async with self._stdin_lock:
+            try:
+                if data is None:
+                    await proc.close_stdin()
+                    self._set(stdin_open=False)
+                else:
+                    await proc.write_stdin(data)
+            except JobNotRunningError:
+                self._set(stdin_open=False)  # it ended, or its stdin was closed elsewhere
+            except (RemoteExecError, ValueError) as exc:  # ValueError: not UTF-8 for a text job
+                self._set(error=f"stdin: {exc}")
+
     def _action(self, kind: str, content: dict[str, Any]) -> None:
         if kind in ("kill", "interrupt") and not self._done.is_set():
             self._loop.spawn(self._control, kind)
+        elif kind == "stdin" and isinstance(content.get("data"), str) and self.stdin_open:
+            self._loop.spawn(self._stdin, content["data"])
+        elif kind == "close_stdin" and self.stdin_open:
+            self._loop.spawn(self._stdin, None)
 
     # -- Python side -----------------------------------------------------------------------------
 

@@ -103,6 +103,7 @@ class RemoteExecMagics(StateMagics):
         help="run in a pseudo-terminal shown in a terminal you can type into (returns at once, as --bg; "
         "plain text: the rendered screen at the end)",
     )
+    @_argument("--stdin", action="store_true", help="with --bg: keep the job's stdin open; its view gets an input line")
     @_argument("--raise-error", action=argparse.BooleanOptionalAction, default=True, help="raise on failure")
     @_argument("--out", metavar="VAR", help="store the stdout text in VAR")
     @_argument("--err", metavar="VAR", help="store the stderr text in VAR")
@@ -128,6 +129,11 @@ class RemoteExecMagics(StateMagics):
         # A terminal to type into needs a free kernel: the front end's keystrokes reach the view
         # only between cells, so a --tty cell with a widget returns at once, as --bg does.
         background = args.bg or (args.tty and widget)
+        if args.stdin and not args.bg:
+            # A running cell holds the kernel: what is typed into its view would wait for the end.
+            raise UsageError("--stdin needs --bg: the kernel must be free to pass typed lines on")
+        if args.stdin and args.shell is not None:
+            raise UsageError("--stdin: a --shell session's commands take no stdin from the view")
         if background and (out or err):
             raise UsageError("--out/--err need the output, which a --bg cell does not wait for: use --name and .wait()")
         env = {**d.env, **_env(args.env)}
@@ -138,7 +144,9 @@ class RemoteExecMagics(StateMagics):
             raise UsageError("--cwd/--env apply when a shell is opened (--shell new); an open one keeps its own")
         if background and name is not None:
             self._free_name(name, args.replace)
-        job = dataclasses.replace(self._job(cell, args.sandbox, args.shell, cwd, env, timeout), tty=args.tty)
+        job = dataclasses.replace(
+            self._job(cell, args.sandbox, args.shell, cwd, env, timeout), tty=args.tty, stdin=args.stdin
+        )
         if background and args.shell is None:
             job = dataclasses.replace(job, tags={**notebook_tags(), **({"name": name} if name else {})})
         try:

@@ -43,6 +43,7 @@ class CellJob:
         cell's ``--name``), so a later kernel finds it (``%exec_remote_attach``).
     :ivar tty: run in a pseudo-terminal, shown in a :class:`TerminalView` (plain text: the
         rendered screen at the end, never the raw control sequences).
+    :ivar stdin: keep the job's stdin open (its view shows an input line).
     """
 
     body: str
@@ -54,6 +55,7 @@ class CellJob:
     interrupt_grace: float = 2.0
     tags: dict[str, str] | None = None
     tty: bool = False
+    stdin: bool = False
 
     def start(self) -> BlockingExecRemoteProcess:
         """Start the script; returns once the agent confirmed it.
@@ -86,6 +88,7 @@ class CellJob:
             label=LABEL,
             tags=self.tags,
             tty=self.tty,
+            stdin_open=self.stdin,
         )
         return await proc.started()
 

@@ -51,7 +51,6 @@ class TerminalView(JobView):
     cols = traitlets.Int(DEFAULT_SIZE[0]).tag(sync=True)
     rows = traitlets.Int(DEFAULT_SIZE[1]).tag(sync=True)
     lines = traitlets.Int(0).tag(sync=True)
-    stdin_open = traitlets.Bool(True).tag(sync=True)
     convert_eol = traitlets.Bool(False).tag(sync=True)
     """A job without a PTY writes bare ``\\n``: the terminal then returns to the line start too."""
 
@@ -62,7 +61,7 @@ class TerminalView(JobView):
             proc,
             cols=max(2, min(int(size[0]), MAX_COLS)),
             rows=max(2, min(int(rows or size[1]), MAX_ROWS)),
-            stdin_open=info.stdin_open if info is not None else True,
+            stdin_open=info.stdin_open if info is not None else True,  # a PTY takes keystrokes
             convert_eol=not proc.tty,
             **kwargs,
         )

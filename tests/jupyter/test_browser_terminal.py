@@ -3,7 +3,8 @@
 ``%%exec_remote --tty ls --color=always`` draws coloured cells (read from xterm.js's buffer);
 ``%remote_shell`` is an interactive shell whose keystrokes come from the page's keyboard: it
 answers a ``read`` prompt, edits a file in ``vim`` (checked through the sandbox API), runs
-``top`` full-screen, and follows the window when it narrows (``stty size``). Screenshots go to
+``top`` full-screen, and follows the window when it narrows (``stty size``); a ``--bg --stdin``
+cell's JobView takes lines in its input line and closes stdin on Ctrl+D. Screenshots go to
 ``test-artifacts/terminal-*.png``. Skipped like ``test_browser.py`` when there is no browser.
 """
 
@@ -73,6 +74,7 @@ def test_the_terminal_widget_runs_colours_a_prompt_vim_top_and_resizes(
         f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
         f"%%exec_remote --tty\nls --color=always {listing}",
         "%remote_shell",
+        '%%exec_remote --bg --stdin\nread -r name; echo "hello $name"; cat; echo "stdin closed"',
     ]
     with failure_shot(page, "terminal"):
         open_notebook(page, lab, "terminal.ipynb", cells)
@@ -139,3 +141,19 @@ def test_the_terminal_widget_runs_colours_a_prompt_vim_top_and_resizes(
         shot(page, "terminal-5-narrowed", cell)
         type_line(page, "exit")
         cell.locator(".rx-badge", has_text="completed").wait_for()
+
+        # a plain job's stdin: the JobView's input line sends lines; Ctrl+D closes it
+        cell = run_cell(page, 3)
+        wait_done(cell)
+        field = cell.locator("input.rx-job-stdin-input")
+        field.fill("Ada")
+        field.press("Enter")
+        cell.locator(".rx-pane-stdout .rx-line", has_text="hello Ada").wait_for()
+        field.fill("for cat")
+        field.press("Enter")
+        cell.locator(".rx-pane-stdout .rx-line", has_text="for cat").wait_for()
+        shot(page, "terminal-6-jobview-stdin", cell)
+        field.press("Control+d")
+        cell.locator(".rx-pane-stdout .rx-line", has_text="stdin closed").wait_for()
+        cell.locator(".rx-badge", has_text="completed").wait_for()
+        assert cell.locator(".rx-job-stdin").is_hidden()

@@ -197,3 +197,33 @@ def test_remote_shell_in_plain_text_starts_nothing(ip: InteractiveShell, sb: rx.
         ip.run_line_magic("remote_shell", "")
     assert "interactive terminal where widgets render" in cap.stdout
     assert {j.job_id for j in sb.jobs()} == before
+
+
+# -- JobView's stdin line --------------------------------------------------------------------------
+
+
+def test_a_bg_stdin_cell_takes_lines_and_an_eof_from_its_view(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:
+    script = 'read -r name; echo "hello $name"; cat; echo "stdin closed"'
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--bg --stdin --name job", script)
+    view = front.widget(cap.outputs[0])
+    assert view.stdin_open
+    front.send(view, {"type": "hello"})
+    front.send(view, {"type": "stdin", "data": "Ada\n"})
+    front.send(view, {"type": "stdin", "data": "line for cat\n"})
+    wait_for(lambda: view.text("stdout") == "hello Ada\nline for cat\n", what="the answers")
+    front.send(view, {"type": "close_stdin"})
+    assert ip.user_ns["job"].wait().stdout == "hello Ada\nline for cat\nstdin closed\n"
+    assert view.wait(20) is not None and not view.stdin_open
+    with pytest.raises(UsageError, match="--stdin needs --bg"):
+        ip.run_cell_magic("exec_remote", "--stdin", "cat")
+
+
+def test_a_job_without_stdin_has_no_input_line(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:
+    from remote_exec.jupyter import JobView
+
+    view = JobView(sb.exec_remote(["bash", "-c", "read -r x || echo eof"]))
+    assert not view.stdin_open
+    front.send(view, {"type": "stdin", "data": "ignored\n"})  # nothing is written to a closed stdin
+    outcome = view.wait(20)
+    assert outcome is not None and view.text("stdout") == "eof\n"

@@ -1,8 +1,35 @@
 // JobView: one job — state badge, command, elapsed, exit code, stdout/stderr panes, buttons.
 // Traits: command, job_id, sandbox, state, exit_code, started_at, ended_at, stdout_chars,
-// stderr_chars, error. Sends {type: "hello" | "interrupt" | "kill" | "fetch"}.
+// stderr_chars, error, stdin_open. Sends {type: "hello" | "interrupt" | "kill" | "fetch" | "stdin" | "close_stdin"}.
 
 const JOB_PANE_OF = (stream) => stream;
+
+// The input line of a job whose stdin is open: Enter sends the line (with its newline), Ctrl+D
+// or the button closes stdin (EOF). Shown only while the job runs with its stdin open.
+function rxJobStdinLine(model) {
+  const row = rxEl("div", "rx-job-stdin");
+  row.setAttribute("data-lm-suppress-shortcuts", "true"); // Enter and Ctrl+D are the job's here
+  const field = rxEl("input", "rx-mono rx-job-stdin-input");
+  field.placeholder = "stdin: type a line, Enter sends it, Ctrl+D closes stdin";
+  const close = rxButton("Close stdin", "Close the job's stdin (EOF, as Ctrl+D in a terminal)", () =>
+    model.send({ type: "close_stdin" }),
+  );
+  row.append(rxEl("span", "rx-muted", "stdin"), field, close);
+  field.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter") {
+      model.send({ type: "stdin", data: `${field.value}\n` });
+      field.value = "";
+      ev.preventDefault();
+    } else if (ev.key === "d" && ev.ctrlKey && !field.value) {
+      model.send({ type: "close_stdin" });
+      ev.preventDefault();
+    }
+  });
+  const update = (disconnected) => {
+    row.hidden = disconnected || !model.get("stdin_open") || model.get("state") !== "running";
+  };
+  return { el: row, update };
+}
 
 export default {
   initialize({ model }) {
@@ -22,7 +49,8 @@ export default {
     const kill = rxButton("Kill", "Kill the job (SIGTERM, then SIGKILL)", () => model.send({ type: "kill" }), "rx-danger");
     header.append(badge, cmd, meta, interrupt, kill);
     const error = rxEl("div", "rx-error rx-job-error");
-    root.append(header, error);
+    const stdin = rxJobStdinLine(model);
+    root.append(header, error, stdin.el);
 
     const views = {};
     const copies = {};
@@ -86,6 +114,7 @@ export default {
         .join(" · ");
       const running = state === "running";
       interrupt.disabled = kill.disabled = !running;
+      stdin.update(disconnected);
       error.textContent = disconnected
         ? `The kernel that showed this view is gone; the job goes on in the sandbox. In a running kernel: %exec_remote_attach ${model.get("job_id")}`
         : model.get("error");
@@ -95,7 +124,8 @@ export default {
       else for (const v of Object.values(views)) v.update();
     };
     store.listeners.add(onMsg);
-    const traits = "change:state change:exit_code change:ended_at change:stdout_chars change:stderr_chars change:error change:command";
+    const traits =
+      "change:state change:exit_code change:ended_at change:stdout_chars change:stderr_chars change:error change:command change:stdin_open";
     model.on(traits, renderState);
     renderState();
     const timer = setInterval(() => model.get("state") === "running" && !disconnected && renderState(), 500);
