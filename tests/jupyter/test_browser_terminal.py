@@ -157,3 +157,5 @@ def test_the_terminal_widget_runs_colours_a_prompt_vim_top_and_resizes(
         cell.locator(".rx-pane-stdout .rx-line", has_text="stdin closed").wait_for()
         cell.locator(".rx-badge", has_text="completed").wait_for()
         assert cell.locator(".rx-job-stdin").is_hidden()
+    # the server extension the wheel enables (kernel websockets without Nagle's ~40 ms wait)
+    assert "kernel websockets send small messages at once" in (lab[1].parent / "lab.log").read_text()
