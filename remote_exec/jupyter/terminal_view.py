@@ -14,6 +14,8 @@ screen (:func:`~remote_exec.jupyter.vt.render_screen`): control sequences never 
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from typing import Any
 
 import traitlets
@@ -57,6 +59,14 @@ class TerminalView(JobView):
     def __init__(self, proc: BlockingExecRemoteProcess, *, rows: int | None = None, **kwargs: Any) -> None:
         info = proc.async_process.info
         size = proc.async_process.options.tty_size or DEFAULT_SIZE
+        # Before JobView's __init__: it starts following the job, whose output may come at once.
+        self._keys: list[str] = []
+        self._keys_size = 0
+        self._typist: asyncio.Task[None] | None = None
+        self._size_wanted: tuple[int, int] | None = None
+        self._sizer: asyncio.Task[None] | None = None
+        self._rendered: tuple[int, str] = (-1, "")
+        self._output = threading.Event()  # set on new output: what expect() waits on
         super().__init__(
             proc,
             cols=max(2, min(int(size[0]), MAX_COLS)),
@@ -65,17 +75,15 @@ class TerminalView(JobView):
             convert_eol=not proc.tty,
             **kwargs,
         )
-        self._keys: list[str] = []
-        self._keys_size = 0
-        self._typist: asyncio.Task[None] | None = None
-        self._size_wanted: tuple[int, int] | None = None
-        self._sizer: asyncio.Task[None] | None = None
-        self._rendered: tuple[int, str] = (-1, "")
 
     def _rate_limit(self) -> RateLimit:
         # Keystrokes echo within a round: up to 100 short rounds a second (a JobView's 10 would
         # add up to 100 ms to every echo). OUTPUT_RATE still caps the bytes.
         return RateLimit(max_messages=100, min_gap=0.005)
+
+    def _emit(self, stream: str, text: str) -> None:
+        super()._emit(stream, text)
+        self._output.set()
 
     # -- from the front end (main thread: handed to the loop) -----------------------------------
 
@@ -146,8 +154,26 @@ class TerminalView(JobView):
         self._loop.call_soon(self._type, data)
 
     def resize(self, cols: int, rows: int) -> None:
-        """Set the terminal's size, as a view whose cell changed width does (returns at once)."""
-        self._loop.call_soon(self._want_size, max(2, min(cols, MAX_COLS)), max(2, min(rows, MAX_ROWS)))
+        """Set the terminal's size, as a view whose cell changed width does; returns once the PTY
+        has it (the job got SIGWINCH)."""
+        self._loop.call(self._resize_now, max(2, min(cols, MAX_COLS)), max(2, min(rows, MAX_ROWS)))
+
+    async def _resize_now(self, cols: int, rows: int) -> None:
+        # Cancelling this leaves the resize under way (shielded): the newest size still wins.
+        self._want_size(cols, rows)
+        if self._sizer is not None:
+            await asyncio.shield(self._sizer)
+
+    def expect(self, text: str, timeout: float = 30.0) -> bool:
+        """Wait until the rendered screen shows ``text`` (as pexpect's ``expect``, for scripts and
+        notebooks that answer a prompt); ``False`` if ``timeout`` passed or the job ended first."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self._output.clear()
+            if text in self.screen():
+                return True
+            if self._done.is_set() or not self._output.wait(max(0.0, deadline - time.monotonic())):
+                return text in self.screen()
 
     def screen(self) -> str:
         """What the terminal shows now, as text: its scrollback's newest lines, then the screen."""

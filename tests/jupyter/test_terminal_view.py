@@ -227,3 +227,14 @@ def test_a_job_without_stdin_has_no_input_line(sb: rx.Sandbox, front: HeadlessFr
     front.send(view, {"type": "stdin", "data": "ignored\n"})  # nothing is written to a closed stdin
     outcome = view.wait(20)
     assert outcome is not None and view.text("stdout") == "eof\n"
+
+
+def test_expect_waits_for_a_prompt_then_keys_answer_it(sb: rx.Sandbox) -> None:
+    proc = sb.exec_remote(["bash", "-c", 'sleep 0.3; read -p "name? " n; echo "hello $n"'], tty=True)
+    view = TerminalView(proc)
+    assert view.expect("name?", timeout=30)
+    view.send_keys("Ada\r")
+    assert view.expect("hello Ada", timeout=30)
+    assert view.wait(20) is not None
+    assert view.screen() == "name? Ada\nhello Ada"
+    assert not view.expect("never shown", timeout=0.2)  # ended: returns at once
