@@ -68,6 +68,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/widgets.py
+	$(BIN)/python bench/terminal.py  # needs Chromium (.ci/setup-browser.sh)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache dist/agent site
