@@ -47,7 +47,7 @@ QUICK_TESTS := tests/test_api.py tests/test_docs.py tests/test_blocking.py tests
 	tests/agent/test_buffer.py tests/agent/test_frames.py tests/agent/test_rpc.py tests/agent/test_security.py \
 	tests/agent/test_fuzz.py tests/client/test_exec.py tests/client/test_files.py tests/client/test_transfer.py \
 	tests/client/test_download_confined.py tests/jupyter/test_job_view.py tests/jupyter/test_dashboard.py \
-	tests/jupyter/test_shell_view.py tests/jupyter/test_magics.py tests/jupyter/test_file_magics.py \
+	tests/jupyter/test_shell_view.py tests/jupyter/test_terminal_view.py tests/jupyter/test_magics.py tests/jupyter/test_file_magics.py \
 	tests/jupyter/test_transcript.py tests/jupyter/test_assets.py tests/jupyter/test_js_store.py \
 	tests/jupyter/test_packaging.py
 

@@ -238,3 +238,28 @@ def test_expect_waits_for_a_prompt_then_keys_answer_it(sb: rx.Sandbox) -> None:
     assert view.wait(20) is not None
     assert view.screen() == "name? Ada\nhello Ada"
     assert not view.expect("never shown", timeout=0.2)  # ended: returns at once
+
+
+def test_a_pty_flood_is_paced_and_download_has_all_of_it(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:
+    from remote_exec.jupyter.base import OUTPUT_RATE
+
+    # 3 MB of coloured lines through a PTY: more than the view may send in a second
+    script = "yes $'\\e[32mok\\e[0m line' | head -n 200000; echo THE-END"
+    view = TerminalView(sb.exec_remote(["bash", "-c", script], tty=True))
+    front.send(view, {"type": "hello"})
+    outcome = view.wait(120)
+    assert outcome is not None and outcome.exit_code == 0
+    sent = [m for m in front.sent(view) if m.msg_type == "comm_msg"]
+    times = [m.at for m in sent]
+    assert max(sum(1 for t in times if s <= t < s + 1.0) for s in times) <= 100  # rounds a second
+    custom = front.custom(view)
+    size = sum(len(t) for m in custom if m["kind"] == "delta" for _, t in m["data"])
+    size += sum(
+        len(t) for m in custom if m["kind"] == "replay" for p in m["data"]["panes"].values() for _, t in p["pieces"]
+    )
+    assert size <= OUTPUT_RATE * (times[-1] - times[0] + 2)  # at most OUTPUT_RATE a second
+    assert shown(custom).endswith("THE-END\r\n")  # the view ends showing the end
+    front.send(view, {"type": "fetch", "stream": None, "purpose": "download"})
+    wait_for(lambda: any(m["kind"] == "full" for m in front.custom(view)), what="the download")
+    full = next(m for m in front.custom(view) if m["kind"] == "full")["data"]
+    assert full["text"].count("ok line\r\n") == 200_000 and ESC not in full["text"]
