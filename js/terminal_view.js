@@ -1,7 +1,8 @@
 // TerminalView: a PTY job (or an interactive shell) in xterm.js.
 //
 // Bundled with xterm.js by `make widgets` (js/build.mjs) into remote_exec/jupyter/static/; Python
-// prepends common.js to the bundle (rxEl, rxButton, rxDeliver, rxFormat*), as for every widget.
+// prepends common.js to the bundle (rxEl, rxButton, rxDeliver, rxFormat*, rxOrderedSender), as for
+// every widget.
 //
 // Traits: command, job_id, sandbox, state, exit_code, started_at, ended_at, stdout_chars, lines,
 // error, rows, cols, stdin_open, convert_eol, tail_lines (the scrollback cap).
@@ -42,11 +43,14 @@ function rxTermWatchKernel(model, onLost) {
   };
 }
 
-// Output messages into one xterm: a replay resets it; deltas already in a replay are skipped.
-function rxTermFeed(term, msg, seen) {
+// Output messages into one xterm: a replay resets it (unless it is another view's and this one
+// is up to date: Python sent the new output as a delta first); deltas already in a replay are
+// skipped. The reset goes through the write queue (RIS), after output written but not yet parsed.
+function rxTermFeed(term, msg, seen, viewer) {
   if (!msg || typeof msg !== "object") return seen;
   if (msg.kind === "replay") {
-    term.reset();
+    if (msg.data.for && msg.data.for !== viewer && seen > 0) return msg.seq;
+    term.write("\x1bc");
     for (const { pieces } of Object.values(msg.data.panes)) for (const [, text] of pieces) term.write(text);
     return msg.seq;
   }
@@ -175,19 +179,24 @@ export default {
     };
 
     let seen = 0;
+    const viewer = Math.random().toString(36).slice(2); // this view, in its hello
     let offset = 0; // browser clock minus kernel clock
     const onMsg = (msg) => {
       if (msg && msg.kind === "replay") offset = Date.now() / 1000 - msg.data.now;
       if (msg && msg.kind === "full") rxDeliver(msg.data, `${model.get("job_id")}-terminal.txt`, save);
-      else seen = rxTermFeed(term, msg, seen);
+      else seen = rxTermFeed(term, msg, seen, viewer);
     };
     model.on("msg:custom", onMsg);
-    const input = term.onData((data) => {
-      if (!disconnected && model.get("state") === "running") model.send({ type: "input", data });
-    });
-    const binary = term.onBinary((data) => {
-      if (!disconnected && model.get("state") === "running") model.send({ type: "input", data });
-    });
+    const send = rxOrderedSender(model); // keys in the order typed, whatever the kernel does
+    // xterm answers a program's queries (`vim` asks for the cursor position, the colours...)
+    // through onData too: only the view being typed in may answer, or with two views of one
+    // terminal the program reads the second answer as keystrokes.
+    const typing = () => term.textarea !== undefined && document.activeElement === term.textarea;
+    const onInput = (data) => {
+      if (!disconnected && model.get("state") === "running" && typing()) send({ type: "input", data });
+    };
+    const input = term.onData(onInput);
+    const binary = term.onBinary(onInput);
     const refit = rxTermFitter(model, term, fit);
     const observer = new ResizeObserver(refit);
     observer.observe(screen);
@@ -198,7 +207,7 @@ export default {
     model.on("change:rows", refit);
     renderState();
     const timer = setInterval(() => model.get("state") === "running" && !disconnected && renderState(), 500);
-    model.send({ type: "hello" });
+    model.send({ type: "hello", viewer });
     refit();
     return () => {
       clearInterval(timer);

@@ -2,7 +2,8 @@
 
 ``%%exec_remote --tty ls --color=always`` draws coloured cells (read from xterm.js's buffer);
 ``%remote_shell`` is an interactive shell whose keystrokes come from the page's keyboard: it
-answers a ``read`` prompt, edits a file in ``vim`` (checked through the sandbox API), runs
+answers a ``read`` prompt, shows the same screen in a second view (``%exec_remote_attach``) where
+keys typed reach the same shell, copies its selection, edits a file in ``vim`` (checked through the sandbox API), runs
 ``top`` full-screen, and follows the window when it narrows (``stty size``); a ``--bg --stdin``
 cell's JobView takes lines in its input line and closes stdin on Ctrl+D. Screenshots go to
 ``test-artifacts/terminal-*.png``. Skipped like ``test_browser.py`` when there is no browser.
@@ -75,6 +76,7 @@ def test_the_terminal_widget_runs_colours_a_prompt_vim_top_and_resizes(
         f"%%exec_remote --tty\nls --color=always {listing}",
         "%remote_shell",
         '%%exec_remote --bg --stdin\nread -r name; echo "hello $name"; cat; echo "stdin closed"',
+        "%exec_remote_attach %remote_shell",  # the shell's job, by its label: a second view of it
     ]
     with failure_shot(page, "terminal"):
         open_notebook(page, lab, "terminal.ipynb", cells)
@@ -106,11 +108,31 @@ def test_the_terminal_widget_runs_colours_a_prompt_vim_top_and_resizes(
         wait_screen(term, r"^hello Ada$")
         shot(page, "terminal-2-read-prompt", cell)
 
+        # a second view of the same terminal replays its screen, then both follow and both type
+        second = run_cell(page, 4)
+        wait_done(second)
+        other = second.locator(SCREEN)
+        wait_screen(other, r"^hello Ada$")
+        other.locator(".xterm-screen").click()
+        type_line(page, "echo typed-in-the-second")
+        wait_screen(term, r"^typed-in-the-second$")
+        wait_screen(other, r"^typed-in-the-second$")
+        shot(page, "terminal-2b-second-view", second)
+
+        # copy: the selection through the Copy button, onto the clipboard
+        page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+        term.evaluate("el => el.rxTerminal.selectAll()")
+        cell.locator(".rx-term button", has_text="Copy").click()
+        cell.locator(".rx-term button", has_text="Copied").wait_for()
+        assert "hello Ada" in page.evaluate("navigator.clipboard.readText()")
+        term.locator(".xterm-screen").click()
+
         # vim: insert text, :wq; the file is checked through the sandbox API
         type_line(page, f"vim -u NONE -N -n {edited}")
         wait_screen(term, r"^~\s*$")
         page.keyboard.press("i")
         wait_screen(term, r"-- INSERT --")
+
         page.keyboard.type("written in vim")
         shot(page, "terminal-3-vim", cell)
         page.keyboard.press("Escape")

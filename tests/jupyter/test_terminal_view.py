@@ -263,3 +263,30 @@ def test_a_pty_flood_is_paced_and_download_has_all_of_it(sb: rx.Sandbox, front: 
     wait_for(lambda: any(m["kind"] == "full" for m in front.custom(view)), what="the download")
     full = next(m for m in front.custom(view) if m["kind"] == "full")["data"]
     assert full["text"].count("ok line\r\n") == 200_000 and ESC not in full["text"]
+
+
+def test_keys_the_kernel_swapped_reach_the_job_in_the_order_typed(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:
+    """ipykernel may handle a later comm message first: the view's numbers put them back."""
+    proc = sb.exec_remote(["cat"], tty=True)
+    view = TerminalView(proc)
+    keys = [*"PS1='rx$ '", "\r"]
+    order = [1, 0, 3, 2, *range(4, len(keys))]  # as the kernel handed them on
+    for i in order:
+        front.send(view, {"type": "input", "data": keys[i], "view": "v1", "n": i})
+    front.send(view, {"type": "input", "data": "x", "view": "v1", "n": 2})  # a duplicate: dropped
+    assert view.expect("PS1='rx$ '\nPS1='rx$ '", timeout=30)  # the echo, then cat's copy
+    view.kill()
+
+
+def test_in_order_gives_up_a_gap_past_its_bound() -> None:
+    from remote_exec.jupyter.base import InOrder
+
+    order = InOrder()
+    assert order.take({"type": "x"}) == [{"type": "x"}]  # unnumbered: at once
+    assert order.take({"view": "a", "n": 1}) == []
+    assert order.take({"view": "b", "n": 0}) == [{"view": "b", "n": 0}]  # views are independent
+    assert [m["n"] for m in order.take({"view": "a", "n": 0})] == [0, 1]
+    for n in range(3, 3 + InOrder.MAX_WAITING):  # 2 never comes
+        assert order.take({"view": "a", "n": n}) == []
+    ready = order.take({"view": "a", "n": 3 + InOrder.MAX_WAITING})
+    assert [m["n"] for m in ready] == list(range(3, 4 + InOrder.MAX_WAITING))

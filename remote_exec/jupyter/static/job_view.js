@@ -7,21 +7,22 @@ const JOB_PANE_OF = (stream) => stream;
 // The input line of a job whose stdin is open: Enter sends the line (with its newline), Ctrl+D
 // or the button closes stdin (EOF). Shown only while the job runs with its stdin open.
 function rxJobStdinLine(model) {
+  const send = rxOrderedSender(model);
   const row = rxEl("div", "rx-job-stdin");
   row.setAttribute("data-lm-suppress-shortcuts", "true"); // Enter and Ctrl+D are the job's here
   const field = rxEl("input", "rx-mono rx-job-stdin-input");
   field.placeholder = "stdin: type a line, Enter sends it, Ctrl+D closes stdin";
   const close = rxButton("Close stdin", "Close the job's stdin (EOF, as Ctrl+D in a terminal)", () =>
-    model.send({ type: "close_stdin" }),
+    send({ type: "close_stdin" }),
   );
   row.append(rxEl("span", "rx-muted", "stdin"), field, close);
   field.addEventListener("keydown", (ev) => {
     if (ev.key === "Enter") {
-      model.send({ type: "stdin", data: `${field.value}\n` });
+      send({ type: "stdin", data: `${field.value}\n` });
       field.value = "";
       ev.preventDefault();
     } else if (ev.key === "d" && ev.ctrlKey && !field.value) {
-      model.send({ type: "close_stdin" });
+      send({ type: "close_stdin" });
       ev.preventDefault();
     }
   });
