@@ -81,6 +81,12 @@ class TerminalView(JobView):
         # add up to 100 ms to every echo). OUTPUT_RATE still caps the bytes.
         return RateLimit(max_messages=100, min_gap=0.005)
 
+    async def _record_while_running(self) -> None:
+        # No periodic record rewrites: each one (update_display) makes the front end render the
+        # view anew, which would take the focus from a terminal being typed into. The record is
+        # written when the view is shown and when the job ends.
+        await asyncio.Event().wait()  # cancelled when the job ends
+
     def _emit(self, stream: str, text: str) -> None:
         super()._emit(stream, text)
         self._output.set()

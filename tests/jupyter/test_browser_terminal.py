@@ -181,3 +181,29 @@ def test_the_terminal_widget_runs_colours_a_prompt_vim_top_and_resizes(
         assert cell.locator(".rx-job-stdin").is_hidden()
     # the server extension the wheel enables (kernel websockets without Nagle's ~40 ms wait)
     assert "kernel websockets send small messages at once" in (lab[1].parent / "lab.log").read_text()
+
+
+def test_a_tty_cell_keeps_its_terminal_and_focus_while_it_runs(
+    lab: tuple[str, Path], page: Any, agent_dir: Path
+) -> None:
+    """A running view's stored record is not rewritten (each rewrite renders the view anew)."""
+    cells = [
+        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
+        '%%exec_remote --tty\nfor i in 1 2 3 4 5 6 7; do read -r -p "line $i? " x; echo "got $x"; done',
+    ]
+    with failure_shot(page, "terminal-focus"):
+        open_notebook(page, lab, "focus.ipynb", cells)
+        run_first_cell(page)
+        cell = run_cell(page, 1)
+        wait_done(cell)
+        term = cell.locator(SCREEN)
+        wait_screen(term, r"^line 1\? $", last=True)
+        term.locator(".xterm-screen").click()
+        started = time.monotonic()
+        for i in range(1, 8):  # 7 answers over more than RECORD_PERIOD (5 s)
+            type_line(page, f"answer-{i}")
+            wait_screen(term, rf"^got answer-{i}$")
+            page.wait_for_timeout(1000)  # paced like a person: the seconds are what is tested
+        assert time.monotonic() - started > 6
+        cell.locator(".rx-badge", has_text="completed").wait_for()
+        assert cell.locator(SCREEN).count() == 1
