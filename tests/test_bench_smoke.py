@@ -43,3 +43,19 @@ def test_bench_quick_first_byte_writes_json(tmp_path: Path) -> None:
         assert row["subprocess"]["median"] > 0
         assert row["passed"] in (True, False)
     assert "first byte" in proc.stdout  # the table was printed
+
+
+def test_bench_pty_writes_json(tmp_path: Path) -> None:
+    """``bench/pty.py`` (PTY throughput) runs end to end on a tiny stream and writes its report."""
+    out = tmp_path / "pty.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "pty.py"), "--mib", "2", "--reps", "1", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=110,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    results = json.loads(out.read_text())["results"]
+    assert set(results) == {"tty", "plain", "bare_pty"}
+    assert all(r["mb_s_median"] > 0 for r in results.values())

@@ -2,8 +2,10 @@
 
 ``remote-exec run [--sandbox URL] -- CMD...``  stream stdout/stderr live, exit with the job's code;
                                                 Ctrl-C kills the remote job
+``remote-exec run -t -- CMD...``                the job in a terminal: this one, raw (see tty.py)
 ``remote-exec ps``                              list running and retained jobs
-``remote-exec attach JOB_ID``                   replay a job's retained output and follow it
+``remote-exec attach [-t] JOB_ID``              replay a job's retained output and follow it (-t: and
+                                                type into a tty job's terminal)
 ``remote-exec kill JOB_ID``                     kill a job's whole process group
 ``remote-exec shell [--session ID]``            a prompt on a shell session (see shell.py)
 ``remote-exec cp SRC DST``                      copy files or trees; ``sandbox:PATH`` is the sandbox's
@@ -33,6 +35,7 @@ from .cp import add_cp_parser, copy
 from .logs import add_logs_parsers, logs, prune
 from .shell import shell_repl
 from .top import add_top_parser, top
+from .tty import follow_tty, local_size
 
 __all__ = ["main"]
 
@@ -55,9 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--kill-grace", type=float, default=5.0, help="seconds from SIGTERM to SIGKILL")
     run.add_argument("--label", help="a name for `ps`")
     run.add_argument("--detach", "-d", action="store_true", help="print the job id and leave it running")
+    run.add_argument(
+        "--tty", "-t", action="store_true", help="run in a terminal: this one, raw, its size; Ctrl-] leaves"
+    )
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     sub.add_parser("ps", help="list jobs")
     att = sub.add_parser("attach", help="follow a job's output")
+    att.add_argument("--tty", "-t", action="store_true", help="be a tty job's terminal too (keys, size); Ctrl-] leaves")
     att.add_argument("job_id")
     kill = sub.add_parser("kill", help="kill a job")
     kill.add_argument("job_id")
@@ -121,7 +128,11 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
         opts = ExecRemoteOptions(
             cwd=args.cwd, env=_env(args.env), timeout=args.timeout, kill_grace=args.kill_grace, label=args.label
         )
+        if args.tty:  # bytes, not text: the local terminal decodes them (a split UTF-8 character too)
+            opts = opts.merged({"tty": True, "tty_size": local_size(), "encoding": "base64"})
         proc = sb.exec_remote(command, opts)
+        if args.tty and not args.detach:
+            return await follow_tty(proc)
         if args.detach:
             await proc.started()
             print(terminal_safe(proc.detach()))  # the id is the agent's word
@@ -142,6 +153,12 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
         return await logs(sb, args)
     if args.cmd == "prune":
         return await prune(sb, args)
+    if args.cmd == "attach" and args.tty:
+        proc = await sb.attach(args.job_id)
+        if not proc.tty:
+            job = terminal_safe(args.job_id)
+            raise SystemExit(f"remote-exec attach: job {job} has no terminal (attach without -t)")
+        return await follow_tty(proc)
     if args.cmd == "attach":
         return await _follow(await sb.attach(args.job_id))
     proc = await sb.attach(args.job_id)

@@ -281,7 +281,8 @@ class ExecRemoteProcess:
         await self._write(data, eof=False)
 
     async def close_stdin(self) -> None:
-        """Close the job's stdin (EOF); a no-op once the job has ended or its stdin is closed.
+        """Close the job's stdin (EOF); a no-op once the job has ended or its stdin is closed. On a
+        ``tty`` job it types the terminal's end-of-file key (Ctrl-D) instead, as a typist would.
 
         Cancelling it leaves stdin open or closed, whichever the agent got; call it again.
         """

@@ -258,6 +258,7 @@ class DiskJob(Job):
         )
         job = cls(meta["job_id"], params, buffer_limit, on_done, home)
         job.pid, job.starttime, job.started_at = int(meta.get("pid") or 0), meta.get("starttime"), meta["started_at"]
+        job._restored(meta)
         with contextlib.suppress(OSError, ValueError):
             job.stdin.written = int((job.dir / "stdin_bytes").read_bytes())
         end = meta.get("end")
@@ -269,6 +270,9 @@ class DiskJob(Job):
             how = exits.get(f"{job.pid}:{job.starttime}")
             job._finish("completed", None if how is None else how["code"], None if how is None else how["at"])
         return job
+
+    def _restored(self, meta: dict[str, Any]) -> None:
+        """Take what a subclass keeps in ``job.json`` beyond the start params (nothing here)."""
 
     async def _reattach(self) -> None:
         if self.params.stdin_open:

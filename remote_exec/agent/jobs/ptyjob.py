@@ -1,26 +1,27 @@
-"""A job in a pseudo-terminal: the agent reads the terminal's master and appends to the job's log.
+"""A job in a pseudo-terminal: a forked copier appends the terminal's output to the job's log.
 
-A plain job writes its log file itself; a terminal has no file side, so here the agent is the
-reader: the master is non-blocking, read by the event loop (``add_reader``), each chunk appended
-to ``stdout`` (stderr is the same terminal, so the ``stderr`` file stays empty). The log is
-then exactly what a plain job's is: byte cursors, disk cap, replay from any offset.
+A plain job writes its log file itself; a terminal has no file side, so a small process forked
+from the agent (:mod:`.ptyrelay`) copies the master into ``stdout`` (stderr is the same terminal,
+so the ``stderr`` file stays empty). The log is then exactly a plain job's: byte cursors, disk
+cap, replay from any offset, and pollers woken by inotify as the file grows.
 
-Outliving the agent: the keeper holds a dup of the master (the ``hold`` op, keyed by the job
-id, as a plain job's stdin pipe is). While no agent runs nobody reads it: the job blocks once
-the terminal's buffer is full, and loses nothing; the hangup a closed terminal would send
-never comes. The next agent takes the master back (the ``fd`` op) and reads on.
+Outliving the agent: the copier is not the agent, so output keeps reaching the disk while no
+agent runs and an agent's SIGKILL loses no byte. The keeper holds a dup of the master (the
+``hold`` op, keyed by the job id, as a plain job's stdin pipe is) for keystrokes and resizes,
+and the next agent takes it back (the ``fd`` op). The copier's pid and start time are in
+``job.json``, so the next agent watches it too.
 
 The end: the leader's exit is seen on its pidfd (as for a plain job), but its last output may
-still be in the terminal. The reader goes on until the master says ``EIO`` (every slave fd is
-closed), and the job's end is recorded only then, or :data:`DRAIN_LINGER` seconds after the
-exit if a leftover (``sleep 300 &``) still holds the terminal open.
+still be in the terminal. The end is recorded once the copier has exited (the master said
+``EIO``: every slave fd is closed, all output is on disk), or :data:`DRAIN_LINGER` seconds after
+the leader's exit if a leftover (``sleep 300 &``) still holds the terminal open; the copier is
+then stopped (what leftovers print after the end is not the job's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import fcntl
 import logging
 import os
@@ -36,14 +37,12 @@ from ..procfacts import proc_starttime
 from .diskjob import DiskJob, _spawn_error
 from .job import _killpg
 from .proctree import MARKER
+from .ptyrelay import fork_relay
 
 __all__ = ["PtyJob"]
 
 log = logging.getLogger("remote_exec.agent")
-READ_CHUNK = 64 * 1024
-READS_PER_WAKEUP = 16  # at most 1 MiB per callback: a flood never starves the agent's other work
-DRAIN_LINGER = 1.0  # after the leader's exit, wait this long for EIO (leftovers may hold the slave)
-RETRY_WRITE = 1.0  # the disk was full: try the log again after this long (the job blocks meanwhile)
+DRAIN_LINGER = 1.0  # after the leader's exit, wait this long for the copier (leftovers may hold the slave)
 DEFAULT_TERM = "xterm-256color"
 
 
@@ -67,24 +66,24 @@ def _take_terminal() -> None:  # pragma: no cover - runs in the child between fo
 
 
 class PtyJob(DiskJob):
-    """A :class:`DiskJob` whose fds 0, 1 and 2 are one pseudo-terminal that the agent reads."""
+    """A :class:`DiskJob` whose fds 0, 1 and 2 are one pseudo-terminal, copied to its log."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.master: int | None = None  # read by the event loop; the stdin pipe writes a dup
+        self.master: int | None = None  # for tcgetpgrp and resizes; the stdin pipe writes a dup
         self.size = self.params.tty_size or TtySize()
-        self._log = -1  # our O_APPEND fd on ``stdout``
-        self._drained = False  # EIO seen: no slave fd is open any more
+        self.relay = 0  # the copier's pid and start time (0: none, or gone)
+        self.relay_start: int | None = None
+        self._relay_fd: int | None = None  # its pidfd, readable once it exited
         self._exit_code: int | None = None
         self._leader_gone = False
         self._linger: asyncio.TimerHandle | None = None
-        self._retry: asyncio.TimerHandle | None = None
-        self._pending = b""  # a chunk the disk refused, written again by _retry_append
 
     def _meta(self) -> dict[str, Any]:
         meta = super()._meta()
         meta["tty"] = True
         meta["tty_size"] = {"cols": self.size.cols, "rows": self.size.rows}
+        meta["relay"] = {"pid": self.relay, "start": self.relay_start}
         return meta
 
     def info(self) -> JobInfo:
@@ -93,14 +92,14 @@ class PtyJob(DiskJob):
     # -- start -----------------------------------------------------------------------------
 
     async def spawn(self) -> None:
-        """Start the process on a new terminal; the agent keeps its master.
+        """Start the process on a new terminal and its copier; the agent keeps the master.
 
         :raises SpawnError: no pseudo-terminal can be had here (no ``/dev/pts``), or the process
             cannot be started. :raises NoSpaceError: the disk is full.
         """
         try:
             os.mkdir(self.dir, 0o700)
-            self._log = os.open(self.dir / "stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+            log_fd = os.open(self.dir / "stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
             os.close(os.open(self.dir / "stderr", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         except OSError as exc:
             raise _spawn_error(exc, self.job_id, "its job dir") from None
@@ -109,6 +108,7 @@ class PtyJob(DiskJob):
         try:
             master, slave = os.openpty()
         except OSError as exc:
+            os.close(log_fd)
             raise SpawnError(
                 f"cannot allocate a pseudo-terminal in this sandbox ({exc}): tty jobs need /dev/ptmx and "
                 "a devpts mount on /dev/pts",
@@ -116,20 +116,30 @@ class PtyJob(DiskJob):
             ) from None
         self.stdin.reserve_input(len(stdin_input or b""))
         try:
+            os.set_blocking(master, False)
             set_size(slave, self.size)
             self._exec_on(slave)
+            # The copier starts before the agent awaits anything: no output waits for it.
+            try:
+                self.relay = fork_relay(master, log_fd)
+            except OSError as exc:
+                raise SpawnError(f"cannot start the copier of its terminal: {exc}", job_id=self.job_id) from None
         except BaseException:
+            if self.pid:  # started, but no copier could be forked: nobody would ever read it
+                _killpg(self.pid, signal.SIGKILL)  # (its zombie goes to the keeper with this agent)
             os.close(master)
             self.stdin.release()
             raise
         finally:
             os.close(slave)
+            os.close(log_fd)
         self.starttime = proc_starttime(self.pid)
+        self.relay_start = proc_starttime(self.relay)
         await self._adopt_master(master)
         if stdin_input is not None:  # typed ahead; a terminal's keyboard stays open (no EOF)
             self.stdin.write(stdin_input, offset=None, eof=False, reserved=True)
         if self.home.keeper.present:
-            # The keeper's copy keeps the terminal alive (no SIGHUP) while no agent runs.
+            # The next agent takes the master back from the keeper (keystrokes, resizes).
             dup = os.dup(master)
             try:
                 await self.home.keeper.request({"op": "hold", "key": self.job_id}, fd=dup)
@@ -166,27 +176,52 @@ class PtyJob(DiskJob):
         self.pid = proc.pid
 
     async def _adopt_master(self, master: int) -> None:
-        """Read ``master`` from now on, and write keystrokes to a dup of it."""
-        os.set_blocking(master, False)
+        """Keep ``master`` (keystrokes go to a dup of it) and watch the leader and the copier."""
         os.set_inheritable(master, False)
         self.master = master
-        if self._log < 0:
-            self._log = os.open(self.dir / "stdout", os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         await self._attach_stdin(os.dup(master))
-        asyncio.get_running_loop().add_reader(master, self._on_readable)
+        self._watch_relay()
         self._watch_exit()
         self._arm_timeout()
 
+    def _watch_relay(self) -> None:
+        if not self.relay or proc_starttime(self.relay) != self.relay_start:
+            self.relay = 0  # gone already (its exit was reaped by the keeper, or by us)
+            return
+        try:
+            self._relay_fd = os.pidfd_open(self.relay)
+        except OSError:  # no pidfd (a kernel before 5.3): the linger bounds the wait instead
+            return
+        asyncio.get_running_loop().add_reader(self._relay_fd, self._relay_exited)
+
+    def _relay_exited(self) -> None:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.relay, os.WNOHANG)  # ours to reap if we forked it (else the keeper's)
+        self._unwatch_relay()
+        self.relay = 0
+        if self._leader_gone:
+            self._end_now()
+
+    def _unwatch_relay(self) -> None:
+        if self._relay_fd is not None:
+            asyncio.get_running_loop().remove_reader(self._relay_fd)
+            os.close(self._relay_fd)
+            self._relay_fd = None
+
     # -- re-adoption -------------------------------------------------------------------------
+
+    def _restored(self, meta: dict[str, Any]) -> None:
+        relay = meta.get("relay")
+        if isinstance(relay, dict):
+            self.relay, self.relay_start = int(relay.get("pid") or 0), relay.get("start")
 
     async def _reattach(self) -> None:
         _, fds = await self.home.keeper.request({"op": "fd", "key": self.job_id})
         for extra in fds[1:]:
             os.close(extra)
-        if not fds:
-            # Nobody kept the terminal (no keeper): the job got its hangup when the agent died.
-            self._drained = True
+        if not fds:  # no keeper kept the master: no more keystrokes, the copier still copies
             self.stdin.attach(None, False)
+            self._watch_relay()
             self._watch_exit()
             self._arm_timeout()
             return
@@ -194,60 +229,6 @@ class PtyJob(DiskJob):
         if size is not None:
             self.size = size
         await self._adopt_master(fds[0])
-
-    # -- the reader --------------------------------------------------------------------------
-
-    def _on_readable(self) -> None:
-        assert self.master is not None
-        got = False
-        for _ in range(READS_PER_WAKEUP):
-            try:
-                data = os.read(self.master, READ_CHUNK)
-            except BlockingIOError:
-                break
-            except OSError as exc:
-                if exc.errno != errno.EIO:
-                    log.warning("job %s: reading its terminal failed: %s", self.job_id, exc)
-                data = b""
-            if not data:  # EIO: every slave fd is closed; all output has been read
-                self._drained = True
-                self._stop_reading()
-                if self._leader_gone:
-                    self._end_now()
-                break
-            if not self._append(data):
-                break
-            got = True
-        if got:
-            self._notify()
-
-    def _append(self, data: bytes) -> bool:
-        """Append to the log; False if the disk refused (reading pauses, the job blocks)."""
-        view = memoryview(data)
-        while view:
-            try:
-                n = os.write(self._log, view)
-            except OSError as exc:
-                log.warning("job %s: cannot append to its log (%s); retrying", self.job_id, exc)
-                # The unwritten rest stays in memory (at most one chunk) until the disk has room.
-                self._pending = bytes(view)
-                self._stop_reading()
-                self._retry = asyncio.get_running_loop().call_later(RETRY_WRITE, self._retry_append)
-                return False
-            view = view[n:]
-        return True
-
-    def _retry_append(self) -> None:
-        self._retry = None
-        data, self._pending = self._pending, b""
-        if self._append(data) and self.master is not None and not self._drained:
-            asyncio.get_running_loop().add_reader(self.master, self._on_readable)
-            self._notify()
-
-    def _stop_reading(self) -> None:
-        if self.master is not None:
-            with contextlib.suppress(ValueError, OSError):
-                asyncio.get_running_loop().remove_reader(self.master)
 
     # -- the end -----------------------------------------------------------------------------
 
@@ -258,36 +239,31 @@ class PtyJob(DiskJob):
         self._exit_code = code
         self._exited = True
         self._exit_event.set()
-        if self._drained or self.master is None:
+        if not self.relay:
             self._end_now()
-        else:  # the reader finishes on EIO; a leftover holding the terminal gets this long
+        else:  # the copier exits at EIO; a leftover holding the terminal gets this long
             self._linger = asyncio.get_running_loop().call_later(DRAIN_LINGER, self._end_now)
 
     def _end_now(self) -> None:
-        if self._done.is_set():
-            return
-        if self.master is not None and not self._drained:
-            self._on_readable()  # what is in the terminal now goes to the log first
-            if self._done.is_set():
-                return
-        super()._leader_exited(self._exit_code)
+        if not self._done.is_set():
+            super()._leader_exited(self._exit_code)
 
     def _finish(self, state: str, code: int | None, ended_at: float | None, save: bool = True) -> None:
-        for t in (self._linger, self._retry):
-            if t is not None:
-                t.cancel()
-        self._stop_reading()
+        if self._linger is not None:
+            self._linger.cancel()
+        if self.relay and proc_starttime(self.relay) == self.relay_start:
+            # A leftover still holds the terminal: what it prints now is not the job's output.
+            with contextlib.suppress(OSError):
+                os.kill(self.relay, signal.SIGKILL)
+        self._unwatch_relay()
         if self.master is not None:
             os.close(self.master)  # with the keeper's copy dropped, leftovers get their hangup
             self.master = None
-        if self._log >= 0:
-            os.close(self._log)
-            self._log = -1
         super()._finish(state, code, ended_at, save)
 
     def detach(self) -> None:
         super().detach()
-        self._stop_reading()
+        self._unwatch_relay()
 
     # -- operations --------------------------------------------------------------------------
 
@@ -301,6 +277,15 @@ class PtyJob(DiskJob):
             with contextlib.suppress(OSError):
                 pgrp = os.tcgetpgrp(self.master)
         _killpg(pgrp if pgrp > 0 else self.pid, sig)
+
+    def write_stdin(self, data: bytes, offset: int | None, eof: bool) -> int:
+        """Keystrokes. A terminal is never closed by its typist: ``eof`` types the terminal's
+        end-of-file key (``VEOF``, Ctrl-D), which ends a reader at the start of a line."""
+        if eof and self.master is not None:
+            with contextlib.suppress(OSError, IndexError):
+                key = termios.tcgetattr(self.master)[6][termios.VEOF]  # the slave's, read on the master
+                data += key if isinstance(key, bytes) else b"\x04"
+        return super().write_stdin(data, offset, False)
 
     def resize(self, size: TtySize) -> None:
         """Set the terminal's size; its foreground group gets SIGWINCH. Saved with the job."""
