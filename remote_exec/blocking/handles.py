@@ -212,20 +212,32 @@ class BlockingShellSession(_Handle):
         return self.async_session.closed
 
     def start(
-        self, command: str, *, timeout: float | None = None, input: str | bytes | None = None, kill_grace: float = 5.0
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        input: str | bytes | None = None,
+        kill_grace: float = 5.0,
+        stdin_open: bool = False,
     ) -> BlockingExecRemoteProcess:
         """Start ``command`` in the shell; returns once the agent confirmed it (see the async twin).
+
+        With ``stdin_open``, ``write_stdin()`` / ``close_stdin()`` on the returned process feed the
+        command's stdin.
 
         :raises ShellBusyError: another run is in progress in this session.
         :raises ShellClosedError: the shell has ended.
         """
-        proc = self._call(self._start, command, timeout, input, kill_grace)
+        proc = self._call(self._start, command, timeout, input, kill_grace, stdin_open)
         return BlockingExecRemoteProcess(self._portal, proc, sandbox=self._sandbox)
 
     async def _start(
-        self, command: str, timeout: float | None, input: str | bytes | None, kill_grace: float
+        self, command: str, timeout: float | None, input: str | bytes | None, kill_grace: float, stdin_open: bool
     ) -> ExecRemoteProcess:
-        return await self.async_session.start(command, timeout=timeout, input=input, kill_grace=kill_grace).started()
+        run = self.async_session.start(
+            command, timeout=timeout, input=input, kill_grace=kill_grace, stdin_open=stdin_open
+        )
+        return await run.started()
 
     def run(
         self, command: str, *, timeout: float | None = None, input: str | bytes | None = None, kill_grace: float = 5.0

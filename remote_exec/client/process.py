@@ -454,6 +454,8 @@ def starting(
 ) -> ExecRemoteProcess:
     """A handle on the job that ``start`` (an RPC answering with its id) is starting now."""
     proc = ExecRemoteProcess(rpc, options, response_margin=margin)
+    if options.input is not None:  # the agent queues it first: our writes continue after it
+        proc._stdin_offset = len(options.input.encode() if isinstance(options.input, str) else options.input)
     task = asyncio.get_running_loop().create_task(start)
     task.add_done_callback(proc._on_started)
     proc._start_task = task

@@ -90,12 +90,22 @@ class ShellSession:
         return self._info.state == "closed"
 
     def start(
-        self, command: str, *, timeout: float | None = None, input: str | bytes | None = None, kill_grace: float = 5.0
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,
+        input: str | bytes | None = None,
+        kill_grace: float = 5.0,
+        stdin_open: bool = False,
     ) -> ExecRemoteProcess:
         """Run ``command`` in the shell, streaming: the same events as ``exec_remote``.
 
         Hot, as ``exec_remote`` is: the run starts without an ``await``. ``input`` becomes the
-        command's stdin (text; without it stdin is ``/dev/null``). ``timeout`` interrupts the
+        command's stdin (text; without it stdin is ``/dev/null``). With ``stdin_open`` the
+        command's stdin stays open after ``input``: send it what it reads with
+        :meth:`~ExecRemoteProcess.write_stdin` and end it with
+        :meth:`~ExecRemoteProcess.close_stdin` (``read -t 5 x`` waits, ``input()`` is answered);
+        what it leaves unread is dropped when it ends, never run by the shell. ``timeout`` interrupts the
         command inside the sandbox (SIGINT, then SIGKILL of what it started after
         ``kill_grace``), keeps the shell, and makes the process raise
         :class:`~remote_exec.ExecTimeoutError`. Cancelling the iteration or ``wait()`` kills the
@@ -107,11 +117,18 @@ class ShellSession:
             session_id=self.session_id,
             command=command,
             input=text,
+            stdin_open=stdin_open,
             timeout=timeout,
             kill_grace=kill_grace,
             idempotency_key=secrets.token_hex(8),
         )
-        opts = ExecRemoteOptions(timeout=timeout, kill_grace=kill_grace, label=f"shell {self.session_id}")
+        opts = ExecRemoteOptions(
+            timeout=timeout,
+            kill_grace=kill_grace,
+            label=f"shell {self.session_id}",
+            input=text,
+            stdin_open=stdin_open,
+        )
         return self._core.track(starting(rpc, self._start(rpc, params), opts, self._core.response_margin))
 
     async def _start(self, rpc: RpcClient, params: ShellRunParams) -> StartResult:

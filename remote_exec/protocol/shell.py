@@ -56,7 +56,8 @@ class ShellRunParams(WireModel):
     """Params of ``shell_run``: a command line for the session's shell, run to its end.
 
     The result is a :class:`StartResult`: the run's job id (poll it with ``exec_remote_poll``)
-    and the shell's pid. ``input`` becomes the command's stdin (else ``/dev/null``).
+    and the shell's pid. ``input`` becomes the command's stdin (else ``/dev/null``); with
+    ``stdin_open`` the stdin stays open after it for ``exec_remote_write_stdin`` (EOF when closed).
     ``timeout`` interrupts the command (SIGINT, then SIGKILL after ``kill_grace``) and keeps
     the shell. ``idempotency_key`` makes a retried call return the run the first one started.
     """
@@ -64,6 +65,7 @@ class ShellRunParams(WireModel):
     session_id: SessionId
     command: Annotated[str, Field(min_length=1, max_length=1 << 20)]
     input: Annotated[str, Field(max_length=64 * 1024 * 1024)] | None = None
+    stdin_open: bool = False
     timeout: Annotated[float, Field(gt=0)] | None = None
     kill_grace: Annotated[float, Field(ge=0, le=3600)] = 5.0
     idempotency_key: Annotated[str, Field(max_length=128)] | None = None

@@ -3,13 +3,19 @@
 The agent keeps running when the host process ends, so a job survives a kernel restart and can
 be re-attached; it exits by itself after ``idle_timeout`` seconds with no jobs and no requests.
 
-URL query options: ``dir`` (state directory), ``channel`` (``socket``, the default, talks to the
-agent's socket directly; ``stdio`` and ``call`` go through the agent CLI as remote sandboxes
-do), ``idle_timeout`` (seconds, 0 = never), ``buffer_limit`` (bytes kept per stream per job),
-``memory_budget`` (bytes the agent holds in all; default from the cgroup limit), ``disk_cap``
-(bytes of each job output stream kept on disk, default 1 GiB), ``log_budget`` (bytes of all
-jobs' logs on disk; default a quarter of the state dir's file system). The last five apply when
-this call starts the agent.
+Which agent: by default the one of this project (the git work tree holding the working
+directory, or the directory itself), so that one notebook's jobs are not every tool's; ``scope=user``
+shares the per-user agent on purpose, ``dir`` names a state directory (see
+:mod:`remote_exec.sandboxes.localscope`). The agent starts with a small allowlist of the starting
+client's environment, never all of it (:mod:`remote_exec.sandboxes.localenv`).
+
+URL query options: ``dir`` (state directory), ``scope`` (``project``, the default, or ``user``),
+``channel`` (``socket``, the default, talks to the agent's socket directly; ``stdio`` and ``call``
+go through the agent CLI as remote sandboxes do), ``idle_timeout`` (seconds, 0 = never),
+``buffer_limit`` (bytes kept per stream per job), ``memory_budget`` (bytes the agent holds in all;
+default from the cgroup limit), ``disk_cap`` (bytes of each job output stream kept on disk, default
+1 GiB), ``log_budget`` (bytes of all jobs' logs on disk; default a quarter of the state dir's file
+system). The last five apply when this call starts the agent.
 """
 
 from __future__ import annotations
@@ -27,14 +33,16 @@ from ..client.channel import MAX_RESPONSE, CallChannel, Channel, StdioChannel
 from ..client.socketchannel import SocketChannel
 from ..client.transport import SandboxTransport
 from ..errors import AgentUnavailableError, SandboxError, error_from_wire
-from ..protocol import STREAM_SOCKET, default_agent_dir
+from ..protocol import STREAM_SOCKET
 from ..protocol.ownership import check_peer, check_socket, check_state_dir
 from .hostcli import parse_query
+from .localenv import agent_environment
+from .localscope import Scope, scope_dir, secure_parent
 
 __all__ = ["LocalTransport"]
 
 ChannelKind = Literal["socket", "stdio", "call"]
-_OPTIONS = {"dir", "channel", "idle_timeout", "buffer_limit", "memory_budget", "disk_cap", "log_budget"}
+_OPTIONS = {"dir", "scope", "channel", "idle_timeout", "buffer_limit", "memory_budget", "disk_cap", "log_budget"}
 
 
 class LocalTransport(SandboxTransport):
@@ -49,8 +57,10 @@ class LocalTransport(SandboxTransport):
         memory_budget: int | None = None,
         disk_cap: int | None = None,
         log_budget: int | None = None,
+        scope: Scope = "project",
     ) -> None:
-        self.state_dir = state_dir or default_agent_dir()
+        # A project's state dir sits in a "-projects" dir we make and check ourselves.
+        self.state_dir, self._scoped = (state_dir, False) if state_dir else scope_dir(scope)
         self.channel_kind = channel
         self.idle_timeout = idle_timeout
         self.buffer_limit = buffer_limit
@@ -59,6 +69,8 @@ class LocalTransport(SandboxTransport):
         self.log_budget = log_budget
         # Quoted, so that a dir holding "&" or "#" gives a URL that opens this same dir again.
         self.url = f"local://?dir={quote(os.fspath(self.state_dir), safe='/')}" if state_dir else "local://"
+        if state_dir is None and scope == "user":
+            self.url = "local://?scope=user"
 
     @classmethod
     def from_url(cls, url: str) -> LocalTransport:
@@ -68,6 +80,11 @@ class LocalTransport(SandboxTransport):
         query = {k: v[-1] for k, v in parse_query(url, parts.query, _OPTIONS).items()}
         if query.get("dir") == "":
             raise SandboxError(f"option dir= is empty in {url!r}")
+        scope = query.get("scope", "project")
+        if scope not in ("project", "user"):
+            raise SandboxError(f"scope must be project or user, not {scope!r}")
+        if "dir" in query and "scope" in query:
+            raise SandboxError(f"give dir= or scope=, not both: {url!r}")
         channel = query.get("channel", "socket")
         if channel not in ("socket", "stdio", "call"):
             raise SandboxError(f"channel must be socket, stdio or call, not {channel!r}")
@@ -82,7 +99,7 @@ class LocalTransport(SandboxTransport):
                 f"idle_timeout, buffer_limit, memory_budget, disk_cap and log_budget must be numbers: {url!r}"
             ) from None
         state_dir = Path(query["dir"]) if "dir" in query else None
-        transport = cls(state_dir, channel, idle, buffer_limit, memory_budget, disk_cap, log_budget)  # type: ignore[arg-type]
+        transport = cls(state_dir, channel, idle, buffer_limit, memory_budget, disk_cap, log_budget, scope)  # type: ignore[arg-type]
         transport.url = url
         return transport
 
@@ -133,10 +150,15 @@ class LocalTransport(SandboxTransport):
         :raises UntrustedAgentError: the state dir or the agent in it is another user's.
         :raises AgentUnavailableError: the agent could not be started.
         """
+        if self._scoped:
+            secure_parent(self.state_dir)
         if await self._socket_accepts():
             return
         proc = await asyncio.create_subprocess_exec(
-            *self.agent_argv("ensure"), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            *self.agent_argv("ensure"),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=agent_environment(os.environ),
         )
         out, err = await proc.communicate()
         if proc.returncode != 0:
@@ -154,6 +176,7 @@ class LocalTransport(SandboxTransport):
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,
             limit=MAX_RESPONSE,
+            env=agent_environment(os.environ),
         )
 
     async def open_channel(self) -> Channel:

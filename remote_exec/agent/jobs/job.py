@@ -24,6 +24,7 @@ from ...protocol import MAX_WAIT, JobInfo, JobState, KillResult, PollParams, Pol
 from ..budget import MemoryBudget
 from ..buffer import Slice, StreamBuffer
 from ..rpc import WithPayload, dump_json
+from .environment import job_environment
 from .proctable import group_alive, scan
 from .stdin import StdinQueue
 
@@ -142,7 +143,7 @@ class Job:
         :raises SpawnError: the user is unknown.
         """
         p = self.params
-        env = dict(os.environ)
+        env = job_environment(None)
         kwargs: dict[str, object] = {}
         if p.user is not None:
             try:

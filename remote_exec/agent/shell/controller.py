@@ -153,7 +153,7 @@ class ShellController:
             session.keys[p.idempotency_key] = run.job_id
             while len(session.keys) > MAX_KEYS:
                 session.keys.popitem(last=False)
-        await session.begin(run, p.input.encode() if p.input is not None else None)
+        await session.begin(run, p.input.encode() if p.input is not None else None, p.stdin_open)
         return StartResult(job_id=run.job_id, pid=session.pid)
 
     async def list(self, p: ShellListParams) -> ShellListResult:

@@ -19,6 +19,7 @@ from typing import Protocol
 from ...errors import JobNotRunningError
 from ...protocol import StartParams
 from ..jobs.job import Job
+from .runstdin import RunStdin
 
 __all__ = ["RunSession", "ShellRun"]
 
@@ -66,6 +67,7 @@ class ShellRun(Job):
         self.session_id = session.session_id
         self.pid = session.pid
         self.started_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+        self.feed: RunStdin | None = None  # its open stdin (``stdin_open``), closed when it ends
 
     def begin(self, transport: asyncio.SubprocessTransport) -> None:
         """The session wrote this run's frame: pause that shell's pipes when output piles up."""
@@ -79,6 +81,8 @@ class ShellRun(Job):
         if self._done.is_set():
             return
         self.exit_code = exit_code
+        if self.feed is not None:
+            self.feed.close()  # unread input is dropped here: it never reaches the shell
         self._resume_all()  # the pipes go on to serve the session after this run
         self._transport = None
         self._state = self._ending or "completed"
@@ -91,10 +95,13 @@ class ShellRun(Job):
         self._on_done(self)
 
     def write_stdin(self, data: bytes, offset: int | None, eof: bool) -> int:
-        raise JobNotRunningError(
-            f"run {self.job_id} has no open stdin: a shell run reads the input= given when it started",
-            job_id=self.job_id,
-        )
+        if self.feed is None:
+            raise JobNotRunningError(
+                f"run {self.job_id} has no open stdin: it reads the input= given when it started, or "
+                "start it with stdin_open=True to write to it",
+                job_id=self.job_id,
+            )
+        return super().write_stdin(data, offset, eof)
 
     def send_signal(self, sig: int) -> None:
         """SIGINT interrupts the command as Ctrl-C would; other signals go to its processes."""

@@ -33,10 +33,12 @@ from typing import Any
 
 from ...errors import NoSpaceError, SpawnError
 from ...protocol import ShellInfo
+from ..jobs.environment import job_environment
 from ..jobs.proctree import MARKER
 from . import signals
 from .framing import Frame, frame_script, init_script, new_nonce, recovery_lines
 from .run import ShellRun
+from .runstdin import open_run_stdin
 
 __all__ = ["ShellSession", "default_shell"]
 
@@ -137,8 +139,7 @@ class ShellSession:
         ``mark``: the job marker its processes carry, so that the next agent finds and ends a
         shell (and its run) that outlived this one (see ``JobController.end_dead_shells``).
         """
-        full_env = dict(os.environ)
-        full_env.update(env or {})
+        full_env = job_environment(env)
         if mark is not None:
             full_env[MARKER] = mark
         loop = asyncio.get_running_loop()
@@ -261,8 +262,11 @@ class ShellSession:
 
     # -- runs -----------------------------------------------------------------------------------
 
-    async def begin(self, run: ShellRun, input: bytes | None) -> None:
-        """Make ``run`` current and send its frame (the caller checked the session is idle)."""
+    async def begin(self, run: ShellRun, input: bytes | None, stdin_open: bool = False) -> None:
+        """Make ``run`` current and send its frame (the caller checked the session is idle).
+
+        ``stdin_open``: the run's stdin is a FIFO fed by ``write_stdin`` (:mod:`.runstdin`).
+        """
         assert self._transport is not None and self.run is None
         self.run = run  # before any await: a concurrent shell_run now finds the session busy
         if self._ttl_timer is not None:
@@ -270,7 +274,16 @@ class ShellSession:
             self._ttl_timer = None
         self.last_used_at = time.time()
         stdin_path = None
-        if input is not None:
+        if stdin_open:
+            assert self._tmpdir is not None
+            try:
+                stdin_path = await open_run_stdin(run, self._tmpdir, input)
+            except OSError as exc:
+                self.run = None  # the session stays usable; the run ends without having begun
+                run.finish(None)
+                self._touch()
+                raise _no_space(exc, f"the stdin of run {run.job_id}") from None
+        elif input is not None:
             assert self._tmpdir is not None
             stdin_path = os.path.join(self._tmpdir, f"{run.job_id}.in")
             try:

@@ -1,0 +1,146 @@
+"""An open stdin for one shell run: what the user sends reaches the command, never the shell.
+
+A run's stdin is ``/dev/null`` by default, or the file of its ``input=``: never the shell's own
+stdin (the framing socketpair), so a command that reads stdin cannot swallow the lines that
+follow it. With ``stdin_open`` it is a FIFO in the session's private directory instead, fed from
+``exec_remote_write_stdin`` through the run's :class:`~remote_exec.agent.jobs.stdin.StdinQueue`
+(the same cursor, bound and back-pressure as a job's stdin). ``read -t 5 x`` then waits for
+input and ``python3 -c "input()"`` is answered; ``close_stdin`` is EOF. Whatever the command left
+unread is dropped with the FIFO when the run ends: it never runs as a command.
+
+The agent holds a reader of its own on the FIFO for the run's life, so that the write end opens
+at once (before the shell has opened its end), never sees "no reader" while the command has
+not opened it yet, and what is written before keeps in the pipe; it never reads from it.
+
+An EOF can come before the shell has opened the FIFO (``input`` + an immediate close). Closing
+the only writer then would leave the shell's ``open()`` waiting for a writer forever (and a
+shell-side trick cannot help: for a builtin such as ``eval`` the shell keeps copies of the fds
+it redirects, so any writer it opened itself would stay open). So the agent keeps a writer until
+the shell holds the FIFO: it watches the shell's fds in ``/proc`` (no event exists for "another
+process opened this FIFO"), which takes a few milliseconds, and only in that race.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from ..jobs.stdin import StdinQueue
+
+if TYPE_CHECKING:
+    from .run import ShellRun
+
+__all__ = ["RunStdin", "open_run_stdin"]
+
+
+async def open_run_stdin(run: ShellRun, tmpdir: str, input: bytes | None) -> str:
+    """Give ``run`` an open stdin (``input`` queued first); return the path its frame reads.
+
+    :raises ServerBusyError: ``input`` does not fit the memory budget.
+    :raises OSError: the FIFO cannot be made.
+    """
+    if input:
+        run.stdin.reserve_input(len(input))  # ServerBusyError before anything is made
+    try:
+        run.feed = await RunStdin.open(tmpdir, run.job_id, run.stdin, run.pid)
+    except BaseException:
+        run.stdin.release()
+        raise
+    if input:
+        run.stdin.write(input, offset=None, eof=False, reserved=True)
+    return run.feed.path
+
+
+OPEN_WATCH = 0.01  # seconds between looks at the shell's fds while an early EOF waits for it
+
+
+class _Feed(asyncio.BaseProtocol):
+    def __init__(self, queue: StdinQueue, on_closed: Callable[[], None]) -> None:
+        self._queue = queue
+        self._on_closed = on_closed
+
+    def resume_writing(self) -> None:  # the queue drained (its high-water mark is 0)
+        self._queue.room()
+
+    def connection_lost(self, exc: Exception | None) -> None:  # whatever was queued went with it
+        self._queue.room()
+        self._on_closed()
+
+
+def _held_by(pid: int, path: str) -> bool:
+    """True if process ``pid`` has ``path`` open (or is gone: nobody will open it then)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return True
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
+                return True
+    return False
+
+
+class RunStdin:
+    """The FIFO behind one run's open stdin; :meth:`close` when the run ends."""
+
+    def __init__(self, path: str, shell_pid: int) -> None:
+        self.path = path
+        self._shell_pid = shell_pid
+        self._reader = -1
+        self._pipe: asyncio.WriteTransport | None = None
+        self._eof_task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(cls, tmpdir: str, job_id: str, queue: StdinQueue, shell_pid: int) -> RunStdin:
+        """Make the FIFO ``<tmpdir>/<job_id>.fifo`` and attach its write end to ``queue``.
+
+        :raises OSError: it cannot be made (a full disk, ...).
+        """
+        self = cls(os.path.join(tmpdir, f"{job_id}.fifo"), shell_pid)
+        os.mkfifo(self.path, 0o600)
+        writer = -1
+        try:
+            self._reader = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            writer = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            self._pipe, _ = await asyncio.get_running_loop().connect_write_pipe(
+                lambda: _Feed(queue, self._closed_for_writing), os.fdopen(writer, "wb", buffering=0)
+            )
+        except BaseException:
+            if self._pipe is None and writer >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(writer)
+            self.close()
+            raise
+        queue.attach(self._pipe, True)
+        return self
+
+    def _closed_for_writing(self) -> None:
+        if self._reader >= 0 and not _held_by(self._shell_pid, self.path):
+            with contextlib.suppress(OSError):  # a writer until the shell has opened it
+                spare = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                self._eof_task = asyncio.get_running_loop().create_task(self._release_when_held(spare))
+
+    async def _release_when_held(self, spare: int) -> None:
+        """Close ``spare`` once the shell holds the FIFO; cancelled (by :meth:`close`): at once."""
+        try:
+            while not _held_by(self._shell_pid, self.path):  # noqa: ASYNC110 (no event for it: see above)
+                await asyncio.sleep(OPEN_WATCH)
+        finally:
+            os.close(spare)
+
+    def close(self) -> None:
+        """The run ended: drop what is queued and what the command left unread."""
+        pipe = self._pipe
+        if pipe is not None and (not pipe.is_closing() or pipe.get_write_buffer_size()):
+            pipe.abort()  # (a transport closed and flushed already is gone: nothing to abort)
+        if self._eof_task is not None:
+            self._eof_task.cancel()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+        if self._reader >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._reader)
+            self._reader = -1
