@@ -81,6 +81,7 @@ async def test_two_projects_two_agents_and_reattach(
         assert await anext(aiter(job)) == rx.StdoutChunk("from-a\n")
         pid_a = (await sa.server_info()).pid
         job_id = job.detach()
+        assert job_id is not None
     monkeypatch.chdir(b)
     async with rx.open_sandbox("local://") as sb:
         assert (await sb.server_info()).pid != pid_a
