@@ -43,7 +43,9 @@ def attach_view(sb: Sandbox, info: JobInfo, *, show: bool) -> BackgroundJob:
     """
     proc, watcher, control = (sb.attach(info.job_id) for _ in range(3))
     kind = TerminalView if info.tty else JobView  # a PTY job: the same screen, and a keyboard
-    view = kind(watcher, sandbox=sb.url, control=control) if show else None
+    # %remote_shell's job shows as what was typed, not its login-shell wrapper
+    command = info.label if info.label == "%remote_shell" else None
+    view = kind(watcher, command=command, sandbox=sb.url, control=control) if show else None
     if view is not None:
         view.show()
     return BackgroundJob(proc, control, watcher, view, (info.tags or {}).get("name"))
