@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test check demo bench lint typecheck clean agent notebooks docs
+.PHONY: test check demo bench lint typecheck clean agent notebooks docs widgets
 
 # The agent bundle injected into sandboxes without the agent (tools/build_agent.py); rebuilt
 # only when the agent's sources change.
@@ -35,13 +35,19 @@ $(AGENT): $(STAMP) $(AGENT_SRC)
 
 agent: $(AGENT)
 
+# The widgets bundled from npm packages (xterm.js for TerminalView) into remote_exec/jupyter/static/,
+# from js/ and its lockfile (npm ci: the locked versions exactly). The bundles are committed, so an
+# install needs no npm; tests/jupyter/test_assets.py fails `make check` when one is older than js/.
+widgets:
+	cd js && npm ci --no-audit --no-fund && node build.mjs
+
 # The inner loop (CONTRIBUTING.md): lint, types and the tests that need no container engine, sshd,
 # bubblewrap, browser or kernel, on the socket channel only (`make test` runs the stdio twins).
 QUICK_TESTS := tests/test_api.py tests/test_docs.py tests/test_blocking.py tests/test_fleet.py \
 	tests/agent/test_buffer.py tests/agent/test_frames.py tests/agent/test_rpc.py tests/agent/test_security.py \
 	tests/agent/test_fuzz.py tests/client/test_exec.py tests/client/test_files.py tests/client/test_transfer.py \
 	tests/client/test_download_confined.py tests/jupyter/test_job_view.py tests/jupyter/test_dashboard.py \
-	tests/jupyter/test_shell_view.py tests/jupyter/test_magics.py tests/jupyter/test_file_magics.py \
+	tests/jupyter/test_shell_view.py tests/jupyter/test_terminal_view.py tests/jupyter/test_magics.py tests/jupyter/test_file_magics.py \
 	tests/jupyter/test_transcript.py tests/jupyter/test_assets.py tests/jupyter/test_js_store.py \
 	tests/jupyter/test_packaging.py
 
@@ -62,6 +68,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/widgets.py
+	$(BIN)/python bench/terminal.py  # needs Chromium (.ci/setup-browser.sh)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache dist/agent site

@@ -5,8 +5,9 @@
     %%exec_remote --timeout 600
     pytest -x tests/
 
-``JobView(proc)``, ``Dashboard(sb)`` (or ``Dashboard([sb1, sb2])`` for a fleet) and
-``ShellView(sb)`` work in any cell, on the blocking API's objects (``rx.connect(url)``).
+``JobView(proc)``, ``Dashboard(sb)`` (or ``Dashboard([sb1, sb2])`` for a fleet), ``ShellView(sb)``
+and ``TerminalView(proc)`` (a ``tty=True`` job) work in any cell, on the blocking API's objects
+(``rx.connect(url)``).
 Nothing below this package imports it; the agent never does.
 """
 
@@ -22,6 +23,7 @@ from .file_magics import RemoteFileMagics as RemoteFileMagics
 from .job_view import JobView as JobView
 from .magics import RemoteExecMagics as RemoteExecMagics
 from .shell_view import ShellView as ShellView
+from .terminal_view import TerminalView as TerminalView
 
 __all__ = [
     "Dashboard",
@@ -31,6 +33,7 @@ __all__ = [
     "RemoteExecMagics",
     "RemoteFileMagics",
     "ShellView",
+    "TerminalView",
     "load_ipython_extension",
     "unload_ipython_extension",
 ]

@@ -19,6 +19,7 @@ from ..errors import JobNotFoundError
 from ..protocol import JobInfo
 from .background import BackgroundJob
 from .job_view import JobView
+from .terminal_view import TerminalView
 
 __all__ = ["attach_view", "find_job", "reconnect"]
 
@@ -47,7 +48,10 @@ def attach_view(sb: Sandbox, info: JobInfo, *, show: bool) -> BackgroundJob:
     :raises JobNotFoundError: the job was released meanwhile.
     """
     proc, watcher, control = (sb.attach(info.job_id) for _ in range(3))
-    view = JobView(watcher, sandbox=sb.url, control=control) if show else None
+    kind = TerminalView if info.tty else JobView  # a PTY job: the same screen, and a keyboard
+    # %remote_shell's job shows as what was typed, not its login-shell wrapper
+    command = info.label if info.label == "%remote_shell" else None
+    view = kind(watcher, command=command, sandbox=sb.url, control=control) if show else None
     if view is not None:
         view.show()
     return BackgroundJob(proc, control, watcher, view, (info.tags or {}).get("name"))

@@ -9,7 +9,9 @@ Traffic: output goes out as ``{kind, seq, data}`` custom messages holding only n
 (``delta``), in rounds paced by :class:`~remote_exec.jupyter.transcript.RateLimit` (at most
 10 messages a second, state updates included). Nothing is sent until a view says ``hello``
 (or the widget is ``live``); a ``hello`` is answered with a ``replay`` of the kept tail,
-because messages sent before a view existed are lost to it.
+because messages sent before a view existed are lost to it (``for``: the view that asked, when
+it carries a ``viewer`` id; the output not yet sent goes first as a delta, so the views already
+showing it may skip the replay).
 
 Bytes are bounded too: Jupyter Server drops a kernel's output for a while once it sends more
 than 1 MB/s (``iopub_data_rate_limit``, "IOPub data rate exceeded"), comm messages included.
@@ -35,7 +37,7 @@ from .display import widgets_enabled
 from .follow import Loop
 from .transcript import DEFAULT_TAIL_LINES, RateLimit, Transcript, strip_ansi
 
-__all__ = ["COUNTER_PERIOD", "FLOOD_CHARS", "OUTPUT_RATE", "REPLAY_CHARS", "StreamWidget"]
+__all__ = ["COUNTER_PERIOD", "FLOOD_CHARS", "OUTPUT_RATE", "REPLAY_CHARS", "InOrder", "StreamWidget"]
 
 COUNTER_PERIOD = 1.0
 """Seconds between updates of live counters (byte counts) while output flows."""
@@ -50,6 +52,44 @@ a second at most: under 200 KB/s even when the rate is used up)."""
 
 REPLAY_CHARS = 512 * 1024
 """The largest replay a view's ``hello`` gets (once per view: within the server's 3 s window)."""
+
+
+class InOrder:
+    """Messages of each view back in the order it sent them (keystrokes, stdin lines).
+
+    ipykernel (7.x) may handle a comm message that arrives while another shell message holds the
+    kernel before one that came earlier, so typed keys could reach the job swapped. A view
+    numbers what must keep its order (``{"view": id, "n": 0, 1, ...}``); a message ahead of its
+    turn waits (at most :attr:`MAX_WAITING` per view: past that the gap is given up on).
+    Messages without a number pass at once.
+    """
+
+    MAX_WAITING = 1000
+
+    def __init__(self) -> None:
+        self._next: dict[str, int] = {}
+        self._waiting: dict[str, dict[int, dict[str, Any]]] = {}
+
+    def take(self, msg: dict[str, Any]) -> list[dict[str, Any]]:
+        """The messages that may be handled now, in order, ``msg`` among them or kept for later."""
+        view, n = msg.get("view"), msg.get("n")
+        if not isinstance(view, str) or not isinstance(n, int) or isinstance(n, bool):
+            return [msg]
+        expected = self._next.setdefault(view, 0)
+        if n < expected:
+            return []  # seen already
+        waiting = self._waiting.setdefault(view, {})
+        waiting[n] = msg
+        if n != expected and len(waiting) <= self.MAX_WAITING:
+            return []
+        ready = []
+        if expected not in waiting:  # over the bound: skip the gap
+            expected = min(waiting)
+        while expected in waiting:
+            ready.append(waiting.pop(expected))
+            expected += 1
+        self._next[view] = expected
+        return ready
 
 
 class StreamWidget(anywidget.AnyWidget):
@@ -68,18 +108,24 @@ class StreamWidget(anywidget.AnyWidget):
         super().__init__(_uid=uuid.uuid4().hex, tail_lines=tail_lines, **traits)
         self._loop = loop
         self._transcript = Transcript(self.PANES)
-        self._rate = RateLimit()
+        self._rate = self._rate_limit()
         self._output_sent: deque[tuple[float, int]] = deque()  # (when, characters) of output sent
         self._live = live
         self._seq = 0
         self._replay_wanted = False
+        self._replay_for: str | None = None  # the view whose hello asked for the next replay
         self._due: dict[str, Any] = {}
         self._last_counters = float("-inf")
         self._pacer: asyncio.Task[None] | None = None
         self._drained = asyncio.Event()  # set while nothing is left to send
         self._drained.set()
         self._wake = asyncio.Event()  # set when something new is due
+        self._in_order = InOrder()
         self.on_msg(self._on_front_end_msg)
+
+    def _rate_limit(self) -> RateLimit:
+        """How often update rounds may go out (a terminal's echo needs shorter rounds)."""
+        return RateLimit()
 
     # -- fed on the loop thread ---------------------------------------------------------------
 
@@ -142,13 +188,21 @@ class StreamWidget(anywidget.AnyWidget):
         if counters and (traits or now - self._last_counters >= COUNTER_PERIOD):
             traits.update(counters)
         output = self._replay_wanted or (self._live and self._transcript.has_pending)
-        count = int(output) + int(bool(traits))
+        first = self._replay_wanted and self._replay_for is not None and self._transcript.has_pending
+        count = int(output) + int(first) + int(bool(traits))
         if dry:
             return count
         if self._replay_wanted:
             self._replay_wanted = False
-            self._transcript.take_pending()  # the replay holds it
-            self._send_msg("replay", self._replay_data(REPLAY_CHARS))
+            viewer, self._replay_for = self._replay_for, None
+            pending = self._transcript.take_pending()  # the replay holds it
+            if pending and viewer is not None and sum(len(t) for _, t in pending) <= self._output_budget(now):
+                # The views already showing take it as a delta and may skip a replay meant for
+                # another (a terminal would have to reset its screen for it).
+                self._send_msg("delta", pending)
+            elif pending:
+                viewer = None  # a flood: every view takes the replay
+            self._send_msg("replay", {**self._replay_data(REPLAY_CHARS), "for": viewer})
         elif self._transcript.has_pending:
             pending = self._transcript.take_pending()
             if not self._live:
@@ -202,16 +256,23 @@ class StreamWidget(anywidget.AnyWidget):
     def _on_front_end_msg(self, _widget: object, content: object, _buffers: object) -> None:
         if not isinstance(content, dict):
             return
+        for msg in self._in_order.take(content):
+            self._handle_front_end_msg(msg)
+
+    def _handle_front_end_msg(self, content: dict[str, Any]) -> None:
         kind = content.get("type")
         if kind == "hello":
-            self._loop.call_soon(self._hello)
+            viewer = content.get("viewer")
+            self._loop.call_soon(self._hello, viewer if isinstance(viewer, str) else None)
         elif kind == "fetch":
             stream = content.get("stream")
             self._loop.call_soon(self._fetch, stream if isinstance(stream, str) else None, content.get("purpose"))
         elif isinstance(kind, str):
             self._action(kind, content)
 
-    def _hello(self) -> None:
+    def _hello(self, viewer: str | None = None) -> None:
+        # Two hellos before one round: the replay is for both (``None``: for every view).
+        self._replay_for = viewer if not self._replay_wanted else None
         self._live = True
         self._replay_wanted = True
         self._kick()

@@ -110,6 +110,8 @@ class JobView(StreamWidget):
     quiet_after = traitlets.Float(QUIET_AFTER).tag(sync=True)
     usage: traitlets.List[list[float]] = traitlets.List().tag(sync=True)  # [[time, cpu %, rss], ...]
     hits = traitlets.Int(0).tag(sync=True)  # watch-rule matches seen so far
+    stdin_open = traitlets.Bool(False).tag(sync=True)
+    """The job's stdin takes input: the view shows an input line (Enter sends, Ctrl+D closes)."""
 
     def __init__(
         self,
@@ -121,6 +123,7 @@ class JobView(StreamWidget):
         live: bool = False,
         tail_lines: int = DEFAULT_TAIL_LINES,
         control: BlockingExecRemoteProcess | None = None,
+        **traits: Any,
     ) -> None:
         job_id = proc.job_id or ""
         info = proc.async_process.info  # an attached handle knows the job's true command and start
@@ -136,6 +139,7 @@ class JobView(StreamWidget):
             job_id=job_id,
             sandbox=sandbox,
             started_at=started_at,
+            **{"stdin_open": info.stdin_open if info is not None else proc.async_process.options.stdin_open, **traits},
         )
         self.process = proc
         """The handle the view follows."""
@@ -149,6 +153,7 @@ class JobView(StreamWidget):
         self._watchers: dict[str, float] = {}  # view id -> when it last said it watches
         self._usage: deque[tuple[float, float, int]] = deque(maxlen=USAGE_POINTS)
         self._sampler: asyncio.Task[None] | None = None
+        self._stdin_lock = asyncio.Lock()  # a handle's stdin cursor takes one write at a time
         self._loop.spawn(self._run)
 
     @classmethod
@@ -313,11 +318,30 @@ class JobView(StreamWidget):
         except RemoteExecError as exc:
             self._set(error=f"{what} failed: {exc}")
 
+    async def _stdin(self, data: str | None) -> None:
+        """Write ``data`` to the job's stdin, or close it (``None``); in the order they came."""
+        proc = self._control_proc.async_process
+        async with self._stdin_lock:
+            try:
+                if data is None:
+                    await proc.close_stdin()
+                    self._set(stdin_open=False)
+                else:
+                    await proc.write_stdin(data)
+            except JobNotRunningError:
+                self._set(stdin_open=False)  # it ended, or its stdin was closed elsewhere
+            except (RemoteExecError, ValueError) as exc:  # ValueError: not UTF-8 for a text job
+                self._set(error=f"stdin: {exc}")
+
     def _action(self, kind: str, content: dict[str, Any]) -> None:
         if kind in ("kill", "interrupt") and not self._done.is_set():
             self._loop.spawn(self._control, kind)
         elif kind == "watch" and isinstance(view := content.get("view"), str) and len(view) <= 64:
             self._loop.call_soon(self._watch, view, bool(content.get("on")))
+        elif kind == "stdin" and isinstance(content.get("data"), str) and self.stdin_open:
+            self._loop.spawn(self._stdin, content["data"])
+        elif kind == "close_stdin" and self.stdin_open:
+            self._loop.spawn(self._stdin, None)
 
     # -- Python side -----------------------------------------------------------------------------
 

@@ -36,8 +36,20 @@ from .magic_base import (
 )
 from .runner import CellJob, failure
 from .shell_view import ShellView
+from .terminal_view import DEFAULT_SIZE, MAX_ROWS, TerminalView
 
-__all__ = ["RemoteExecMagics"]
+__all__ = ["SHELL_COMMAND", "RemoteExecMagics"]
+
+SHELL_COMMAND = [
+    "sh",
+    "-c",
+    # The sandbox user's login shell (its $SHELL, else its passwd entry), else bash, else sh.
+    's=${SHELL:-$(getent passwd "$(id -u)" 2>/dev/null | cut -d: -f7)}; '
+    '[ -x "$s" ] || s=$(command -v bash || echo /bin/sh); exec "$s" -i',
+]
+"""What ``%remote_shell`` runs in its terminal."""
+
+SHELL_LABEL = "%remote_shell"
 
 _WHERE = _options(
     (("--sandbox",), {"metavar": "URL", "help": "the sandbox to run in (default: %%exec_remote_config's)"}),
@@ -90,6 +102,13 @@ class RemoteExecMagics(StateMagics):
     @_argument("--name", metavar="VAR", help="store the ExecResult (--bg: the BackgroundJob) in VAR")
     @_argument("--replace", action="store_true", help="--bg --name: kill the running job of that name first")
     @_argument("--shell", metavar="ID|new|last", help="run in a shell session (cwd and env persist)")
+    @_argument(
+        "--tty",
+        action="store_true",
+        help="run in a pseudo-terminal shown in a terminal you can type into (returns at once, as --bg; "
+        "plain text: the rendered screen at the end)",
+    )
+    @_argument("--stdin", action="store_true", help="with --bg: keep the job's stdin open; its view gets an input line")
     @_argument("--raise-error", action=argparse.BooleanOptionalAction, default=True, help="raise on failure")
     @_argument("--out", metavar="VAR", help="store the stdout text in VAR")
     @_argument("--err", metavar="VAR", help="store the stderr text in VAR")
@@ -104,16 +123,31 @@ class RemoteExecMagics(StateMagics):
         if not cell.strip():
             raise UsageError("%%exec_remote needs a script in the cell body")
         name, out, err = (_variable(args.name, "--name"), _variable(args.out, "--out"), _variable(args.err, "--err"))
-        if args.bg and (out or err):
-            raise UsageError("--out/--err need the output, which a --bg cell does not wait for: use --name and .wait()")
         d = self.state.defaults
+        plain = not widgets_enabled()
+        # A live view by default, foreground cells too: it shows a flood capped (the newest
+        # lines, "N lines hidden", Download for the rest) where streamed text would trip
+        # Jupyter's IOPub rate limit and lose the end of the output.
+        widget = (args.widget if args.widget is not None else d.widget if d.widget is not None else True) and not plain
+        if args.tty and args.shell is not None:
+            raise UsageError("--tty runs the cell in a terminal of its own: it cannot run in a --shell session")
+        # A terminal to type into needs a free kernel: the front end's keystrokes reach the view
+        # only between cells, so a --tty cell with a widget returns at once, as --bg does.
+        background = args.bg or (args.tty and widget)
+        if args.stdin and not args.bg:
+            # A running cell holds the kernel: what is typed into its view would wait for the end.
+            raise UsageError("--stdin needs --bg: the kernel must be free to pass typed lines on")
+        if args.stdin and args.shell is not None:
+            raise UsageError("--stdin: a --shell session's commands take no stdin from the view")
+        if background and (out or err):
+            raise UsageError("--out/--err need the output, which a --bg cell does not wait for: use --name and .wait()")
         env = {**d.env, **_env(args.env)}
         cwd = args.cwd if args.cwd is not None else d.cwd
         timeout = _timeout(args.timeout) if args.timeout is not None else d.timeout
         reused = args.shell not in (None, "new") and (args.shell != "last" or self.state.last_shell(args.sandbox))
         if reused and (args.cwd is not None or args.env):
             raise UsageError("--cwd/--env apply when a shell is opened (--shell new); an open one keeps its own")
-        if args.bg and name is not None:
+        if background and name is not None:
             self._free_name(name, args.replace)
         try:
             policy = policy_from_args(args)
@@ -121,20 +155,17 @@ class RemoteExecMagics(StateMagics):
             raise UsageError(str(exc)) from None
         if policy is not None and args.shell is not None:
             raise UsageError("policy options apply to a job of its own, not to a run in a shell session (--shell)")
-        job = self._job(cell, args.sandbox, args.shell, cwd, env, timeout)
+        job = dataclasses.replace(
+            self._job(cell, args.sandbox, args.shell, cwd, env, timeout), tty=args.tty, stdin=args.stdin
+        )
         # Every cell's job (foreground, --bg, --shell) names its notebook and kernel: --mine and
         # the dashboard find it after a restart; a --bg --name also for %exec_remote_attach NAME.
-        named = {"name": name} if args.bg and name else {}
+        named = {"name": name} if background and name else {}
         job = dataclasses.replace(job, tags={**notebook_tags(), **named} or None)
         if policy is not None:
             job = dataclasses.replace(job, policy=policy)
-        plain = not widgets_enabled()
-        # A live view by default, foreground cells too: it shows a flood capped (the newest
-        # lines, "N lines hidden", Download for the rest) where streamed text would trip
-        # Jupyter's IOPub rate limit and lose the end of the output.
-        widget = (args.widget if args.widget is not None else d.widget if d.widget is not None else True) and not plain
         try:
-            if args.bg:
+            if background:
                 bg = job.run_background(widget=widget, plain=plain, name=name)
                 self.state.background.append(bg.process)
                 if name is not None:
@@ -272,11 +303,20 @@ class RemoteExecMagics(StateMagics):
 
     @_magic_arguments()
     @_argument("--sandbox", metavar="URL", help="where to open the shell (default: %%exec_remote_config's)")
-    @_argument("--shell", metavar="ID|new|last", default="last", help="which session (default: last, else new)")
+    @_argument(
+        "--shell",
+        metavar="ID|new|last",
+        help="instead of a terminal: the input-line widget on a shell session (%%exec_remote --shell runs there too)",
+    )
+    @_argument("--rows", metavar="N", type=int, default=DEFAULT_SIZE[1], help="the terminal's height (rows)")
     @_line_magic
     def remote_shell(self, line: str) -> None:
-        """Open a shell widget on a session; ``%%exec_remote --shell last`` then runs there too."""
+        """An interactive shell in a terminal: the sandbox user's shell in a PTY, in a terminal
+        widget (colours, full-screen programs, resize). ``--shell`` shows a shell session instead."""
         args = _parse(self.remote_shell, line)
+        if args.shell is None:
+            self._terminal(args.sandbox, args.rows)
+            return
         try:
             sb, session = self.state.shell(args.shell, args.sandbox)
             session.refresh()  # cells run since it opened may have moved its cwd
@@ -288,6 +328,27 @@ class RemoteExecMagics(StateMagics):
             print(f"shell {session.session_id} in {sb.url}, cwd {session.info.cwd}")
             return
         show(ShellView(session))
+
+    def _terminal(self, url: str | None, rows: int) -> None:
+        if not 2 <= rows <= MAX_ROWS:
+            raise UsageError(f"--rows must be between 2 and {MAX_ROWS}, got {rows}")
+        sb = self._sandbox(url or self.state.defaults.sandbox)
+        if not widgets_enabled():
+            # Nothing could type into it: start nothing, rather than a shell waiting forever.
+            print(
+                "%remote_shell opens an interactive terminal where widgets render; "
+                "here, run commands with %%exec_remote"
+            )
+            return
+        try:
+            proc = sb.exec_remote(
+                SHELL_COMMAND, tty=True, tty_size=(DEFAULT_SIZE[0], rows), label=SHELL_LABEL, tags=notebook_tags()
+            )
+        except RemoteExecError as exc:
+            raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc
+        self.state.background.append(proc)  # %remote_jobs lists it; it outlives the kernel, as --bg jobs do
+        assert proc.job_id is not None
+        show(TerminalView(sb.attach(proc.job_id), command=SHELL_LABEL, sandbox=sb.url, rows=rows, control=proc))
 
 
 _plain_help(RemoteExecMagics)

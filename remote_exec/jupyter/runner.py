@@ -27,6 +27,8 @@ from .background import BackgroundJob
 from .display import CellWriter, JobInterrupted, RemoteCommandError
 from .follow import Outcome, follow, loop_of
 from .job_view import JobView
+from .terminal_view import TerminalView
+from .vt import ScreenWriter
 
 __all__ = ["CellJob", "exit_line", "failure"]
 
@@ -41,6 +43,9 @@ class CellJob:
     :ivar tags: stored with the job by the agent (which notebook and kernel started it, the
         cell's ``--name``), so a later kernel finds it (``%exec_remote_attach``).
     :ivar policy: what the agent does to the job by itself (not for shell runs).
+    :ivar tty: run in a pseudo-terminal, shown in a :class:`TerminalView` (plain text: the
+        rendered screen at the end, never the raw control sequences).
+    :ivar stdin: keep the job's stdin open (its view shows an input line).
     """
 
     body: str
@@ -52,6 +57,8 @@ class CellJob:
     interrupt_grace: float = 2.0
     tags: dict[str, str] | None = None
     policy: JobPolicy | None = None
+    tty: bool = False
+    stdin: bool = False
 
     def start(self) -> BlockingExecRemoteProcess:
         """Start the script; returns once the agent confirmed it.
@@ -84,6 +91,8 @@ class CellJob:
             label=LABEL,
             tags=self.tags,
             policy=self.policy,
+            tty=self.tty,
+            stdin_open=self.stdin,
         )
         return await proc.started()
 
@@ -95,7 +104,7 @@ class CellJob:
         An interrupted cell raises ``JobInterrupted`` (a ``KeyboardInterrupt``) once the job is gone.
         """
         proc = self.start()
-        writer = CellWriter(plain)
+        writer: CellWriter | ScreenWriter = ScreenWriter() if self.tty else CellWriter(plain)
         drain: Drain = _sleep_until  # until the watching below is set up
         outcome: Callable[[float | None], Outcome | None]
         try:
@@ -118,7 +127,7 @@ class CellJob:
             writer.finish(exit_line(result, self.timeout) if plain or failed else None)
         return result
 
-    def _stop(self, proc: BlockingExecRemoteProcess, writer: CellWriter, drain: Drain) -> str:
+    def _stop(self, proc: BlockingExecRemoteProcess, writer: CellWriter | ScreenWriter, drain: Drain) -> str:
         """SIGINT, wait, kill: returns how the job ended."""
         loop = loop_of(proc)
         try:
@@ -155,7 +164,8 @@ class CellJob:
         watcher, control = self.sandbox.attach(proc.job_id), self.sandbox.attach(proc.job_id)
         view = None
         if widget and not plain:
-            view = JobView(watcher, command=self.body, sandbox=self.sandbox.url, control=control)
+            kind = TerminalView if self.tty else JobView
+            view = kind(watcher, command=self.body, sandbox=self.sandbox.url, control=control)
             view.show()
         elif plain:
             print("started in the background")  # no job id: plain output must not vary by run
@@ -190,7 +200,7 @@ def _watch_view(view: JobView) -> Drain:
 
 
 def _watch_queue(
-    proc: BlockingExecRemoteProcess, writer: CellWriter
+    proc: BlockingExecRemoteProcess, writer: CellWriter | ScreenWriter
 ) -> tuple[Drain, Callable[[float | None], Outcome]]:
     """Follow ``proc`` on the loop into a queue; the returned drain writes from this thread."""
     chunks: queue.Queue[tuple[str, str]] = queue.Queue()

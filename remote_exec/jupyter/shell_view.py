@@ -2,17 +2,20 @@
 
 Commands typed in the view run in the session (its cwd and variables persist, as in a
 terminal); stdout and stderr are told apart, the prompt shows the cwd, ↑/↓ walk the history,
-Interrupt sends Ctrl-C, and another session can be picked up by id (``reattach``).
+Interrupt sends Ctrl-C, and another session can be picked up by id (``reattach``). A running
+command's stdin is open: a line typed meanwhile is its input (Ctrl+D closes it).
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
 import traitlets
 
 from ..blocking import BlockingShellSession, Sandbox
+from ..client.process import ExecRemoteProcess
 from ..errors import RemoteExecError
 from ._assets import css, esm
 from .base import StreamWidget
@@ -32,7 +35,7 @@ class ShellView(StreamWidget):
     :param session_id: with a sandbox: reattach to this session instead of opening one.
     """
 
-    PANES = {"command": "main", "stdout": "main", "stderr": "main", "info": "main"}  # noqa: RUF012 - ClassVar
+    PANES = {"command": "main", "stdout": "main", "stderr": "main", "info": "main", "stdin": "main"}  # noqa: RUF012
     _esm = esm("shell_view")
     _css = css("shell_view")
 
@@ -68,6 +71,8 @@ class ShellView(StreamWidget):
         """The session the view runs commands in (changes on reattach)."""
         self._cwd = info.cwd or ""
         self._running = False
+        self._proc: ExecRemoteProcess | None = None  # the running command (its stdin is open)
+        self._stdin_lock = asyncio.Lock()  # one write at a time: the handle's stdin cursor
         self._idle_event = threading.Event()
         self._idle_event.set()
 
@@ -82,7 +87,9 @@ class ShellView(StreamWidget):
         self._set(busy=True, history=[*self.history, command][-HISTORY:], error="")
         self._emit("command", f"{self._cwd}$ {command}\n")
         try:
-            outcome = await follow(self.session.async_session.start(command), self._emit)
+            # stdin open: what is typed while it runs is its input (read, input(), y/n prompts)
+            self._proc = self.session.async_session.start(command, stdin_open=True)
+            outcome = await follow(self._proc, self._emit)
             if outcome.state == "error":
                 self._emit("info", f"{outcome.error}\n")
             elif outcome.state != "completed":
@@ -91,6 +98,7 @@ class ShellView(StreamWidget):
             await self._refresh_info()
         finally:
             self._running = False
+            self._proc = None
             self._set(busy=False)
             self._idle_event.set()
 
@@ -104,6 +112,22 @@ class ShellView(StreamWidget):
         self._set(cwd=self._cwd, state=info.state)
         if info.state == "closed":
             self._emit("info", f"[shell closed: {info.closed_reason or 'exited'}]\n")
+
+    async def _stdin(self, data: str | None) -> None:
+        """A line typed while a command runs goes to its stdin (``None``: close it, Ctrl+D)."""
+        proc = self._proc
+        if proc is None:
+            return
+        async with self._stdin_lock:
+            try:
+                if data is None:
+                    await proc.close_stdin()
+                    self._emit("info", "[stdin closed]\n")
+                else:
+                    self._emit("stdin", data)  # the terminal's echo of what was typed
+                    await proc.write_stdin(data)
+            except RemoteExecError as exc:
+                self._emit("info", f"stdin: {exc}\n")
 
     async def _interrupt(self) -> None:
         try:
@@ -129,6 +153,10 @@ class ShellView(StreamWidget):
         command, session_id = content.get("command"), content.get("session_id")
         if kind == "run" and isinstance(command, str) and command.strip():
             self._loop.spawn(self._run, command)
+        elif kind == "stdin" and isinstance(content.get("data"), str):
+            self._loop.spawn(self._stdin, content["data"])
+        elif kind == "close_stdin":
+            self._loop.spawn(self._stdin, None)
         elif kind == "interrupt":
             self._loop.spawn(self._interrupt)
         elif kind == "reattach" and isinstance(session_id, str) and session_id.strip():
@@ -143,6 +171,10 @@ class ShellView(StreamWidget):
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Wait until no command runs in the view (``False`` if ``timeout`` passed first)."""
         return self._idle_event.wait(timeout)
+
+    def send_stdin(self, data: str | None) -> None:
+        """Type ``data`` into the running command's stdin (``None``: close it), as the view does."""
+        self._loop.call(self._stdin, data)
 
     def interrupt(self) -> None:
         """Ctrl-C: SIGINT to the running command; the shell lives on."""

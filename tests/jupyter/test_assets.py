@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -93,3 +95,31 @@ def test_an_atomic_save_of_either_file_reaches_the_widget(files: tuple[Path, Pat
         assert synced(w) == "const A = 2;\nexport default {};"
     finally:
         w.close()
+
+
+# -- the bundle built from npm packages (make widgets) ---------------------------------------------
+
+JS = ROOT / "js"
+BUNDLE_INPUTS = re.compile(r"export const INPUTS = \[([^\]]*)\];")
+
+
+def _inputs_digest() -> str:
+    """js/build.mjs's hash of its inputs, recomputed (the list is read from build.mjs itself)."""
+    found = BUNDLE_INPUTS.search((JS / "build.mjs").read_text())
+    assert found, "js/build.mjs no longer lists its INPUTS"
+    digest = hashlib.sha256()
+    for name in re.findall(r'"([^"]+)"', found.group(1)):
+        digest.update(f"{name}\0".encode())
+        digest.update((JS / name).read_bytes())
+        digest.update(b"\0")
+    return digest.hexdigest()
+
+
+@pytest.mark.parametrize("suffix", [".js", ".css"])
+def test_the_committed_terminal_bundle_is_built_from_the_committed_inputs(suffix: str) -> None:
+    """Editing js/ (a source, the lockfile, the build script) without `make widgets` fails here."""
+    head = (STATIC / f"terminal_view{suffix}").read_text(encoding="utf-8")[:400]
+    found = re.search(r"inputs sha256:([0-9a-f]{64})", head)
+    assert found, f"terminal_view{suffix} has no inputs hash in its header"
+    assert found.group(1) == _inputs_digest(), f"terminal_view{suffix} is stale: run `make widgets`"
+    assert "Permission is hereby granted" in (STATIC / f"terminal_view{suffix}").read_text()[:3000]  # MIT notice

@@ -259,7 +259,7 @@ def test_dashboard_and_shell_view_in_jupyterlab(lab: tuple[str, Path], page: Any
         f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
         '%%exec_remote --bg --no-widget\nfor i in $(seq 1 3000); do echo "tick $i"; sleep 0.1; done',
         "%remote_jobs",
-        "%remote_shell",
+        "%remote_shell --shell new",  # the session view (alone, %remote_shell is a terminal)
     ]
     with failure_shot(page, "browser-dash"):
         open_notebook(page, lab, "dash.ipynb", cells)

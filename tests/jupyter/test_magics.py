@@ -255,7 +255,7 @@ def test_remote_shell_shows_the_sessions_current_cwd(ip: InteractiveShell, tmp_p
     with capture_output():
         ip.run_cell_magic("exec_remote", "--shell new", f"cd {tmp_path}")
     with capture_output() as cap:
-        ip.run_line_magic("remote_shell", "")
+        ip.run_line_magic("remote_shell", "--shell last")
     session = magics(ip).state.last_shell()
     assert session is not None
     assert cap.stdout == f"shell {session[1].session_id} in {session[0]}, cwd {tmp_path}\n"

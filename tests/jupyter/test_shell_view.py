@@ -95,3 +95,25 @@ def test_a_replay_shows_the_transcript_to_a_late_view(sb: rx.Sandbox, front: Hea
     finally:
         view.session.close()
         view.close()
+
+
+def test_a_running_command_reads_what_is_typed_and_sees_ctrl_d(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:
+    """``read`` waits for the user (it used to get /dev/null and return at once); a line typed
+    while it runs is its input, not the shell's next command; Ctrl+D closes its stdin."""
+    view = ShellView(sb)
+    try:
+        front.send(view, {"type": "hello"})
+        front.send(view, {"type": "run", "command": 'read -t 60 n; echo "hello $n"; cat; echo end'})
+        wait_for(lambda: view.busy, what="the command running")
+        front.send(view, {"type": "stdin", "data": "Ada\n", "view": "v", "n": 0})
+        front.send(view, {"type": "stdin", "data": "for cat\n", "view": "v", "n": 1})
+        wait_for(lambda: "for cat\n" in view.text("stdout"), what="cat's copy")
+        front.send(view, {"type": "close_stdin", "view": "v", "n": 2})
+        assert view.wait_idle(30)
+        assert view.text("stdout").endswith("hello Ada\nfor cat\nend\n")
+        assert view.text("stdin") == "Ada\nfor cat\n"  # shown where it was typed, as a terminal echoes
+        typed(front, view, "echo $n")  # read ran in the session's shell: its variable stays
+        assert view.text("stdout").endswith("end\nAda\n")
+        assert "not found" not in view.text()  # no typed line was run as a command
+    finally:
+        view.session.close()

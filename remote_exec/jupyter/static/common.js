@@ -343,3 +343,11 @@ function rxDeliver({ purpose, text, stream }, filename, button) {
   if (navigator.clipboard?.writeText) navigator.clipboard.writeText(text).then(done, fallback);
   else fallback();
 }
+
+// A view's sender for messages whose order matters (keystrokes, stdin lines): each is numbered
+// within the view, and Python hands them on in that order (the kernel may swap two comm messages).
+function rxOrderedSender(model) {
+  const view = Math.random().toString(36).slice(2) + Date.now().toString(36);
+  let n = 0;
+  return (content) => model.send({ ...content, view, n: n++ });
+}

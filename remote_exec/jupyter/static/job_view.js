@@ -1,7 +1,7 @@
 // JobView: one job — state badge, command, elapsed, exit code, stdout/stderr panes, buttons.
 // Traits: command, job_id, sandbox, state, exit_code, started_at, ended_at, stdout_chars,
-// stderr_chars, error; health (health.js): link, link_reason, last_output_at, quiet_after,
-// usage, hits. Sends {type: "hello" | "interrupt" | "kill" | "fetch" | "watch"}.
+// stderr_chars, error, stdin_open; health (health.js): link, link_reason, last_output_at, quiet_after,
+// usage, hits. Sends {type: "hello" | "interrupt" | "kill" | "fetch" | "watch" | "stdin" | "close_stdin"}.
 
 const JOB_PANE_OF = (stream) => stream;
 const JOB_WIDGET_MIME = "application/vnd.jupyter.widget-view+json";
@@ -56,6 +56,34 @@ function jobReconnectButton(model, root, onError) {
   return { button, update };
 }
 
+// The input line of a job whose stdin is open: Enter sends the line (with its newline), Ctrl+D
+// or the button closes stdin (EOF). Shown only while the job runs with its stdin open.
+function rxJobStdinLine(model) {
+  const send = rxOrderedSender(model);
+  const row = rxEl("div", "rx-job-stdin");
+  row.setAttribute("data-lm-suppress-shortcuts", "true"); // Enter and Ctrl+D are the job's here
+  const field = rxEl("input", "rx-mono rx-job-stdin-input");
+  field.placeholder = "stdin: type a line, Enter sends it, Ctrl+D closes stdin";
+  const close = rxButton("Close stdin", "Close the job's stdin (EOF, as Ctrl+D in a terminal)", () =>
+    send({ type: "close_stdin" }),
+  );
+  row.append(rxEl("span", "rx-muted", "stdin"), field, close);
+  field.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter") {
+      send({ type: "stdin", data: `${field.value}\n` });
+      field.value = "";
+      ev.preventDefault();
+    } else if (ev.key === "d" && ev.ctrlKey && !field.value) {
+      send({ type: "close_stdin" });
+      ev.preventDefault();
+    }
+  });
+  const update = (disconnected) => {
+    row.hidden = disconnected || !model.get("stdin_open") || model.get("state") !== "running";
+  };
+  return { el: row, update };
+}
+
 export default {
   initialize({ model }) {
     return rxInitialize(model, JOB_PANE_OF);
@@ -87,7 +115,8 @@ export default {
       error.textContent = text;
     });
     header.append(badge, link, cmd, meta, quiet, usage, bell, interrupt, kill, reconnect.button);
-    root.append(header, error);
+    const stdin = rxJobStdinLine(model);
+    root.append(header, error, stdin.el);
 
     const views = {};
     const copies = {};
@@ -155,6 +184,7 @@ export default {
       const running = state === "running";
       interrupt.disabled = kill.disabled = !running;
       reconnect.update(disconnected);
+      stdin.update(disconnected);
       renderHealth(running);
       if (reconnect.button.textContent !== "Reconnect") return; // its own message stands
       error.textContent = disconnected
@@ -205,7 +235,7 @@ export default {
     };
     store.listeners.add(onMsg);
     const traits = "change:state change:exit_code change:ended_at change:stdout_chars change:stderr_chars change:error change:command " +
-      "change:link change:link_reason change:last_output_at";
+      "change:link change:link_reason change:last_output_at change:stdin_open";
     model.on(traits, renderState);
     model.on("change:usage", renderUsage);
     model.on("change:state change:hits", notifyChanges);

@@ -1,7 +1,8 @@
 // ShellView: a shell session — one output pane (command / stdout / stderr / info told apart),
 // a prompt showing the cwd, an input line with history (↑/↓), Interrupt, reattach by id.
 // Traits: session_id, sandbox, cwd, state, busy, history, error.
-// Sends {type: "hello" | "run" | "interrupt" | "reattach" | "fetch"}.
+// Sends {type: "hello" | "run" | "stdin" | "close_stdin" | "interrupt" | "reattach" | "fetch"}:
+// while a command runs, a line typed is its stdin and Ctrl+D closes it.
 
 const SHELL_PANE_OF = () => "main";
 
@@ -45,12 +46,20 @@ export default {
 
     let pos = -1; // -1: editing a new line; else an index into history
     let draft = "";
+    const sendOrdered = rxOrderedSender(model);
     input.addEventListener("keydown", (e) => {
       const history = model.get("history");
-      if (e.key === "Enter" && !e.shiftKey) {
+      if (e.key === "Enter" && !e.shiftKey && model.get("busy")) {
+        e.preventDefault();
+        sendOrdered({ type: "stdin", data: `${input.value}\n` });
+        input.value = "";
+      } else if (e.key === "d" && e.ctrlKey && model.get("busy") && !input.value) {
+        e.preventDefault();
+        sendOrdered({ type: "close_stdin" });
+      } else if (e.key === "Enter" && !e.shiftKey) {
         e.preventDefault();
         const command = input.value;
-        if (!command.trim() || model.get("busy")) return;
+        if (!command.trim()) return;
         model.send({ type: "run", command });
         input.value = "";
         pos = -1;
@@ -83,7 +92,11 @@ export default {
       title.textContent = `shell ${model.get("session_id")} · ${model.get("sandbox")}`;
       prompt.textContent = `${model.get("cwd")}$ `;
       input.disabled = !open;
-      input.placeholder = busy ? "running… (Interrupt to stop)" : open ? "type a command, Enter to run" : "shell closed";
+      input.placeholder = busy
+        ? "running… a line typed here is its input (Ctrl+D ends it; Interrupt stops it)"
+        : open
+          ? "type a command, Enter to run"
+          : "shell closed";
       interrupt.disabled = !busy;
       error.textContent = model.get("error");
     };
