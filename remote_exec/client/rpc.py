@@ -279,6 +279,14 @@ class RpcClient:
                 f"{self.name}: {method}: the channel to the agent broke {broken} times in one call "
                 "(an agent that crashes again each time it is restarted?)"
             )
+        if broken > 1 and self.diagnose is not None:
+            # Broken again right after a reconnect: a container that was killed or removed
+            # reconnects (a `docker exec` starts) and breaks at once, over and over. Ask the
+            # transport before spending the call's time on that: "the sandbox is gone" within
+            # seconds, not after MAX_BREAKS reconnects.
+            verdict = await self._diagnosed(TransportError(f"{self.name}: {method}: the channel broke {broken} times"))
+            if isinstance(verdict, SandboxLostError):
+                raise verdict
         loop = asyncio.get_running_loop()
         end = max(end, loop.time() + timeout)
         if broken > 1:

@@ -62,16 +62,19 @@ async def test_dropped_poll_responses_lose_and_duplicate_nothing(url: str) -> No
     assert res.returncode == 4
 
 
-async def test_killed_stdio_channel_reconnects_without_loss(agent_dir: Path) -> None:
+async def test_killed_stdio_channel_reconnects_without_loss(agent_dir: Path, tmp_path: Path) -> None:
+    go = tmp_path / "go"  # the job streams its lines only once the channel was killed
     async with rx.open_sandbox(f"local://?dir={agent_dir}&channel=stdio") as sb:
         channel = sb._core.rpc.channel
         assert isinstance(channel, StdioChannel)
-        proc = sb.exec_remote(["bash", "-c", "echo first; read x < /dev/null; sleep 0.3; " + SLOW_LINES])
+        wait_go = f"until [ -e {go} ]; do sleep 0.01; done; "
+        proc = sb.exec_remote(["bash", "-c", "echo first; " + wait_go + SLOW_LINES])
         first = await anext(aiter(proc))
         assert first == rx.StdoutChunk("first\n")
         relay = channel.process
         assert relay is not None
         relay.kill()  # kill -9 of the host-side channel process
+        go.touch()
         with anyio.fail_after(30):
             res = await proc.wait()
         assert channel.process is not None and relay_pid(channel.process) != relay_pid(relay)  # a new relay
