@@ -92,19 +92,25 @@ async def test_notify_rule_records_hits_and_the_job_runs_on(agent_dir: Path) -> 
 async def test_a_hit_on_the_last_line_is_in_the_final_result(agent_dir: Path, last: str) -> None:
     """A job whose last line matches and which exits at once: its end is reported only after
     the rules saw all its output, so the final poll, ``proc.hits`` and ``jobs()`` have the hit.
-    The kill rule cannot act (the job is over) but its hit is recorded too."""
-    rules = [rx.WatchRule(pattern="^nan$"), rx.WatchRule(pattern="nan", action="kill")]
+    The kill rule cannot act (the job is over) but its hit is recorded, and the rules go on to
+    the other stream."""
+    rules = [
+        rx.WatchRule(pattern="^nan$"),
+        rx.WatchRule(pattern="nan", action="kill"),
+        rx.WatchRule(pattern="^boom$", stream="stderr"),
+    ]
     async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
-        proc = sb.exec_remote(f"echo ok; {last}", policy=rx.JobPolicy(on_output=rules))
+        proc = sb.exec_remote(f"echo boom >&2; echo ok; {last}", policy=rx.JobPolicy(on_output=rules))
         result = await proc.wait()
         assert result.success and result.reason is None and result.stdout in ("ok\nnan\n", "ok\nnan")
-        assert proc.hits == 2
+        assert proc.hits == 3
         assert proc.job_id is not None
         info = await _info(sb, proc.job_id)
-    assert info.state == "completed" and info.reason is None and info.hits_total == 2
+    assert info.state == "completed" and info.reason is None and info.hits_total == 3
     assert [(h.rule, h.action, h.stream, h.offset, h.line) for h in info.hits] == [
         (0, "notify", "stdout", 3, "nan"),
         (1, "kill", "stdout", 3, "nan"),
+        (2, "notify", "stderr", 0, "boom"),
     ]
 
 

@@ -192,6 +192,8 @@ class RuleScanner:
             at=time.time(),
         )
         job.record_hit(hit)
+        if not job.running:
+            return  # its last scan (finish): the hit is recorded, there is nothing left to act on
         why = f"watch rule {i} matched {rule.pattern[:64]!r} on {name} at byte {offset}"
         if rule.action == "kill":
             job.stop(f"killed: {why}")
