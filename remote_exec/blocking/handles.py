@@ -180,6 +180,10 @@ class BlockingExecRemoteProcess(_Handle):
     def hits(self) -> int:
         return self.async_process.hits
 
+    def on_hit(self, listener: Callable[[int], None]) -> Callable[[], None]:
+        """As the async twin's: ``listener`` runs on the portal's event-loop thread."""
+        return self.async_process.on_hit(listener)
+
     def release(self) -> None:
         self._call(self.async_process.release)
 

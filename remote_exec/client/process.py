@@ -8,7 +8,7 @@ import contextlib
 import secrets
 import signal as _signal
 from collections import deque
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any, Literal
 
 import anyio
@@ -86,6 +86,7 @@ class ExecRemoteProcess:
         self.kill_on_cancel = True
         self._iterated = False
         self._hits = 0
+        self._hit_listeners: list[Callable[[int], None]] = []
         self.info: JobInfo | None = None
         """The agent's record of the job when this handle was made by ``attach`` (its command,
         ``started_at``, label and tags), else ``None``."""
@@ -175,6 +176,7 @@ class ExecRemoteProcess:
                 wait=wait,
                 max_bytes=self._max_bytes,
                 binary=True,  # raw bytes beside the JSON: no escaping, no base64
+                hits=self._hits,  # a rule's new match answers at once, output or not
             )
             result, payload = await self._rpc.call_with_payload(
                 Method.EXEC_REMOTE_POLL,
@@ -230,7 +232,10 @@ class ExecRemoteProcess:
             tail.add(data)
             self._queue.append(event(data))
         self._offsets = [r.stdout_offset, r.stderr_offset]
-        self._hits = max(self._hits, r.hits)
+        if r.hits > self._hits:  # a poll may bring hits without output: no event says so
+            self._hits = r.hits
+            for listener in list(self._hit_listeners):
+                listener(r.hits)
         if r.state == "running":
             return
         self._final = r
@@ -416,6 +421,18 @@ class ExecRemoteProcess:
         """Watch-rule matches of the job (its policy's ``on_output``) as of the last poll read;
         ``sb.jobs()`` lists them (rule, stream, byte offset, time)."""
         return self._hits
+
+    def on_hit(self, listener: Callable[[int], None]) -> Callable[[], None]:
+        """Call ``listener`` with the new :attr:`hits` whenever a poll brings more (a rule may fire
+        with no new output, so no event comes with it). It runs on the event loop that polls
+        and must not block. Returns the function that stops it."""
+        self._hit_listeners.append(listener)
+
+        def stop() -> None:
+            if listener in self._hit_listeners:
+                self._hit_listeners.remove(listener)
+
+        return stop
 
     async def tail(self, n_bytes: int, stream: Literal["stdout", "stderr"] = "stdout") -> OutputSlice:
         """The last ``n_bytes`` of the job's ``stream`` (its log on disk), whatever this handle has

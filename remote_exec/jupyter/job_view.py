@@ -174,11 +174,13 @@ class JobView(StreamWidget):
         link = self.process.async_process.link
         self._on_link(link.status)
         unsubscribe = link.subscribe(self._on_link)
+        stop_hits = self.process.async_process.on_hit(lambda _: self._kick())  # the counter goes out
         try:
             outcome = await follow(self.process.async_process, self._emit, ride_out=True)
         finally:
             recorder.cancel()
             unsubscribe()
+            stop_hits()
             if self._sampler is not None:
                 self._sampler.cancel()
         code = outcome.exit_code

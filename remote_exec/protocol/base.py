@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 """Bumped on any incompatible change; the host refuses an agent with another version.
 
 3: ``exec_remote_list`` and ``file_list`` answer in pages (``after`` / ``next``).
@@ -31,7 +31,9 @@ PROTOCOL_VERSION = 5
 ``StartParams.output_cap``, ``ServerInfo.keeper_pid``, ``server_handover``, ``exec_remote_read``
 (a log at any offset, or its tail), ``exec_remote_forget``, ``exec_remote_prune``.
 5: PTY jobs: ``StartParams.tty``/``tty_size``, ``JobInfo.tty``/``tty_size``, ``exec_remote_resize``
-(a v4 agent refuses a start that names ``tty`` at all)."""
+(a v4 agent refuses a start that names ``tty`` at all).
+6: ``PollParams.hits``: a poll answers as soon as the job has more watch-rule hits than the
+caller has seen (a v5 agent refuses a poll that names it)."""
 
 MAX_PAGE_ITEMS = 1000
 """Most items one page of ``exec_remote_list`` or ``file_list`` holds."""

@@ -118,7 +118,10 @@ class PollParams(WireModel):
 
     With ``binary``, the output travels raw in the response's payload (stdout's bytes, then
     stderr's) rather than as JSON strings: no escaping, no base64. Text jobs still get slices
-    cut on a character boundary.
+    cut on a character boundary. ``hits``: the watch-rule matches the caller has seen (the last
+    result's ``hits``); the poll answers as soon as the job has more, output or not, so a rule
+    that fires on a job's last line reaches a waiting client at once (None: only a match made
+    during the wait answers early).
     """
 
     job_id: JobId
@@ -127,6 +130,7 @@ class PollParams(WireModel):
     wait: Annotated[float, Field(ge=0)] = 0.0
     max_bytes: Annotated[int, Field(ge=1024, le=64 * 1024 * 1024)] = DEFAULT_MAX_BYTES
     binary: bool = False
+    hits: Offset | None = None
 
 
 class PollResult(WireModel):

@@ -20,6 +20,8 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 import remote_exec as rx
 from remote_exec.agent.jobs.policy import TICK
 
+from .rawhttp import rpc
+
 pytestmark = pytest.mark.anyio
 
 # The job waits for a file the test creates (an event, not a sleep) before printing.
@@ -84,6 +86,53 @@ async def test_notify_rule_records_hits_and_the_job_runs_on(agent_dir: Path) -> 
         await proc.close_stdin()
         result = await proc.wait()
         assert result.success and result.reason is None and proc.hits == 2
+
+
+@pytest.mark.parametrize("last", ["echo nan", "printf nan"], ids=["line", "no-newline"])
+async def test_a_hit_on_the_last_line_is_in_the_final_result(agent_dir: Path, last: str) -> None:
+    """A job whose last line matches and which exits at once: its end is reported only after
+    the rules saw all its output, so the final poll, ``proc.hits`` and ``jobs()`` have the hit.
+    The kill rule cannot act (the job is over) but its hit is recorded, and the rules go on to
+    the other stream."""
+    rules = [
+        rx.WatchRule(pattern="^nan$"),
+        rx.WatchRule(pattern="nan", action="kill"),
+        rx.WatchRule(pattern="^boom$", stream="stderr"),
+    ]
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = sb.exec_remote(f"echo boom >&2; echo ok; {last}", policy=rx.JobPolicy(on_output=rules))
+        result = await proc.wait()
+        assert result.success and result.reason is None and result.stdout in ("ok\nnan\n", "ok\nnan")
+        assert proc.hits == 3
+        assert proc.job_id is not None
+        info = await _info(sb, proc.job_id)
+    assert info.state == "completed" and info.reason is None and info.hits_total == 3
+    assert [(h.rule, h.action, h.stream, h.offset, h.line) for h in info.hits] == [
+        (0, "notify", "stdout", 3, "nan"),
+        (1, "kill", "stdout", 3, "nan"),
+        (2, "notify", "stderr", 0, "boom"),
+    ]
+
+
+async def test_a_new_hit_answers_a_long_poll(agent_sock: Path) -> None:
+    """A rule that fires on a quiet job's last line wakes the client's long poll at once: a
+    poll that knows ``hits`` answers when there are more, output or not."""
+    start = {"command": "echo nan; exec sleep 300", "policy": {"on_output": [{"pattern": "^nan$"}]}}
+    job_id = (await anyio.to_thread.run_sync(rpc, agent_sock, "exec_remote_start", start))["result"]["job_id"]
+    try:
+        offset, hits = 0, 0
+        with anyio.fail_after(60):
+            while hits == 0:
+                params = {"job_id": job_id, "stdout_offset": offset, "wait": 25, "hits": hits}
+                began = time.monotonic()
+                res = (await anyio.to_thread.run_sync(rpc, agent_sock, "exec_remote_poll", params))["result"]
+                took = time.monotonic() - began
+                # The output answers at once, the hit within a policy tick: never the full wait.
+                assert took < 10 * TICK, f"a poll took {took:.1f} s with hits {res['hits']}"
+                offset, hits = res["stdout_offset"], res["hits"]
+        assert offset == 4 and hits == 1 and res["state"] == "running"
+    finally:
+        await anyio.to_thread.run_sync(rpc, agent_sock, "exec_remote_kill", {"job_id": job_id, "grace": 0})
 
 
 async def test_catastrophic_pattern_is_cut_off_and_the_agent_keeps_serving(agent_dir: Path) -> None:

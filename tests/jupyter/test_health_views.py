@@ -118,9 +118,8 @@ def test_watch_rule_hits_reach_the_view(sb: rx.Sandbox, front: HeadlessFrontEnd)
     """The agent's watch-rule matches, counted in each poll, become the view's ``hits`` (what the
     front end notifies about while the tab is hidden)."""
     rule = rx.JobPolicy(on_output=[rx.WatchRule(pattern=r"loss (nan|inf)")])
-    # The agent records hits as it scans; a poll counts those made by then, so a later line
-    # (or the poll's wait running out) brings them to the view.
-    script = "echo 'loss 0.5'; echo 'loss nan'; echo 'loss inf'; sleep 1; echo training on; sleep 300"
+    # No later line: a new hit answers the view's long poll by itself.
+    script = "echo 'loss 0.5'; echo 'loss nan'; echo 'loss inf'; exec sleep 300"
     view = JobView(sb.exec_remote(["sh", "-c", script], policy=rule), command="watched")
     try:
         front.send(view, {"type": "hello"})

@@ -388,6 +388,8 @@ class DiskJob(Job):
         self._exit_event.set()
         for stream in self.files:
             stream.eof = True
+        self._last_scan()  # before the cap may punch out what the rules have not seen
+        for stream in self.files:
             stream.enforce_cap()
         for t in self._timers:
             t.cancel()

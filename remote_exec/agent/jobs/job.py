@@ -103,6 +103,9 @@ class Job:
         self.hits_total = 0
         self.rules_disabled: list[int] = []
         self.watch_skipped = 0
+        # The watch rules' last scan (policy.py sets it): run as the job ends, before its end
+        # is reported, so the final poll, ``ExecResult`` and ``JobInfo`` carry every hit.
+        self.before_end: Callable[[], None] | None = None
 
     def charge_to(self, budget: MemoryBudget) -> None:
         """Charge this job's output buffers and stdin queue to the agent's memory budget
@@ -260,6 +263,7 @@ class Job:
         if self._done.is_set() or not self._exited or not (self.streams[1].eof and self.streams[2].eof):
             return
         self._state = self._ending or "completed"
+        self._last_scan()
         self.ended_at = time.time()
         for t in self._timers:
             t.cancel()
@@ -270,6 +274,22 @@ class Job:
         self._done.set()
         self._notify()
         self._on_done(self)
+
+    def _last_scan(self) -> None:
+        """Let the watch rules see the rest of the output (the streams are complete, the state
+        is no longer running: a hit is recorded, its action has nothing left to act on)."""
+        scan_rest, self.before_end = self.before_end, None
+        if scan_rest is not None:
+            scan_rest()
+
+    def record_hit(self, hit: WatchHit) -> None:
+        """A watch rule matched: count it, keep the first ones, and wake the pollers (a hit
+        answers a long poll, as output does)."""
+        self.hits_total += 1
+        if len(self.hits) < MAX_HITS_KEPT:
+            self.hits.append(hit)
+        self._spec = None  # a pre-encoded answer carries the old count
+        self._notify()
 
     def _notify(self) -> None:
         self._changed.set()
@@ -313,6 +333,7 @@ class Job:
         self._spec = None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(p.wait, MAX_WAIT)
+        seen = self.hits_total if p.hits is None else p.hits
         while True:
             self._last_poll = time.monotonic()
             changed = self._changed
@@ -322,7 +343,8 @@ class Job:
                 self._resume_all()
             finished = self._done.is_set() and out.end == self.streams[1].end and err.end == self.streams[2].end
             remaining = deadline - loop.time()
-            if out.data or err.data or out.dropped or err.dropped or finished or remaining <= 0:
+            news = out.data or err.data or out.dropped or err.dropped or self.hits_total > seen
+            if news or finished or remaining <= 0:
                 if not finished and 2 * max(out.end - out.start, err.end - err.start) >= p.max_bytes:
                     # A fast producer: encode the next answer while the client decodes this one.
                     loop.call_soon(self._speculate, (out.end, err.end, p.max_bytes, p.binary))

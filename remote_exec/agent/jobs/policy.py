@@ -87,10 +87,16 @@ class PolicyWatcher:
         output's end: what they saw then already had its effect (an interrupt is not resent).
         """
         policy = job.params.policy
-        if policy is None or not policy.active or not job.running:
+        if policy is None or not policy.active:
             return
         rules = RuleScanner(job, policy.on_output, resumed) if policy.on_output else None
+        if not job.running:
+            if rules is not None and not resumed:
+                rules.finish()  # it ended during its spawn, before anyone could read its end
+            return
         self._watched[job.job_id] = _Watched(job, policy, rules)
+        if rules is not None:
+            job.before_end = rules.finish  # the rules see all output before the end is reported
         self.touched(job)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
@@ -126,11 +132,11 @@ class PolicyWatcher:
     async def _tick(self) -> None:
         now = time.monotonic()
         for job_id, w in list(self._watched.items()):
-            if w.rules is not None:
-                w.rules.scan()  # also after the end: a last line's hit is still recorded
-            if not w.job.running:
+            if not w.job.running:  # its rules read the rest as it ended (RuleScanner.finish)
                 del self._watched[job_id]
                 continue
+            if w.rules is not None:
+                w.rules.scan()
             if now >= w.due:
                 w.due = now + w.every
                 self._check_output(w, now)

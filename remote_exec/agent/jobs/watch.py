@@ -7,6 +7,10 @@ rule that overruns it is disabled for the job (``JobInfo.rules_disabled``); a sc
 most :data:`READ_CAP` bytes per stream and spends at most :data:`SCAN_BUDGET` seconds; a job
 that writes faster than that falls behind by at most :data:`MAX_LAG` bytes, past which the
 rules skip ahead (``JobInfo.watch_skipped`` counts the bytes never seen).
+
+As the job ends, :meth:`RuleScanner.finish` reads the rest of its output before the end is
+reported (a last line without its newline included), so a hit on the last line is in the final
+result; that scan is bounded too (:data:`FINAL_BUDGET`).
 """
 
 from __future__ import annotations
@@ -16,10 +20,19 @@ import time
 
 import regex
 
-from ...protocol import MAX_HITS_KEPT, WatchHit, WatchRule
+from ...protocol import WatchHit, WatchRule
 from .job import Job
 
-__all__ = ["LINE_CAP", "MAX_LAG", "READ_CAP", "SCAN_BUDGET", "SEARCH_TIMEOUT", "RuleScanner", "compile_rules"]
+__all__ = [
+    "FINAL_BUDGET",
+    "LINE_CAP",
+    "MAX_LAG",
+    "READ_CAP",
+    "SCAN_BUDGET",
+    "SEARCH_TIMEOUT",
+    "RuleScanner",
+    "compile_rules",
+]
 
 log = logging.getLogger("remote_exec.agent")
 
@@ -34,6 +47,11 @@ READ_CAP = 1 << 20
 
 SCAN_BUDGET = 0.05
 """Seconds of matching one scan of one job may spend (the rest waits for the next scan)."""
+
+FINAL_BUDGET = 0.5
+"""Seconds of matching the last scan of an ended job may spend; what it could not read in that
+time is counted in ``watch_skipped`` (the end is not held up longer: the event loop serves
+every other job meanwhile)."""
 
 MAX_LAG = 8 << 20
 """Bytes the rules may fall behind a stream before they skip ahead to its newest output."""
@@ -74,11 +92,33 @@ class RuleScanner:
         """Read each stream's new bytes (bounded), run the rules over each complete line."""
         deadline = time.monotonic() + SCAN_BUDGET
         for fd, name in _STREAMS.items():
-            if self._ended or not any(
-                r.stream in ("both", name) for i, r in enumerate(self._rules) if i not in self._off
-            ):
+            if self._ended or not self._live(name):
                 continue
             self._scan_stream(fd, name, deadline)
+
+    def finish(self) -> None:
+        """The job ended: run the rules over the rest of its output, up to its end, within
+        :data:`FINAL_BUDGET`; a last line without a line end counts as a line. The job is no
+        longer running, so a hit is recorded and its action (kill, interrupt) does nothing."""
+        deadline = time.monotonic() + FINAL_BUDGET
+        for fd, name in _STREAMS.items():
+            if self._ended or not self._live(name):
+                continue
+            end = self._job.streams[fd].end
+            while self._cursor[fd] < end and time.monotonic() < deadline:
+                before = self._cursor[fd]
+                self._scan_stream(fd, name, deadline)
+                if self._cursor[fd] == before:
+                    break  # nothing readable (a dropped head is counted by the read)
+            if self._cursor[fd] < end:
+                self._job.watch_skipped += end - self._cursor[fd]
+            elif self._line[fd]:  # the output's last line, with no line end
+                self._check(self._line[fd], self._line_at[fd], name)
+            self._line[fd].clear()
+
+    def _live(self, name: str) -> bool:
+        """Whether a rule still running looks at stream ``name``."""
+        return any(r.stream in ("both", name) for i, r in enumerate(self._rules) if i not in self._off)
 
     def _scan_stream(self, fd: int, name: str, deadline: float) -> None:
         stream = self._job.streams[fd]
@@ -142,18 +182,18 @@ class RuleScanner:
 
     def _hit(self, i: int, rule: WatchRule, name: str, offset: int, text: str) -> None:
         job = self._job
-        job.hits_total += 1
-        if len(job.hits) < MAX_HITS_KEPT:
-            hit = WatchHit(
-                rule=i,
-                pattern=rule.pattern,
-                action=rule.action,
-                stream="stdout" if name == "stdout" else "stderr",
-                offset=offset,
-                line=text[:256],
-                at=time.time(),
-            )
-            job.hits.append(hit)
+        hit = WatchHit(
+            rule=i,
+            pattern=rule.pattern,
+            action=rule.action,
+            stream="stdout" if name == "stdout" else "stderr",
+            offset=offset,
+            line=text[:256],
+            at=time.time(),
+        )
+        job.record_hit(hit)
+        if not job.running:
+            return  # its last scan (finish): the hit is recorded, there is nothing left to act on
         why = f"watch rule {i} matched {rule.pattern[:64]!r} on {name} at byte {offset}"
         if rule.action == "kill":
             job.stop(f"killed: {why}")
