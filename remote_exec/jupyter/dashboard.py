@@ -143,6 +143,7 @@ class Dashboard(anywidget.AnyWidget):
         self._closed = False
         self._display: tuple[str, dict[str, Any] | None] | None = None  # display id, request header
         self._recorded = float("-inf")
+        self._recorded_text = ""  # the record last written (rewritten only when it changes)
         self._usage: dict[str, JobStats] = {}  # running job id -> its last reading
         self._activity = OutputActivity()  # when each job's output last grew
         self._unsubscribe = [sb.link.subscribe(self._on_link) for sb in self._sbs]
@@ -446,6 +447,12 @@ class Dashboard(anywidget.AnyWidget):
 
         assert self._display is not None
         self._recorded = time.monotonic()
+        # Only when the table would read differently (its "as of" time aside): each rewrite sends
+        # the whole record, ~10 kB for a page of 50 rows, to every front end.
+        text = repr((self.rows, self.counts, self.errors))
+        if text == self._recorded_text:
+            return
+        self._recorded_text = text
         data, meta = self._bundle()
         with contextlib.suppress(Exception), as_reply_to(self._display[1]):  # a kernel going away
             cast(Any, update_display)(data, metadata=meta, raw=True, display_id=self._display[0])

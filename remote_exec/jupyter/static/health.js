@@ -96,8 +96,16 @@ function rxNotifyButton() {
   return b;
 }
 
+// What this page already told (tag + title): several views of one job (a re-rendered output,
+// Open in the dashboard) each see the same change, and the person is told once.
+const RX_NOTIFIED = new Set();
+
 function rxNotify(title, body, tag) {
   if (typeof Notification === "undefined" || Notification.permission !== "granted" || !document.hidden) return null;
+  const key = `${tag}|${title}`;
+  if (RX_NOTIFIED.has(key)) return null;
+  if (RX_NOTIFIED.size > 1000) RX_NOTIFIED.clear(); // bounded: a page open for days
+  RX_NOTIFIED.add(key);
   try {
     return new Notification(title, { body, tag });
   } catch (e) {

@@ -224,7 +224,7 @@ export default {
         rxNotify(`remote_exec: a watch rule fired (${hits})`, what, `rx-${model.get("job_id")}-hits`);
       }
       lastState = state;
-      lastHits = hits;
+      lastHits = Math.max(lastHits, hits); // a count that goes back (a replayed update) is no new hit
     };
     const onMsg = (msg) => {
       if (msg.kind === "full") rxDeliver(msg.data, `${model.get("job_id")}-${msg.data.stream}.txt`, copies[msg.data.stream]);
