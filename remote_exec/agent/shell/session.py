@@ -1,16 +1,24 @@
 """One shell session: a long-lived interactive shell that runs framed commands one at a time.
 
 The shell is ``bash -i`` (``sh -i`` where bash is missing) without a terminal, in its own
-session and process group, with stdout and stderr on pipes to the agent and stdin on a
-socketpair: unlike a pipe, a socket cannot be opened again through ``/proc/PID/fd/0``, so no
-other process can read the lines meant for the shell (see :mod:`.framing`). It is
-interactive because only an interactive shell treats SIGINT as Ctrl-C: abort the command line,
-keep the shell. With no terminal there is no job control, so commands share the shell's process
-group, SIGINT to that group reaches the foreground command, and background jobs ignore it.
+session and process group, with stdin on a socketpair: unlike a pipe, a socket cannot be opened
+again through ``/proc/PID/fd/0``, so no other process can read the lines meant for the shell
+(see :mod:`.framing`). It is interactive because only an interactive shell treats SIGINT as
+Ctrl-C: abort the command line, keep the shell. With no terminal there is no job control, so
+commands share the shell's process group, SIGINT to that group reaches the foreground command,
+and background jobs ignore it.
+
+**Outliving the agent.** The shell's stdout and stderr are files in its session dir
+(:mod:`.follow`), the keeper holds a dup of our end of its stdin and the key of its run secrets
+(:mod:`.record`), and the record names the run in progress and the offsets its output starts
+at, written before its line is sent. So an agent killed or upgraded leaves the shell running,
+idle or busy, with its cwd, variables and functions; the next agent re-adopts it
+(:meth:`ShellSession.restore`), re-reads the current run's output from its start offsets
+through the same framing (so its bytes and cursors are what they were), and serves runs again.
 
 Output between runs (a background job writing late) is kept and handed to the next run, as a
-terminal would show it at the next prompt. A session dies with its agent: closing, idle expiry
-and agent shutdown kill the shell and everything left in its process group.
+terminal would show it at the next prompt. Closing, idle expiry and agent *shutdown* kill the
+shell and everything left in its process group.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ import tempfile
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from ...errors import NoSpaceError, SpawnError
@@ -36,7 +45,10 @@ from ...protocol import ShellInfo
 from ..jobs.environment import job_environment
 from ..jobs.proctree import MARKER
 from . import signals
+from .follow import ShellFiles
 from .framing import Frame, frame_script, init_script, new_nonce, recovery_lines
+from .process import ExitWatch, ShellHome, spawn_shell
+from .record import derive_nonce, key_memfd, session_dir, write_record
 from .run import ShellRun
 from .runstdin import open_run_stdin
 
@@ -45,7 +57,6 @@ __all__ = ["ShellSession", "default_shell"]
 log = logging.getLogger("remote_exec.agent")
 
 START_TIMEOUT = 10.0  # seconds for a new shell to answer its first frame
-LINGER = 0.5  # after the shell exits, seconds of quiet before pipes held by strays are closed
 STRAY_LIMIT = 1 << 20  # bytes of between-runs output kept for the next run, per stream
 MAX_KEYS = 64  # idempotency keys remembered per session
 
@@ -65,23 +76,6 @@ class _StdinProtocol(asyncio.Protocol):
         return True  # the shell's end shut its writing half: keep ours open for writing
 
 
-class _ShellProtocol(asyncio.SubprocessProtocol):
-    def __init__(self, session: ShellSession) -> None:
-        self._session = session
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._session._transport = transport  # type: ignore[assignment]
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        self._session._on_data(fd, data)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        self._session._on_pipe_closed(fd)
-
-    def process_exited(self) -> None:
-        self._session._on_exit()
-
-
 class ShellSession:
     """A shell and its current run; ``pid`` is the shell's (also its process group and session).
 
@@ -98,6 +92,7 @@ class ShellSession:
         on_closed: Callable[[ShellSession], None],
         *,
         clock: Callable[[], float] = time.monotonic,
+        home: ShellHome | None = None,
     ) -> None:
         self.session_id = session_id
         self.argv = argv
@@ -114,20 +109,25 @@ class ShellSession:
         self.runs: deque[str] = deque()  # ids of the runs still in the job registry, oldest first
         self._bash = os.path.basename(argv[0]) == "bash"
         self._on_closed = on_closed
-        self._transport: asyncio.SubprocessTransport | None = None
+        self.home = home or ShellHome()
+        self.starttime: int | None = None
+        self.mark: str | None = None
+        self._files: ShellFiles | None = None
+        self._exit_watch: ExitWatch | None = None
+        self._dir: Path | None = None  # out, err and (when durable) session.json
+        self._key = b""  # the run secrets' key (see .record); the keeper holds it too
+        self._record: dict[str, Any] = {}
         self._stdin: asyncio.WriteTransport | None = None
         self._frame: Frame | None = None
         self._ready: asyncio.Future[None] | None = None
         self._startup_err = bytearray()
         self._stray = {1: bytearray(), 2: bytearray()}
-        self._eof = {1: False, 2: False}
         self._exited = False
-        self._quiet = True
+        self._leaving = False  # handed over: the shell is the next agent's
         self._closed = asyncio.Event()
         self._interrupt_pending = False
         self._frame_ended = asyncio.Event()
         self._ttl_timer: asyncio.TimerHandle | None = None
-        self._linger: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._tmpdir: str | None = None
 
@@ -137,40 +137,49 @@ class ShellSession:
         """Start the shell and wait until it ran a first frame; :class:`SpawnError` if it cannot.
 
         ``mark``: the job marker its processes carry, so that the next agent finds and ends a
-        shell (and its run) that outlived this one (see ``JobController.end_dead_shells``).
+        shell it cannot re-adopt (see ``JobController.end_dead_shells``).
         """
         full_env = job_environment(env)
         if mark is not None:
             full_env[MARKER] = mark
+        self.mark = mark
         loop = asyncio.get_running_loop()
         # Made before the shell: a full disk then refuses the open with nothing to kill.
         self._tmpdir = _private_tmpdir(self.session_id)
+        out = err = -1
         ours, theirs = socket.socketpair()
+        try:
+            self._dir = self._make_dir()
+            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+            out = os.open(self._dir / "out", flags, 0o600)
+            err = os.open(self._dir / "err", flags, 0o600)
+            await self._hold(ours)
+        except OSError as exc:
+            for fd in (out, err):
+                if fd >= 0:
+                    os.close(fd)
+            self._discard_dirs()
+            ours.close()
+            theirs.close()
+            raise _no_space(exc, f"the files of shell {self.session_id}") from None
         theirs.shutdown(socket.SHUT_WR)  # the shell's stdin is for reading only
         # Before the spawn: no await may come between the shell's start and its first frame.
         self._stdin, _ = await loop.create_unix_connection(_StdinProtocol, sock=ours)
         try:
-            await loop.subprocess_exec(
-                lambda: _ShellProtocol(self),
-                *self.argv,
-                stdin=theirs.fileno(),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=cwd,
-                env=full_env,
-                start_new_session=True,  # its own group: SIGINT and kills reach its commands only
-                close_fds=True,
-            )
+            self.pid, self.starttime = spawn_shell(self.argv, theirs.fileno(), out, err, cwd, full_env)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._discard_dirs()
             self._stdin.close()
+            await self._release_keeper()
             raise SpawnError(f"cannot start the shell {self.argv[0]!r}: {exc}") from None
         finally:
             theirs.close()
-        assert self._transport is not None
-        self.pid = self._transport.get_pid()
+            os.close(out)
+            os.close(err)
+        self._follow((0, 0))
+        self._watch_exit()
         self._ready = loop.create_future()
-        self._frame = Frame(new_nonce(), new_nonce(), self._bash)
+        self._frame = self._new_frame()
         self._frame_ended = asyncio.Event()
         self._write(
             init_script(self._bash) + frame_script(self._frame.public, self._frame.nonce, ":", None, self._bash)
@@ -180,7 +189,116 @@ class ShellSession:
         except TimeoutError:
             await self.close("it did not start")
             raise SpawnError(f"the shell {self.argv[0]!r} did not answer within {START_TIMEOUT:.0f} s") from None
+        self._save(None)
         self._touch()
+
+    def _make_dir(self) -> Path:
+        assert self._tmpdir is not None
+        if self.home.durable:
+            assert self.home.root is not None
+            return session_dir(self.home.root, self.session_id)
+        return Path(self._tmpdir)  # not durable: the files go with the temporary dir
+
+    async def _hold(self, ours: socket.socket) -> None:
+        """Give the keeper our end of the shell's stdin and the key of the run secrets.
+
+        :raises OSError: no memfd for the key.
+        """
+        keeper = self.home.keeper
+        if not self.home.durable or keeper is None:
+            self._key = os.urandom(32)
+            return
+        fd, self._key = key_memfd()
+        try:
+            await keeper.request({"op": "hold", "key": f"{self.session_id}.key"}, fd)
+        finally:
+            os.close(fd)
+        await keeper.request({"op": "hold", "key": self.session_id}, ours.fileno())
+
+    async def _release_keeper(self) -> None:
+        keeper = self.home.keeper
+        if self.home.durable and keeper is not None:
+            await keeper.request({"op": "drop", "key": self.session_id})
+            await keeper.request({"op": "drop", "key": f"{self.session_id}.key"})
+
+    def _follow(self, pos: tuple[int, int]) -> None:
+        """Read the output files from ``pos`` on (from the next turn of the loop).
+
+        :raises OSError: a file is missing.
+        """
+        assert self._dir is not None
+        self._files = ShellFiles(self._dir, pos, self.pid, self._on_data, self.home.inotify)
+        self._files.open()
+
+    def _watch_exit(self) -> None:
+        self._exit_watch = ExitWatch(self.pid, self.starttime, self.home.keeper, self._on_exit)
+        self._exit_watch.start()
+
+    async def resume(
+        self, record: dict[str, Any], path: Path, key: bytes, stdin: int, make_run: Callable[[dict[str, Any]], ShellRun]
+    ) -> None:
+        """Take over the shell an earlier agent left (its ``record``, dir ``path``, ``key`` and our
+        end of its ``stdin``, both back from the keeper): the run in progress (or last ended)
+        is rebuilt by ``make_run`` and its output re-read from its start offsets, so a poller's
+        cursors go on where they were; a shell that ended meanwhile closes with its exit.
+
+        :raises OSError: its files are missing.
+        :raises KeyError, ValueError, TypeError: the record is not one (the caller ends the shell).
+        """
+        self.pid, self.starttime = int(record["pid"]), record["starttime"]
+        self.mark, self._tmpdir, self._dir, self._key = record.get("mark"), str(record["tmpdir"]), path, key
+        self.created_at = self.last_used_at = float(record["created_at"])
+        self._record = record
+        sock = socket.socket(fileno=stdin)
+        self._stdin, _ = await asyncio.get_running_loop().create_unix_connection(_StdinProtocol, sock=sock)
+        run_rec = record.get("run")
+        if run_rec is None:
+            idle = record["idle"]
+            self._follow((int(idle[0]), int(idle[1])))
+        else:
+            start, stray = run_rec["start"], run_rec["stray"]
+            self._follow((int(start[0]), int(start[1])))
+            assert self._files is not None
+            run = self.run = make_run(run_rec)
+            public = str(run_rec["public"])
+            self._frame = Frame(public, derive_nonce(key, public), self._bash)
+            self._frame_ended = asyncio.Event()
+            for fd in (1, 2):
+                head = self._files.replay(fd, int(stray[fd - 1]), int(start[fd - 1]))
+                if head:
+                    run._on_data(fd, head)
+            run.begin(self._files, elapsed=max(0.0, time.time() - run.started_at))
+        self._watch_exit()
+        self._touch()
+
+    def _new_frame(self) -> Frame:
+        public = new_nonce()
+        return Frame(public, derive_nonce(self._key, public), self._bash)
+
+    def _save(self, run: dict[str, Any] | None) -> None:
+        """Write the record (durable sessions only): where the next agent picks the session up.
+
+        :raises OSError: the disk is full.
+        """
+        if not self.home.durable or self._dir is None or self._files is None:
+            return
+        self._record = {
+            "session_id": self.session_id,
+            "argv": self.argv,
+            "pid": self.pid,
+            "starttime": self.starttime,
+            "mark": self.mark,
+            "tmpdir": self._tmpdir,
+            "created_at": self.created_at,
+            "idle": [self._files.pos[fd] - len(self._stray[fd]) for fd in (1, 2)],
+            "run": run,
+        }
+        write_record(self._dir, self._record)
+
+    def _discard_dirs(self) -> None:
+        for path in (self._tmpdir, self._dir):
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
 
     @property
     def open(self) -> bool:
@@ -243,6 +361,23 @@ class ShellSession:
         if not task.cancelled() and task.exception() is not None:
             log.error("shell %s: %s failed", self.session_id, task.get_coro(), exc_info=task.exception())
 
+    def detach(self) -> None:
+        """Leave the shell to the next agent (a handover): stop reading, kill nothing.
+
+        The keeper holds its stdin and key, the record says where its output is read from.
+        """
+        self._leaving = True
+        for watcher in (self._files, self._exit_watch):
+            if watcher is not None:
+                watcher.close()
+        for timer in (self._ttl_timer,):
+            if timer is not None:
+                timer.cancel()
+        if self._stdin is not None:
+            self._stdin.close()  # (the keeper's dup keeps the socket open)
+        if self.run is not None:
+            self.run.leave()
+
     async def close(self, reason: str) -> None:
         """Kill the shell and everything in its process group; return once it is gone."""
         if self.closed_reason is None:
@@ -267,7 +402,7 @@ class ShellSession:
 
         ``stdin_open``: the run's stdin is a FIFO fed by ``write_stdin`` (:mod:`.runstdin`).
         """
-        assert self._transport is not None and self.run is None
+        assert self._files is not None and self.run is None
         self.run = run  # before any await: a concurrent shell_run now finds the session busy
         if self._ttl_timer is not None:
             self._ttl_timer.cancel()
@@ -297,13 +432,24 @@ class ShellSession:
         if not self.open:
             run.finish(self.exit_code)  # the shell died while the input was being written
             return
+        frame = self._new_frame()
+        files = self._files
+        try:  # before the line is sent: an agent killed after that finds the run on disk
+            self._save(run_record(run, frame.public, self._stray, files.pos))
+        except OSError as exc:
+            self.run = None  # the session stays usable; the run ends without having begun
+            self._remove_input(run)
+            run.finish(None)
+            self._touch()
+            raise _no_space(exc, f"the record of run {run.job_id}") from None
+        files.drop_before(tuple(self._record.get("idle") or (0, 0)))
         for fd, stray in self._stray.items():
             if stray:
                 run._on_data(fd, bytes(stray))
                 stray.clear()
-        frame = self._frame = Frame(new_nonce(), new_nonce(), self._bash)
+        self._frame = frame
         self._frame_ended = asyncio.Event()
-        run.begin(self._transport)
+        run.begin(files)
         self._write(frame_script(frame.public, frame.nonce, run.command, stdin_path, self._bash))
 
     def interrupt(self) -> None:
@@ -345,7 +491,6 @@ class ShellSession:
     # -- pipe callbacks (event loop) --------------------------------------------------------------
 
     def _on_data(self, fd: int, data: bytes) -> None:
-        self._quiet = False
         frame = self._frame
         if frame is None:
             self._keep_stray(fd, data)
@@ -386,51 +531,29 @@ class ShellSession:
         self._remove_input(run)
         run.finish(exit_code)
 
-    def _on_pipe_closed(self, fd: int) -> None:
-        if fd not in self._eof:
-            return
-        self._eof[fd] = True
-        if self._frame is not None:
-            held = self._frame.flush(fd)
-            if held:
-                self._deliver(fd, held)
-        self._maybe_finalize()
-
-    def _on_exit(self) -> None:
+    def _on_exit(self, code: int | None) -> None:
         self._exited = True
-        if self._transport is not None:
-            self.exit_code = self._transport.get_returncode()
+        self.exit_code = code
         signals.killpg(self.pid, signal.SIGKILL)  # the tab closed: what it left running in its group goes too
-        if self.run is not None:
-            self.run._resume_all()  # the writer is gone; drain what is left in the pipes
-        self._maybe_finalize()
-        if not self._closed.is_set():
-            self._quiet = True
-            self._linger = asyncio.get_running_loop().call_later(LINGER, self._linger_check)
+        if self._files is not None:
+            self._files.drain()  # the files hold all the shell wrote: read it to the end
+        if self._frame is not None:
+            for fd in (1, 2):
+                held = self._frame.flush(fd)
+                if held:
+                    self._deliver(fd, held)
+        self._finalize()
 
-    def _linger_check(self) -> None:
-        # Something that left the process group holds our pipes: stop waiting once they go quiet.
-        if self._closed.is_set() or self._transport is None:
-            return
-        if not self._quiet:
-            self._quiet = True
-            self._linger = asyncio.get_running_loop().call_later(LINGER, self._linger_check)
-            return
-        for fd in (1, 2):
-            pipe = self._transport.get_pipe_transport(fd)
-            if pipe is not None and not self._eof[fd]:
-                pipe.close()  # calls pipe_connection_lost -> _on_pipe_closed
-
-    def _maybe_finalize(self) -> None:
-        if self._closed.is_set() or not self._exited or not (self._eof[1] and self._eof[2]):
+    def _finalize(self) -> None:
+        if self._closed.is_set():
             return
         if self.closed_reason is None:
             self.closed_reason = f"the shell exited with code {self.exit_code}"
-        for timer in (self._ttl_timer, self._linger):
-            if timer is not None:
-                timer.cancel()
-        if self._transport is not None:
-            self._transport.close()
+        if self._ttl_timer is not None:
+            self._ttl_timer.cancel()
+        for watcher in (self._files, self._exit_watch):
+            if watcher is not None:
+                watcher.close()
         if self._stdin is not None:
             self._stdin.close()
         self._frame = None
@@ -442,8 +565,8 @@ class ShellSession:
         elif self._ready is not None and not self._ready.done():
             noise = self._startup_err.decode(errors="replace").strip()
             self._ready.set_exception(SpawnError(f"the shell exited with code {self.exit_code} at start: {noise}"))
-        if self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
+        self._discard_dirs()
+        self._spawn(self._release_keeper())
         self._closed.set()
         self._on_closed(self)
 
@@ -471,3 +594,17 @@ def _write_private(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
+
+
+def run_record(run: ShellRun, public: str, stray: dict[int, bytearray], pos: dict[int, int]) -> dict[str, Any]:
+    """What the next agent needs of a run about to begin: who it is and where its output starts
+    (its stray head at ``stray``, its frame at ``start``); its secret is *not* here."""
+    return {
+        "job_id": run.job_id,
+        "params": run.params.model_dump(mode="json", exclude_none=True),
+        "public": public,
+        "stray": [pos[fd] - len(stray[fd]) for fd in (1, 2)],
+        "start": [pos[1], pos[2]],
+        "started_at": run.started_at,
+        "started_boot": run.started_boot,
+    }
