@@ -121,6 +121,7 @@ class JobController:
         if home is not None:  # carry on from the previous agents' counter
             with contextlib.suppress(OSError, ValueError):
                 self._counter = int((home.root / COUNTER).read_bytes())
+        self._first_seq = self._counter + 1  # smaller numbers are earlier agents'
         self._spawning = 0  # starts between the limit check and registering (their spawn awaited)
         self.watcher: Watcher | None = None  # the policy enforcer (the server sets it)
         # The next job's dir, made ahead (see .spare): off the start's path.
@@ -173,7 +174,14 @@ class JobController:
                 self.watcher.touched(job)
             return job
         instance, sep, _ = job_id.rpartition("-")
-        agent, shell, _ = instance.rpartition("-sh")
+        agent, shell, number = instance.rpartition("-sh")
+        if sep and shell and agent == self.prefix and number.isdigit() and int(number) < self._first_seq:
+            raise AgentLostError(
+                f"job {job_id} was a run of shell {instance}, which an earlier agent of this state dir "
+                "started and this one holds no record of: the shell was not re-adopted (it ended, or "
+                "its agent shut down), or the run was released",
+                data={"job_id": job_id, "session_id": instance},
+            )
         if sep and shell and agent != self.prefix:
             raise AgentLostError(
                 f"job {job_id} was a run of shell {instance}, which died with its agent instance {agent}: "
