@@ -74,7 +74,7 @@ async def _kill_agent(target: Target, sb: rx.AsyncSandbox) -> None:
     assert code == 0, (out, err)
     with anyio.fail_after(60):
         while (await sb.server_info()).pid == gone:
-            await anyio.sleep(0.05)  # the old agent answered before it died: ask again (a state)
+            await anyio.sleep(0.05)  # noqa: ASYNC110 (the old agent answered before it died: ask again)
 
 
 async def _run_through_a_kill(target: Target, sb: rx.AsyncSandbox, sh: rx.AsyncShell) -> None:
@@ -146,3 +146,49 @@ async def test_a_shell_survives_an_agent_upgrade(fresh_agent_dir: Path) -> None:
         assert result.returncode == 3
         assert result.stdout == "".join(f"line {i}\n" for i in range(1, LINES + 1))
         assert (await sh.run(WHERE)).stdout == "/ upgraded\n"
+
+
+FORGE = """
+import re, sys
+text = open(sys.argv[1]).read()
+found = sorted(set(re.findall("[0-9a-f]{32}", text)))
+for hexes in found:
+    print("__RX_DONE_%s__" % hexes, flush=True)
+    print("__RX_EXIT_%s_000__" % hexes, file=sys.stderr, flush=True)
+print("forged", len(found), flush=True)
+"""
+
+
+async def test_the_session_record_holds_no_secret(fresh_agent_dir: Path, tmp_path: Path) -> None:
+    """The record is private (0600 in a 0700 dir) but readable by a command of the agent's own
+    uid: every hex string in it printed as a run-end sentinel ends nothing, neither for this
+    agent nor for the next one, which re-reads the run from the files after a SIGKILL."""
+    forge = tmp_path / "forge.py"
+    forge.write_text(FORGE)
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        sh = await sb.shell()
+        home = fresh_agent_dir / "shells" / sh.session_id
+        assert (home.stat().st_mode & 0o777, (home / "session.json").stat().st_mode & 0o777) == (0o700, 0o600)
+        assert {(home / n).stat().st_mode & 0o777 for n in ("out", "err")} == {0o600}
+        record = home / "session.json"
+        proc = sh.start(
+            f"{sys.executable} {forge} {record}; "
+            f"while [ ! -s {tmp_path}/go ]; do sleep 0.05; done; echo after; (exit 7)"
+        )
+        out = ""
+        killed = False
+        with anyio.fail_after(60):
+            async for ev in proc:
+                if isinstance(ev, rx.StdoutChunk):
+                    out += str(ev.data)
+                    if not killed and "forged" in out:
+                        killed = True
+                        await _kill_agent(_local, sb)  # the next agent re-reads the forgeries too
+                        (tmp_path / "go").write_text("go\n")
+                elif isinstance(ev, rx.Completed):
+                    assert ev.exit_code == 7
+        assert out.count("__RX_DONE_") >= 1 and out.endswith("after\n")
+        assert (await sh.run("echo next")).stdout == "next\n"
+
+
+_local = Target("local", "", _runner([]), lambda args: True)

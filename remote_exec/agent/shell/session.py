@@ -32,6 +32,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import tempfile
 import time
@@ -44,6 +45,7 @@ from ...errors import NoSpaceError, SpawnError
 from ...protocol import ShellInfo
 from ..jobs.environment import job_environment
 from ..jobs.proctree import MARKER
+from ..procfacts import proc_starttime
 from . import signals
 from .follow import ShellFiles
 from .framing import Frame, frame_script, init_script, new_nonce, recovery_lines
@@ -177,10 +179,10 @@ class ShellSession:
             os.close(out)
             os.close(err)
         self._follow((0, 0))
-        self._watch_exit()
         self._ready = loop.create_future()
         self._frame = self._new_frame()
         self._frame_ended = asyncio.Event()
+        self._watch_exit()  # (after the frame: a shell that dies at once fails ``_ready``)
         self._write(
             init_script(self._bash) + frame_script(self._frame.public, self._frame.nonce, ":", None, self._bash)
         )
@@ -246,7 +248,16 @@ class ShellSession:
         :raises KeyError, ValueError, TypeError: the record is not one (the caller ends the shell).
         """
         self.pid, self.starttime = int(record["pid"]), record["starttime"]
-        self.mark, self._tmpdir, self._dir, self._key = record.get("mark"), str(record["tmpdir"]), path, key
+        # The record is a file the shell's user may be able to write: nothing in it may make
+        # this agent signal another process (a reused pid) or delete another directory.
+        if self.starttime is None or proc_starttime(self.pid) != self.starttime:
+            raise ValueError(f"its shell (pid {self.pid}) is gone")
+        self.mark, self._tmpdir, self._dir, self._key = (
+            record.get("mark"),
+            _own_tmpdir(record, self.session_id),
+            path,
+            key,
+        )
         self.created_at = self.last_used_at = float(record["created_at"])
         self._record = record
         sock = socket.socket(fileno=stdin)
@@ -588,6 +599,18 @@ def _private_tmpdir(session_id: str) -> str:
         return tempfile.mkdtemp(prefix=f"rx-{session_id}-")
     except OSError as exc:
         raise _no_space(exc, f"the temporary directory of shell {session_id}") from None
+
+
+def _own_tmpdir(record: dict[str, Any], session_id: str) -> str:
+    """The record's temporary dir, if it is one this session made (else :class:`ValueError`)."""
+    path = str(record["tmpdir"])
+    name = os.path.basename(path)
+    if os.path.dirname(path) != tempfile.gettempdir() or not name.startswith(f"rx-{session_id}-"):
+        raise ValueError(f"{path!r} is not the session's temporary dir")
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise ValueError(f"{path!r} is not the session's temporary dir")
+    return path
 
 
 def _write_private(path: str, data: bytes) -> None:
