@@ -73,8 +73,9 @@ async def _kill_agent(target: Target, sb: rx.AsyncSandbox) -> None:
     code, out, err = await target.run_in(["kill", "-9", str(gone)])
     assert code == 0, (out, err)
     with anyio.fail_after(60):
-        while (await sb.server_info()).pid == gone:
-            await anyio.sleep(0.05)  # noqa: ASYNC110 (the old agent answered before it died: ask again)
+        # The old agent may answer before it dies: ask again (a state, asked for).
+        while (await sb.server_info()).pid == gone:  # noqa: ASYNC110
+            await anyio.sleep(0.05)
 
 
 async def _run_through_a_kill(target: Target, sb: rx.AsyncSandbox, sh: rx.AsyncShell) -> None:
