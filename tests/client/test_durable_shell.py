@@ -78,7 +78,7 @@ async def _kill_agent(target: Target, sb: rx.AsyncSandbox) -> None:
             await anyio.sleep(0.05)
 
 
-async def _run_through_a_kill(target: Target, sb: rx.AsyncSandbox, sh: rx.AsyncShell) -> None:
+async def _run_through_a_kill(target: Target, sb: rx.AsyncSandbox, sh: rx.ShellSession) -> None:
     """A run printing lines; the agent killed after the fifth: all of it arrives once, and its code."""
     proc = sh.start(PRINTER)
     out = err = ""
