@@ -125,7 +125,6 @@ class ShellSession:
         self._startup_err = bytearray()
         self._stray = {1: bytearray(), 2: bytearray()}
         self._exited = False
-        self._leaving = False  # handed over: the shell is the next agent's
         self._closed = asyncio.Event()
         self._interrupt_pending = False
         self._frame_ended = asyncio.Event()
@@ -377,7 +376,6 @@ class ShellSession:
 
         The keeper holds its stdin and key, the record says where its output is read from.
         """
-        self._leaving = True
         for watcher in (self._files, self._exit_watch):
             if watcher is not None:
                 watcher.close()
@@ -453,7 +451,8 @@ class ShellSession:
             run.finish(None)
             self._touch()
             raise _no_space(exc, f"the record of run {run.job_id}") from None
-        files.drop_before(tuple(self._record.get("idle") or (0, 0)))
+        # Nothing before this run's first stray byte is read again, by this agent or the next.
+        files.drop_before((files.pos[1] - len(self._stray[1]), files.pos[2] - len(self._stray[2])))
         for fd, stray in self._stray.items():
             if stray:
                 run._on_data(fd, bytes(stray))
