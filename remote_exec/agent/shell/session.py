@@ -25,23 +25,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import logging
 import os
 import shutil
 import signal
 import socket
-import stat
 import subprocess
-import tempfile
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from ...errors import NoSpaceError, SpawnError
+from ...errors import SpawnError
 from ...protocol import ShellInfo
 from ..jobs.environment import job_environment
 from ..jobs.proctree import MARKER
@@ -50,9 +47,9 @@ from . import signals
 from .follow import ShellFiles
 from .framing import Frame, frame_script, init_script, new_nonce, recovery_lines
 from .process import ExitWatch, ShellHome, spawn_shell
-from .record import derive_nonce, key_memfd, session_dir, write_record
 from .run import ShellRun
 from .runstdin import open_run_stdin
+from .store import SessionStore, no_space, run_record, write_private
 
 __all__ = ["ShellSession", "default_shell"]
 
@@ -116,9 +113,7 @@ class ShellSession:
         self.mark: str | None = None
         self._files: ShellFiles | None = None
         self._exit_watch: ExitWatch | None = None
-        self._dir: Path | None = None  # out, err and (when durable) session.json
-        self._key = b""  # the run secrets' key (see .record); the keeper holds it too
-        self._record: dict[str, Any] = {}
+        self._store = SessionStore(self.home, session_id)
         self._stdin: asyncio.WriteTransport | None = None
         self._frame: Frame | None = None
         self._ready: asyncio.Future[None] | None = None
@@ -130,7 +125,6 @@ class ShellSession:
         self._frame_ended = asyncio.Event()
         self._ttl_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._tmpdir: str | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -146,32 +140,22 @@ class ShellSession:
         self.mark = mark
         loop = asyncio.get_running_loop()
         # Made before the shell: a full disk then refuses the open with nothing to kill.
-        self._tmpdir = _private_tmpdir(self.session_id)
-        out = err = -1
         ours, theirs = socket.socketpair()
         try:
-            self._dir = self._make_dir()
-            flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
-            out = os.open(self._dir / "out", flags, 0o600)
-            err = os.open(self._dir / "err", flags, 0o600)
-            await self._hold(ours)
-        except OSError as exc:
-            for fd in (out, err):
-                if fd >= 0:
-                    os.close(fd)
-            self._discard_dirs()
+            out, err = await self._store.create(ours)
+        except BaseException:
             ours.close()
             theirs.close()
-            raise _no_space(exc, f"the files of shell {self.session_id}") from None
+            raise
         theirs.shutdown(socket.SHUT_WR)  # the shell's stdin is for reading only
         # Before the spawn: no await may come between the shell's start and its first frame.
         self._stdin, _ = await loop.create_unix_connection(_StdinProtocol, sock=ours)
         try:
             self.pid, self.starttime = spawn_shell(self.argv, theirs.fileno(), out, err, cwd, full_env)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            self._discard_dirs()
+            self._store.discard()
             self._stdin.close()
-            await self._release_keeper()
+            await self._store.release()
             raise SpawnError(f"cannot start the shell {self.argv[0]!r}: {exc}") from None
         finally:
             theirs.close()
@@ -193,42 +177,13 @@ class ShellSession:
         self._save(None)
         self._touch()
 
-    def _make_dir(self) -> Path:
-        assert self._tmpdir is not None
-        if self.home.durable:
-            assert self.home.root is not None
-            return session_dir(self.home.root, self.session_id)
-        return Path(self._tmpdir)  # not durable: the files go with the temporary dir
-
-    async def _hold(self, ours: socket.socket) -> None:
-        """Give the keeper our end of the shell's stdin and the key of the run secrets.
-
-        :raises OSError: no memfd for the key.
-        """
-        keeper = self.home.keeper
-        if not self.home.durable or keeper is None:
-            self._key = os.urandom(32)
-            return
-        fd, self._key = key_memfd()
-        try:
-            await keeper.request({"op": "hold", "key": f"{self.session_id}.key"}, fd)
-        finally:
-            os.close(fd)
-        await keeper.request({"op": "hold", "key": self.session_id}, ours.fileno())
-
-    async def _release_keeper(self) -> None:
-        keeper = self.home.keeper
-        if self.home.durable and keeper is not None:
-            await keeper.request({"op": "drop", "key": self.session_id})
-            await keeper.request({"op": "drop", "key": f"{self.session_id}.key"})
-
     def _follow(self, pos: tuple[int, int]) -> None:
         """Read the output files from ``pos`` on (from the next turn of the loop).
 
         :raises OSError: a file is missing.
         """
-        assert self._dir is not None
-        self._files = ShellFiles(self._dir, pos, self.pid, self._on_data, self.home.inotify)
+        assert self._store.dir is not None
+        self._files = ShellFiles(self._store.dir, pos, self.pid, self._on_data, self.home.inotify)
         self._files.open()
 
     def _watch_exit(self) -> None:
@@ -251,14 +206,9 @@ class ShellSession:
         # this agent signal another process (a reused pid) or delete another directory.
         if self.starttime is None or proc_starttime(self.pid) != self.starttime:
             raise ValueError(f"its shell (pid {self.pid}) is gone")
-        self.mark, self._tmpdir, self._dir, self._key = (
-            record.get("mark"),
-            _own_tmpdir(record, self.session_id),
-            path,
-            key,
-        )
+        self._store.adopt(record, path, key)
+        self.mark = record.get("mark")
         self.created_at = self.last_used_at = float(record["created_at"])
-        self._record = record
         sock = socket.socket(fileno=stdin)
         self._stdin, _ = await asyncio.get_running_loop().create_unix_connection(_StdinProtocol, sock=sock)
         run_rec = record.get("run")
@@ -271,7 +221,7 @@ class ShellSession:
             assert self._files is not None
             run = self.run = make_run(run_rec)
             public = str(run_rec["public"])
-            self._frame = Frame(public, derive_nonce(key, public), self._bash)
+            self._frame = Frame(public, self._store.nonce(public), self._bash)
             self._frame_ended = asyncio.Event()
             for fd in (1, 2):
                 head = self._files.replay(fd, int(stray[fd - 1]), int(start[fd - 1]))
@@ -283,32 +233,27 @@ class ShellSession:
 
     def _new_frame(self) -> Frame:
         public = new_nonce()
-        return Frame(public, derive_nonce(self._key, public), self._bash)
+        return Frame(public, self._store.nonce(public), self._bash)
 
     def _save(self, run: dict[str, Any] | None) -> None:
         """Write the record (durable sessions only): where the next agent picks the session up.
 
         :raises OSError: the disk is full.
         """
-        if not self.home.durable or self._dir is None or self._files is None:
+        if self._files is None:
             return
-        self._record = {
+        record = {
             "session_id": self.session_id,
             "argv": self.argv,
             "pid": self.pid,
             "starttime": self.starttime,
             "mark": self.mark,
-            "tmpdir": self._tmpdir,
+            "tmpdir": self._store.tmpdir,
             "created_at": self.created_at,
             "idle": [self._files.pos[fd] - len(self._stray[fd]) for fd in (1, 2)],
             "run": run,
         }
-        write_record(self._dir, self._record)
-
-    def _discard_dirs(self) -> None:
-        for path in (self._tmpdir, self._dir):
-            if path is not None:
-                shutil.rmtree(path, ignore_errors=True)
+        self._store.save(record)
 
     @property
     def open(self) -> bool:
@@ -419,25 +364,24 @@ class ShellSession:
         self.last_used_at = time.time()
         stdin_path = None
         if stdin_open:
-            assert self._tmpdir is not None
+            assert self._store.tmpdir is not None
             try:
-                stdin_path = await open_run_stdin(run, self._tmpdir, input)
+                stdin_path = await open_run_stdin(run, self._store.tmpdir, input)
             except OSError as exc:
                 self.run = None  # the session stays usable; the run ends without having begun
                 run.finish(None)
                 self._touch()
-                raise _no_space(exc, f"the stdin of run {run.job_id}") from None
+                raise no_space(exc, f"the stdin of run {run.job_id}") from None
         elif input is not None:
-            assert self._tmpdir is not None
-            stdin_path = os.path.join(self._tmpdir, f"{run.job_id}.in")
+            stdin_path = self._store.input_path(run.job_id)
             try:
-                await asyncio.to_thread(_write_private, stdin_path, input)
+                await asyncio.to_thread(write_private, stdin_path, input)
             except OSError as exc:
                 self.run = None  # the session stays usable; the run ends without having begun
                 self._remove_input(run)
                 run.finish(None)
                 self._touch()
-                raise _no_space(exc, f"the input of run {run.job_id}") from None
+                raise no_space(exc, f"the input of run {run.job_id}") from None
         if not self.open:
             run.finish(self.exit_code)  # the shell died while the input was being written
             return
@@ -450,7 +394,7 @@ class ShellSession:
             self._remove_input(run)
             run.finish(None)
             self._touch()
-            raise _no_space(exc, f"the record of run {run.job_id}") from None
+            raise no_space(exc, f"the record of run {run.job_id}") from None
         # Nothing before this run's first stray byte is read again, by this agent or the next.
         files.drop_before((files.pos[1] - len(self._stray[1]), files.pos[2] - len(self._stray[2])))
         for fd, stray in self._stray.items():
@@ -575,58 +519,10 @@ class ShellSession:
         elif self._ready is not None and not self._ready.done():
             noise = self._startup_err.decode(errors="replace").strip()
             self._ready.set_exception(SpawnError(f"the shell exited with code {self.exit_code} at start: {noise}"))
-        self._discard_dirs()
-        self._spawn(self._release_keeper())
+        self._store.discard()
+        self._spawn(self._store.release())
         self._closed.set()
         self._on_closed(self)
 
     def _remove_input(self, run: ShellRun) -> None:
-        if self._tmpdir is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self._tmpdir, f"{run.job_id}.in"))
-
-
-def _no_space(exc: OSError, what: str) -> Exception:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        name = errno.errorcode[exc.errno]
-        return NoSpaceError(f"cannot write {what}: the sandbox's disk is full ({name})", data={"errno": name})
-    return SpawnError(f"cannot write {what}: {exc}")
-
-
-def _private_tmpdir(session_id: str) -> str:
-    try:
-        return tempfile.mkdtemp(prefix=f"rx-{session_id}-")
-    except OSError as exc:
-        raise _no_space(exc, f"the temporary directory of shell {session_id}") from None
-
-
-def _own_tmpdir(record: dict[str, Any], session_id: str) -> str:
-    """The record's temporary dir, if it is one this session made (else :class:`ValueError`)."""
-    path = str(record["tmpdir"])
-    name = os.path.basename(path)
-    if os.path.dirname(path) != tempfile.gettempdir() or not name.startswith(f"rx-{session_id}-"):
-        raise ValueError(f"{path!r} is not the session's temporary dir")
-    st = os.lstat(path)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
-        raise ValueError(f"{path!r} is not the session's temporary dir")
-    return path
-
-
-def _write_private(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-
-
-def run_record(run: ShellRun, public: str, stray: dict[int, bytearray], pos: dict[int, int]) -> dict[str, Any]:
-    """What the next agent needs of a run about to begin: who it is and where its output starts
-    (its stray head at ``stray``, its frame at ``start``); its secret is *not* here."""
-    return {
-        "job_id": run.job_id,
-        "params": run.params.model_dump(mode="json", exclude_none=True),
-        "public": public,
-        "stray": [pos[fd] - len(stray[fd]) for fd in (1, 2)],
-        "start": [pos[1], pos[2]],
-        "started_at": run.started_at,
-        "started_boot": run.started_boot,
-    }
+        self._store.remove_input(run.job_id)
