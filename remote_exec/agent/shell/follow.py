@@ -26,6 +26,7 @@ __all__ = ["ShellFiles"]
 CHUNK = 64 * 1024
 BURST = 16  # chunks per stream per turn of the event loop, so one flood does not starve the rest
 POLL = 0.05  # seconds between looks at the files without inotify
+DROP_STEP = 1 << 20  # bytes no run needs any more before they are punched out of a file
 
 
 class _FilePipe(asyncio.ReadTransport):
@@ -76,6 +77,7 @@ class ShellFiles(asyncio.SubprocessTransport):
         self._wd = -1
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None
+        self._dropped = {1: 0, 2: 0}  # where each file's data begins, as far as we punched
 
     def open(self) -> None:
         """Open the files and start following them.
@@ -141,10 +143,15 @@ class ShellFiles(asyncio.SubprocessTransport):
             return b""
 
     def drop_before(self, offsets: tuple[int, int]) -> None:
-        """Free the disk blocks before ``offsets`` (nothing before them is needed again)."""
-        for name, offset in zip(("out", "err"), offsets, strict=True):
-            log = LogFile(os.fspath(self.path / name), 0)
-            log.drop_head(offset // BLOCK * BLOCK - log.base)
+        """Free the disk blocks before ``offsets`` (nothing before them is needed again).
+
+        Only once a whole :data:`DROP_STEP` is due: a punch costs two opens, and most runs are short.
+        """
+        for fd, name, offset in ((1, "out", offsets[0]), (2, "err", offsets[1])):
+            if offset - self._dropped[fd] >= DROP_STEP:
+                log = LogFile(os.fspath(self.path / name), 0)
+                log.drop_head(offset // BLOCK * BLOCK - log.base)
+                self._dropped[fd] = log.base
 
     # -- asyncio.SubprocessTransport ------------------------------------------------------
 
