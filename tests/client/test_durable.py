@@ -166,7 +166,8 @@ async def test_a_shell_that_cannot_be_readopted_says_so(fresh_agent_dir: Path) -
         proc = sh.start("echo running; sleep 300")
         assert await anext(aiter(proc)) == rx.StdoutChunk("running\n")
         bash = sh.pid
-        (fresh_agent_dir / "shells" / sh.session_id / "session.json").unlink()
+        for slot in ("session.0.json", "session.1.json"):
+            (fresh_agent_dir / "shells" / sh.session_id / slot).unlink()
         os.kill(sb.info.pid, signal.SIGKILL)
         with anyio.fail_after(30):
             with pytest.raises(

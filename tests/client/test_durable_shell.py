@@ -151,7 +151,7 @@ async def test_a_shell_survives_an_agent_upgrade(fresh_agent_dir: Path) -> None:
 
 FORGE = """
 import re, sys
-text = open(sys.argv[1]).read()
+text = "".join(open(path).read() for path in sys.argv[1:])
 found = sorted(set(re.findall("[0-9a-f]{32}", text)))
 for hexes in found:
     print("__RX_DONE_%s__" % hexes, flush=True)
@@ -169,9 +169,10 @@ async def test_the_session_record_holds_no_secret(fresh_agent_dir: Path, tmp_pat
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
         sh = await sb.shell()
         home = fresh_agent_dir / "shells" / sh.session_id
-        assert (home.stat().st_mode & 0o777, (home / "session.json").stat().st_mode & 0o777) == (0o700, 0o600)
-        assert {(home / n).stat().st_mode & 0o777 for n in ("out", "err")} == {0o600}
-        record = home / "session.json"
+        assert home.stat().st_mode & 0o777 == 0o700
+        files = ("out", "err", "session.0.json", "session.1.json")
+        assert {(home / n).stat().st_mode & 0o777 for n in files} == {0o600}
+        record = f"{home}/session.0.json {home}/session.1.json"
         proc = sh.start(
             f"{sys.executable} {forge} {record}; "
             f"while [ ! -s {tmp_path}/go ]; do sleep 0.05; done; echo after; (exit 7)"

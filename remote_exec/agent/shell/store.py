@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import NoSpaceError, SpawnError
 from .process import ShellHome
-from .record import derive_nonce, key_memfd, session_dir, write_record
+from .record import RecordFile, derive_nonce, key_memfd, session_dir
 
 if TYPE_CHECKING:
     from .run import ShellRun
@@ -34,7 +34,7 @@ class SessionStore:
     """One session's dirs and keeper holdings.
 
     :ivar tmpdir: the private temporary dir (run input files and FIFOs).
-    :ivar dir: ``out``, ``err`` and, when durable, ``session.json``.
+    :ivar dir: ``out``, ``err`` and, when durable, the record.
     :ivar key: the key of the run secrets (:func:`.record.derive_nonce`).
     """
 
@@ -44,6 +44,7 @@ class SessionStore:
         self.tmpdir: str | None = None
         self.dir: Path | None = None
         self.key = b""
+        self._records: RecordFile | None = None
 
     async def create(self, ours: socket.socket) -> tuple[int, int]:
         """Make the dirs and the output files and give the keeper ``ours`` (our end of the
@@ -61,6 +62,8 @@ class SessionStore:
             if self.home.durable:
                 assert self.home.root is not None
                 self.dir = session_dir(self.home.root, self.session_id)
+                self._records = RecordFile(self.dir)
+                self._records.open()
             else:
                 self.dir = Path(self.tmpdir)  # not durable: the files go with the temporary dir
             out = os.open(self.dir / "out", OUTPUT_FLAGS, 0o600)
@@ -101,6 +104,8 @@ class SessionStore:
         if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
             raise ValueError(f"{tmpdir!r} is not the session's temporary dir")
         self.tmpdir, self.dir, self.key = tmpdir, path, key
+        self._records = RecordFile(path, int(record["seq"]))
+        self._records.open()
 
     def nonce(self, public: str) -> str:
         """The secret of the frame named ``public``."""
@@ -111,8 +116,8 @@ class SessionStore:
 
         :raises OSError: the disk is full.
         """
-        if self.home.durable and self.dir is not None:
-            write_record(self.dir, record)
+        if self._records is not None:
+            self._records.write(record)
 
     def input_path(self, job_id: str) -> str:
         assert self.tmpdir is not None
@@ -132,6 +137,8 @@ class SessionStore:
 
     def discard(self) -> None:
         """Delete the dirs (the session ended)."""
+        if self._records is not None:
+            self._records.close()
         for path in (self.tmpdir, self.dir):
             if path is not None:
                 shutil.rmtree(path, ignore_errors=True)
