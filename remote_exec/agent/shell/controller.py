@@ -23,6 +23,7 @@ from typing import Any
 from ...errors import (
     AgentLostError,
     JobNotFoundError,
+    RemoteExecError,
     ServerBusyError,
     ShellBusyError,
     ShellClosedError,
@@ -249,13 +250,18 @@ class ShellController:
                 stdin, fds = fds[0], fds[1:]
                 await session.resume(record, Path(entry.path), key, stdin, self._run_maker(session))
                 restored += 1
-            except (OSError, ValueError, KeyError, TypeError) as exc:
+            except (OSError, ValueError, KeyError, TypeError, RemoteExecError) as exc:
                 log.warning("cannot re-adopt shell %s: %s; ending it", sid, exc)
-                self._sessions.pop(sid, None)
-                mark = f"{self.jobs.prefix}-{sid}"
-                await scan(kill_tree, mark)
-                await keeper.request({"op": "drop", "key": sid})
-                await keeper.request({"op": "drop", "key": f"{sid}.key"})
+                half = self._sessions.pop(sid, None)
+                if half is not None:  # stopped part-way: let go of what it opened, end its run
+                    half.detach()
+                    if half.run is not None:
+                        half.run.finish(None)
+                owner, _, seq = sid.rpartition("-sh")
+                if owner == self.jobs.prefix and seq.isdigit():  # a name of ours: its marker is no job's
+                    await scan(kill_tree, f"{self.jobs.prefix}-{sid}")
+                    await keeper.request({"op": "drop", "key": sid})
+                    await keeper.request({"op": "drop", "key": f"{sid}.key"})
                 shutil.rmtree(entry.path, ignore_errors=True)
             finally:
                 for fd in fds:

@@ -23,7 +23,7 @@ from ..jobs.logfile import BLOCK, Inotify, LogFile
 
 __all__ = ["ShellFiles"]
 
-CHUNK = 64 * 1024
+CHUNK = 256 * 1024
 BURST = 16  # chunks per stream per turn of the event loop, so one flood does not starve the rest
 POLL = 0.05  # seconds between looks at the files without inotify
 DROP_STEP = 1 << 20  # bytes no run needs any more before they are punched out of a file
