@@ -26,17 +26,24 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ..jobs.stdin import StdinQueue
 
-if TYPE_CHECKING:
-    from .run import ShellRun
-
-__all__ = ["RunStdin", "open_run_stdin"]
+__all__ = ["RunStdin", "StdinRun", "open_run_stdin"]
 
 
-async def open_run_stdin(run: ShellRun, tmpdir: str, input: bytes | None) -> str:
+class StdinRun(Protocol):
+    """What this module uses of a :class:`~remote_exec.agent.shell.run.ShellRun` (named here, as
+    that module imports this one)."""
+
+    job_id: str
+    pid: int
+    stdin: StdinQueue
+    feed: RunStdin | None
+
+
+async def open_run_stdin(run: StdinRun, tmpdir: str, input: bytes | None) -> str:
     """Give ``run`` an open stdin (``input`` queued first); return the path its frame reads.
 
     :raises ServerBusyError: ``input`` does not fit the memory budget.
