@@ -15,9 +15,11 @@ import anyio
 import pytest
 
 import remote_exec as rx
+from remote_exec.agent.keeperlink import keeper_call
 from remote_exec.sandboxes.jailbox import JailBox, JailConfig, exec_argv
 
-from ..conftest import stop_agent
+from ..agent.rawhttp import rpc
+from ..conftest import stop_agent, wait_exit
 from ..faults.suite import RunIn, Target
 from ..sandboxes.backend_docker import docker_or_skip, image_or_skip
 from ..sandboxes.backend_jail import require_jail
@@ -194,3 +196,28 @@ async def test_the_session_record_holds_no_secret(fresh_agent_dir: Path, tmp_pat
 
 
 _local = Target("local", "", _runner([]), lambda args: True)
+
+
+async def test_a_run_that_ended_while_no_agent_ran(fresh_agent_dir: Path, tmp_path: Path) -> None:
+    """The agent hands over and no agent runs (the keeper waits for the next connect) while the
+    run goes on and ends: the next agent finds its end in the files, and the waiting client
+    gets all of its output once and its exit code; the session goes on."""
+    go, done = tmp_path / "go", tmp_path / "done"
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        sh = await sb.shell()
+        await sh.run("export RX_KEPT=alone")
+        proc = sh.start(f"echo a; while [ ! -e {go} ]; do sleep 0.02; done; echo b; echo c >&2; touch {done}; (exit 4)")
+        assert await anext(aiter(proc)) == rx.StdoutChunk("a\n")
+        agent = sb.info.pid
+        await anyio.to_thread.run_sync(rpc, fresh_agent_dir / "agent.sock", "server_handover")
+        assert await anyio.to_thread.run_sync(wait_exit, agent, 30.0)
+        go.touch()
+        with anyio.fail_after(30):
+            while not done.exists():  # noqa: ASYNC110 (a file in the sandbox: no event reaches us)
+                await anyio.sleep(0.02)
+        hello = await anyio.to_thread.run_sync(keeper_call, fresh_agent_dir, {"op": "hello"}, 10.0)
+        assert hello is not None and hello["agent_pid"] == 0  # it ended while no agent ran
+        result = await proc.wait()  # reconnects: the keeper starts the next agent
+        assert (result.returncode, result.stdout, result.stderr) == (4, "a\nb\n", "c\n")
+        assert (await sb.server_info()).pid != agent
+        assert (await sh.run("echo $RX_KEPT")).stdout == "alone\n"
