@@ -167,8 +167,6 @@ REACH_INS = {
     ("remote_exec.agent.jobs.ptyrelay", "os._exit"),  # the same: a forked child never returns into the agent
     ("remote_exec.sandboxes.base", "proc.stdout._transport"),  # asyncio's, to close a pipe it keeps
     ("remote_exec.jupyter.headless", "widget._model_id"),  # ipywidgets' id of a widget without a comm
-    # The agent's shell drains the run's pipes when its shell exits (a job method, not part of #13's seam).
-    ("remote_exec.agent.shell.session", "self.run._resume_all"),
 }
 
 

@@ -39,6 +39,7 @@ from .procfacts import reset_signals
 from .rpc import Dispatcher, error_answer
 from .shell.controller import ShellController, ShellLimits
 from .shell.methods import shell_methods
+from .shell.process import ShellHome
 from .statedir import secure_dir
 from .stream import STREAM_SOCKET, Peers, serve_frames
 
@@ -121,7 +122,8 @@ def build_app(config: ServerConfig) -> web.Application:
     started_at = time.time()
     dispatcher = Dispatcher()
     dispatcher.register(job_methods(jobs))
-    shells = ShellController(jobs, config.shell_limits)
+    shell_home = ShellHome(config.state_dir / "shells", keeper, home.inotify)
+    shells = ShellController(jobs, config.shell_limits, home=shell_home)
     dispatcher.register(shell_methods(shells))
     ports = PortController(instance_id, config.port_limits)
     dispatcher.register(port_methods(ports))
@@ -199,7 +201,7 @@ def build_app(config: ServerConfig) -> web.Application:
             jobs.detach()
         else:
             await jobs.aclose()
-        await shells.aclose()
+        await shells.aclose(handover=app[HANDOVER])
         await ports.aclose()
         await files.aclose()
 
@@ -268,8 +270,14 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> bool:
     app[FILES].recover()  # temporary files of write sessions a killed agent left behind
     if await app[KEEPER].connect():
         restored = await app[JOBS].restore()
-        await app[JOBS].end_dead_shells()
-        log.info("keeper %s holds this state dir; %d job(s) re-adopted", app[KEEPER].hello.get("pid"), restored)
+        shells = await app[SHELLS].restore()
+        await app[JOBS].end_dead_shells(app[SHELLS].adopted_marks)
+        log.info(
+            "keeper %s holds this state dir; %d job(s), %d shell(s) re-adopted",
+            app[KEEPER].hello.get("pid"),
+            restored,
+            shells,
+        )
     if app[INOTIFY].available:
         asyncio.get_running_loop().add_reader(app[INOTIFY].fd, app[INOTIFY].on_readable)
     app[JOBS].start_sweeper()

@@ -157,22 +157,28 @@ async def test_job_ids_are_never_reused_after_a_restart(fresh_agent_dir: Path) -
     assert second.job_id == f"{prefix}-{int(n) + 1}"
 
 
-async def test_a_shell_whose_agent_died_says_so(fresh_agent_dir: Path) -> None:
-    """Shell sessions do not outlive the agent (jobs do): after a kill -9 the run in progress and
-    the session itself each raise an error naming them and saying why, at once."""
+async def test_a_shell_that_cannot_be_readopted_says_so(fresh_agent_dir: Path) -> None:
+    """Shell sessions outlive the agent (see test_durable_shell.py), but one whose record is gone
+    cannot be re-adopted: the next agent ends it, and the run in progress and the session each
+    raise an error naming them and saying why, at once."""
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
         sh = await sb.shell()
         proc = sh.start("echo running; sleep 300")
         assert await anext(aiter(proc)) == rx.StdoutChunk("running\n")
         bash = sh.pid
+        for slot in ("session.0.json", "session.1.json"):
+            (fresh_agent_dir / "shells" / sh.session_id / slot).unlink()
         os.kill(sb.info.pid, signal.SIGKILL)
         with anyio.fail_after(30):
-            with pytest.raises(rx.AgentLostError, match=f"was a run of shell {sh.session_id}, which died") as lost:
+            with pytest.raises(
+                rx.AgentLostError, match=f"was a run of shell {sh.session_id}, which an earlier"
+            ) as lost:
                 await proc.wait()
             assert lost.value.data["session_id"] == sh.session_id
-            with pytest.raises(rx.AgentLostError, match=f"shell {sh.session_id} belonged to .* die with their agent"):
+            with pytest.raises(rx.AgentLostError, match=f"shell {sh.session_id} was not re-adopted"):
                 await sh.run("pwd")
         await wait_until("the shell and its run are gone", lambda: not alive(bash) and procs_with("sleep 300") == [])
+        assert not (fresh_agent_dir / "shells" / sh.session_id).exists()
 
 
 async def test_stdin_survives_the_agent(fresh_agent_dir: Path) -> None:

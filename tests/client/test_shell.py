@@ -73,7 +73,7 @@ async def test_busy_then_closed(url: str) -> None:
             await sh.run("true")
         await sh.close()  # idempotent
         with pytest.raises(rx.ShellNotFoundError):
-            await sb.reattach_shell(f"{sb.info.instance_id}-sh999999")
+            await sb.reattach_shell(sh.session_id.rpartition("-sh")[0] + "-sh999999")  # never opened
         with pytest.raises(rx.AgentLostError):
             await sb.reattach_shell("deadbeef-sh1")
 

@@ -121,6 +121,7 @@ class JobController:
         if home is not None:  # carry on from the previous agents' counter
             with contextlib.suppress(OSError, ValueError):
                 self._counter = int((home.root / COUNTER).read_bytes())
+        self._first_seq = self._counter + 1  # smaller numbers are earlier agents'
         self._spawning = 0  # starts between the limit check and registering (their spawn awaited)
         self.watcher: Watcher | None = None  # the policy enforcer (the server sets it)
         # The next job's dir, made ahead (see .spare): off the start's path.
@@ -173,11 +174,18 @@ class JobController:
                 self.watcher.touched(job)
             return job
         instance, sep, _ = job_id.rpartition("-")
-        agent, shell, _ = instance.rpartition("-sh")
-        if sep and shell and agent != self.instance_id:
+        agent, shell, number = instance.rpartition("-sh")
+        if sep and shell and agent == self.prefix and number.isdigit() and int(number) < self._first_seq:
+            raise AgentLostError(
+                f"job {job_id} was a run of shell {instance}, which an earlier agent of this state dir "
+                "started and this one holds no record of: the shell was not re-adopted (it ended, or "
+                "its agent shut down), or the run was released",
+                data={"job_id": job_id, "session_id": instance},
+            )
+        if sep and shell and agent != self.prefix:
             raise AgentLostError(
                 f"job {job_id} was a run of shell {instance}, which died with its agent instance {agent}: "
-                "shell sessions and their runs do not outlive the agent (jobs do)",
+                "this agent is another one's",
                 data={"job_id": job_id, "session_id": instance},
             )
         if sep and instance != self.prefix and not shell:
@@ -293,20 +301,31 @@ class JobController:
         pending.set_result(result)
         return result
 
-    def adopt(self, make: Callable[[str, int, Callable[[Job], None]], J], owner: str | None = None) -> J:
+    def next_seq(self) -> int:
+        """A number from the job counter (kept on disk): a shell session's, never handed out again."""
+        return _seq(self._next_id())
+
+    def peek_seq(self) -> int:
+        """The last number the counter handed out (to any agent of this state dir)."""
+        return self._counter
+
+    def adopt(
+        self, make: Callable[[str, int, Callable[[Job], None]], J], owner: str | None = None, job_id: str | None = None
+    ) -> J:
         """Register a job made elsewhere (a shell run) so the job methods serve it too.
 
         ``make(job_id, buffer_limit, on_done)`` builds it; it counts against ``max_running``.
-        Its id starts with ``owner`` (a shell session's id) instead of the state dir's: such a
-        job dies with this agent, and a later agent can say so by its id.
+        Its id starts with ``owner`` (a shell session's id) instead of the state dir's. ``job_id``:
+        the id it had under an earlier agent (a re-adopted run).
 
         :raises ServerBusyError: the agent is at its limit of running jobs.
         """
         self._expire()
         self._check_room()
-        job_id = self._next_id()
-        if owner is not None:
-            job_id = f"{owner}-{_seq(job_id)}"
+        if job_id is None:
+            job_id = self._next_id()
+            if owner is not None:
+                job_id = f"{owner}-{_seq(job_id)}"
         job = make(job_id, self.limits.buffer_limit, self._job_done)
         if self.budget is not None:
             job.charge_to(self.budget)
@@ -469,18 +488,17 @@ class JobController:
         self._expire()
         return len(restored)
 
-    async def end_dead_shells(self) -> int:
-        """End the shells (and their runs) an earlier agent of this state dir left behind.
+    async def end_dead_shells(self, adopted: set[str] | frozenset[str] = frozenset()) -> int:
+        """End the shells (and their runs) an earlier agent of this state dir left behind and
+        this one did not re-adopt (their markers are not in ``adopted``).
 
-        A shell dies with its agent by design (its state is in the agent), but one busy with a
-        command only notices once that command ends: until then it would run on, unlisted.
-        They carry the marker ``<state dir id>-<agent instance>-sh<n>``; this agent's own
-        shells start after this runs. Returns how many processes were killed.
+        They carry the marker ``<state dir id>-<state dir id>-sh<n>``; this agent's own shells
+        start after this runs. Returns how many processes were killed.
         """
         total = 0
         for _ in range(50):  # a process may fork while we kill
             found = await scan(marked_processes, self.prefix + "-")
-            pids = set().union(*(p for mark, p in found.items() if "-sh" in mark and self.instance_id not in mark))
+            pids = set().union(*(p for mark, p in found.items() if "-sh" in mark and mark not in adopted))
             if not pids:
                 break
             signal_all(pids, signal.SIGKILL)

@@ -2,20 +2,28 @@
 
 Runs are registered with the :class:`~remote_exec.agent.jobs.controller.JobController` as
 job-like entries, so they are polled, listed, attached to and killed through the job methods.
-Sessions die with the agent.
+Sessions outlive a killed or upgraded agent where a keeper holds their stdin and key: the next
+agent re-adopts them (:meth:`ShellController.restore`); an agent's shutdown ends them.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
+import logging
+import os
+import shutil
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from ...errors import (
     AgentLostError,
     JobNotFoundError,
+    RemoteExecError,
     ServerBusyError,
     ShellBusyError,
     ShellClosedError,
@@ -35,10 +43,16 @@ from ...protocol import (
 )
 from ..jobs.controller import JobController
 from ..jobs.job import Job
+from ..jobs.proctable import scan
+from ..jobs.proctree import kill_tree
+from .process import ShellHome
+from .record import read_key, read_record
 from .run import ShellRun
 from .session import MAX_KEYS, ShellSession, default_shell
 
 __all__ = ["ShellController", "ShellLimits"]
+
+log = logging.getLogger("remote_exec.agent")
 
 
 @dataclass(frozen=True)
@@ -63,16 +77,23 @@ class ShellLimits:
 
 
 class ShellController:
-    """Owns every shell session of one agent; ids are ``<instance>-sh<n>``, never reused."""
+    """Owns every shell session of one agent; ids are ``<state dir id>-sh<n>`` (``n`` from the
+    job counter, kept on disk), never reused by a later agent either."""
 
     def __init__(
-        self, jobs: JobController, limits: ShellLimits | None = None, *, clock: Callable[[], float] = time.monotonic
+        self,
+        jobs: JobController,
+        limits: ShellLimits | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        home: ShellHome | None = None,
     ) -> None:
         self.jobs = jobs
+        self.home = home or ShellHome()
+        self._first_seq = jobs.peek_seq() + 1  # ids below it are earlier agents' sessions
         self._clock = clock  # monotonic seconds that ``ttl`` is counted in (tests pass a fake one)
         self.limits = limits or ShellLimits()
         self._sessions: OrderedDict[str, ShellSession] = OrderedDict()
-        self._counter = 0
         self._opening = 0  # opens between the limit check and registering (their shell starting)
 
     @property
@@ -83,11 +104,18 @@ class ShellController:
         session = self._sessions.get(session_id)
         if session is not None:
             return session
-        instance, sep, _ = session_id.rpartition("-sh")
-        if sep and instance != self.jobs.instance_id:
+        owner, sep, seq = session_id.rpartition("-sh")
+        if sep and owner != self.jobs.prefix:
             raise AgentLostError(
-                f"shell {session_id} belonged to agent instance {instance}, which is gone; shell sessions "
-                f"die with their agent, and this one ({self.jobs.instance_id}) started after it",
+                f"shell {session_id} belonged to agent instance {owner}, which is gone; shell sessions "
+                f"die with their agent, and this one ({self.jobs.prefix}) is another",
+                data={"session_id": session_id},
+            )
+        if sep and seq.isdigit() and int(seq) < self._first_seq:
+            raise AgentLostError(
+                f"shell {session_id} was not re-adopted from an earlier agent of this state dir: shell "
+                "sessions die with their agent when it shuts down (they outlive it being killed or "
+                "upgraded while its keeper holds them)",
                 data={"session_id": session_id},
             )
         raise ShellNotFoundError(f"no shell session {session_id}", session_id=session_id)
@@ -113,14 +141,11 @@ class ShellController:
                 f"{self.open_count + self._opening} shell sessions are open, the limit of this agent",
                 data={"limit": self.limits.max_open},
             )
-        self._counter += 1
         argv = list(self.limits.argv) if self.limits.argv else default_shell()
-        session = ShellSession(
-            f"{self.jobs.instance_id}-sh{self._counter}", argv, self.limits.ttl, self._closed, clock=self._clock
-        )
+        session = self._session(f"{self.jobs.prefix}-sh{self.jobs.next_seq()}", argv)
         self._opening += 1  # the slot is taken before the await: concurrent opens cannot overshoot
         try:
-            mark = f"{self.jobs.prefix}-{session.session_id}"  # the next agent ends it if it outlives us
+            mark = f"{self.jobs.prefix}-{session.session_id}"  # the next agent ends it if it cannot adopt it
             await session.start(p.cwd, p.env, mark)  # SpawnError propagates; the session was never registered
         finally:
             self._opening -= 1
@@ -179,7 +204,82 @@ class ShellController:
         """
         return sum(session.expire_idle() for session in list(self._sessions.values()))
 
-    async def aclose(self) -> None:
-        """Kill every shell (the agent is shutting down; sessions die with it)."""
+    async def aclose(self, handover: bool = False) -> None:
+        """Kill every shell (the agent is shutting down; sessions die with it), or with
+        ``handover`` leave them all running for the next agent."""
         for session in list(self._sessions.values()):
-            await session.aclose()
+            if handover and session.open and self.home.durable:
+                session.detach()
+            else:
+                await session.aclose()
+
+    def _session(self, session_id: str, argv: builtins.list[str]) -> ShellSession:
+        return ShellSession(session_id, argv, self.limits.ttl, self._closed, clock=self._clock, home=self.home)
+
+    @property
+    def adopted_marks(self) -> set[str]:
+        """The process markers of the sessions this agent serves (not to be ended as dead)."""
+        return {s.mark for s in self._sessions.values() if s.open and s.mark is not None}
+
+    async def restore(self) -> int:
+        """Re-adopt the shells an earlier agent of this state dir left; return how many.
+
+        A session dir the keeper holds no stdin or key for, whose record cannot be read, or
+        whose shell is not the recorded process (pid reused) is removed, and its processes are
+        ended (``JobController.end_dead_shells`` finds them by their marker).
+        """
+        root, keeper = self.home.root, self.home.keeper
+        if root is None or keeper is None or not keeper.present or not root.is_dir():
+            return 0
+        restored = 0
+        for entry in os.scandir(root):
+            sid = entry.name
+            fds: builtins.list[int] = []  # (`list` is a method here)
+            try:
+                record = read_record(Path(entry.path))
+                if record.get("session_id") != sid or not sid.startswith(self.jobs.prefix + "-sh"):
+                    raise ValueError("not a session of this state dir")
+                _, fds = await keeper.request({"op": "fd", "key": sid})
+                _, key_fds = await keeper.request({"op": "fd", "key": f"{sid}.key"})
+                fds += key_fds
+                if len(fds) != 2:
+                    raise ValueError("the keeper holds no stdin or key for it")
+                key = read_key(fds[1])
+                session = self._session(sid, [str(a) for a in record["argv"]])
+                self._sessions[sid] = session
+                stdin, fds = fds[0], fds[1:]
+                await session.resume(record, Path(entry.path), key, stdin, self._run_maker(session))
+                restored += 1
+            except (OSError, ValueError, KeyError, TypeError, RemoteExecError) as exc:
+                log.warning("cannot re-adopt shell %s: %s; ending it", sid, exc)
+                half = self._sessions.pop(sid, None)
+                if half is not None:  # stopped part-way: let go of what it opened, end its run
+                    half.detach()
+                    if half.run is not None:
+                        half.run.finish(None)
+                owner, _, seq = sid.rpartition("-sh")
+                if owner == self.jobs.prefix and seq.isdigit():  # a name of ours: its marker is no job's
+                    await scan(kill_tree, f"{self.jobs.prefix}-{sid}")
+                    await keeper.request({"op": "drop", "key": sid})
+                    await keeper.request({"op": "drop", "key": f"{sid}.key"})
+                shutil.rmtree(entry.path, ignore_errors=True)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+        return restored
+
+    def _run_maker(self, session: ShellSession) -> Callable[[dict[str, Any]], ShellRun]:
+        def make_run(rec: dict[str, Any]) -> ShellRun:
+            params = StartParams.model_validate(rec["params"])
+            started_at, started_boot = float(rec["started_at"]), float(rec["started_boot"])
+
+            def make(job_id: str, buffer_limit: int, on_done: Callable[[Job], None]) -> ShellRun:
+                run = ShellRun(job_id, params, buffer_limit, on_done, session)
+                run.started_at, run.started_boot = started_at, started_boot
+                return run
+
+            run = self.jobs.adopt(make, owner=session.session_id, job_id=str(rec["job_id"]))
+            session.runs.append(run.job_id)
+            return run
+
+        return make_run

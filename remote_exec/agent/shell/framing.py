@@ -9,7 +9,9 @@ stdin (bash shown; sh is the same without the bash-only parts)::
     TAIL = case ${__rx_g-} in PUBLIC) ;; *) __rx_s=$? ...reset the shell...;
            __rx_g=PUBLIC && \printf DONE SECRET && \printf EXIT SECRET $__rx_s >&2;; esac
 
-**Where the secret lives.** Only in the text of the run's line, which the shell reads and parses
+**Where the secret lives.** In the agent's memory (derived from the session's key and the
+run's public id: see :mod:`.record`, which is how the next agent finds it again), and in the
+shell only in the text of the run's line, which the shell reads and parses
 whole before it runs any of it: while the command runs, the secret is in no variable, no
 environment, no argument list, no file, and not in the shell's input (nothing else is written
 there until the run ends). The shell's stdin is one end of a socketpair, not a pipe: a

@@ -69,12 +69,23 @@ class ShellRun(Job):
         self.started_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
         self.feed: RunStdin | None = None  # its open stdin (``stdin_open``), closed when it ends
 
-    def begin(self, transport: asyncio.SubprocessTransport) -> None:
-        """The session wrote this run's frame: pause that shell's pipes when output piles up."""
+    def begin(self, transport: asyncio.SubprocessTransport, elapsed: float = 0.0) -> None:
+        """The session wrote this run's frame: pause reading its shell's output when it piles up.
+
+        ``elapsed``: seconds it ran already (under an earlier agent), taken off its timeout.
+        """
         self._transport = transport
         timeout, grace = self.params.timeout, self.params.kill_grace
         if timeout is not None:
-            self._timers.append(asyncio.get_running_loop().call_later(timeout, self._begin_end, "timed_out", grace))
+            loop = asyncio.get_running_loop()
+            self._timers.append(loop.call_later(max(0.0, timeout - elapsed), self._begin_end, "timed_out", grace))
+
+    def leave(self) -> None:
+        """This agent hands the run over to the next one: stop its timers, end nothing."""
+        for t in self._timers:
+            t.cancel()
+        self._timers.clear()
+        self._transport = None
 
     def finish(self, exit_code: int | None) -> None:
         """Both sentinels arrived (or the shell ended): the run is over with ``exit_code``."""

@@ -30,12 +30,12 @@ from typing import Protocol
 
 from ..jobs.stdin import StdinQueue
 
-__all__ = ["RunStdin", "open_run_stdin"]
+__all__ = ["RunStdin", "StdinRun", "open_run_stdin"]
 
 
-class FedRun(Protocol):
-    """What :func:`open_run_stdin` needs of a run (a :class:`~.run.ShellRun`; named by its shape,
-    not imported: ``run`` imports this module)."""
+class StdinRun(Protocol):
+    """What this module uses of a :class:`~remote_exec.agent.shell.run.ShellRun` (named here, as
+    that module imports this one)."""
 
     job_id: str
     pid: int
@@ -43,7 +43,7 @@ class FedRun(Protocol):
     feed: RunStdin | None
 
 
-async def open_run_stdin(run: FedRun, tmpdir: str, input: bytes | None) -> str:
+async def open_run_stdin(run: StdinRun, tmpdir: str, input: bytes | None) -> str:
     """Give ``run`` an open stdin (``input`` queued first); return the path its frame reads.
 
     :raises ServerBusyError: ``input`` does not fit the memory budget.

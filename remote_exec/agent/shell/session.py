@@ -1,23 +1,30 @@
 """One shell session: a long-lived interactive shell that runs framed commands one at a time.
 
 The shell is ``bash -i`` (``sh -i`` where bash is missing) without a terminal, in its own
-session and process group, with stdout and stderr on pipes to the agent and stdin on a
-socketpair: unlike a pipe, a socket cannot be opened again through ``/proc/PID/fd/0``, so no
-other process can read the lines meant for the shell (see :mod:`.framing`). It is
-interactive because only an interactive shell treats SIGINT as Ctrl-C: abort the command line,
-keep the shell. With no terminal there is no job control, so commands share the shell's process
-group, SIGINT to that group reaches the foreground command, and background jobs ignore it.
+session and process group, with stdin on a socketpair: unlike a pipe, a socket cannot be opened
+again through ``/proc/PID/fd/0``, so no other process can read the lines meant for the shell
+(see :mod:`.framing`). It is interactive because only an interactive shell treats SIGINT as
+Ctrl-C: abort the command line, keep the shell. With no terminal there is no job control, so
+commands share the shell's process group, SIGINT to that group reaches the foreground command,
+and background jobs ignore it.
+
+**Outliving the agent.** The shell's stdout and stderr are files in its session dir
+(:mod:`.follow`), the keeper holds a dup of our end of its stdin and the key of its run secrets
+(:mod:`.record`), and the record names the run in progress and the offsets its output starts
+at, written before its line is sent. So an agent killed or upgraded leaves the shell running,
+idle or busy, with its cwd, variables and functions; the next agent re-adopts it
+(:meth:`ShellSession.restore`), re-reads the current run's output from its start offsets
+through the same framing (so its bytes and cursors are what they were), and serves runs again.
 
 Output between runs (a background job writing late) is kept and handed to the next run, as a
-terminal would show it at the next prompt. A session dies with its agent: closing, idle expiry
-and agent shutdown kill the shell and everything left in its process group.
+terminal would show it at the next prompt. Closing, idle expiry and agent *shutdown* kill the
+shell and everything left in its process group.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import logging
 import os
@@ -25,27 +32,30 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
-from ...errors import NoSpaceError, SpawnError
+from ...errors import SpawnError
 from ...protocol import ShellInfo
 from ..jobs.environment import job_environment
 from ..jobs.proctree import MARKER
+from ..procfacts import proc_starttime
 from . import signals
+from .follow import ShellFiles
 from .framing import Frame, frame_script, init_script, new_nonce, recovery_lines
+from .process import ExitWatch, ShellHome, spawn_shell
 from .run import ShellRun
 from .runstdin import open_run_stdin
+from .store import SessionStore, no_space, run_record, write_private
 
 __all__ = ["ShellSession", "default_shell"]
 
 log = logging.getLogger("remote_exec.agent")
 
 START_TIMEOUT = 10.0  # seconds for a new shell to answer its first frame
-LINGER = 0.5  # after the shell exits, seconds of quiet before pipes held by strays are closed
 STRAY_LIMIT = 1 << 20  # bytes of between-runs output kept for the next run, per stream
 MAX_KEYS = 64  # idempotency keys remembered per session
 
@@ -65,23 +75,6 @@ class _StdinProtocol(asyncio.Protocol):
         return True  # the shell's end shut its writing half: keep ours open for writing
 
 
-class _ShellProtocol(asyncio.SubprocessProtocol):
-    def __init__(self, session: ShellSession) -> None:
-        self._session = session
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._session._transport = transport  # type: ignore[assignment]
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        self._session._on_data(fd, data)
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        self._session._on_pipe_closed(fd)
-
-    def process_exited(self) -> None:
-        self._session._on_exit()
-
-
 class ShellSession:
     """A shell and its current run; ``pid`` is the shell's (also its process group and session).
 
@@ -98,6 +91,7 @@ class ShellSession:
         on_closed: Callable[[ShellSession], None],
         *,
         clock: Callable[[], float] = time.monotonic,
+        home: ShellHome | None = None,
     ) -> None:
         self.session_id = session_id
         self.argv = argv
@@ -114,22 +108,23 @@ class ShellSession:
         self.runs: deque[str] = deque()  # ids of the runs still in the job registry, oldest first
         self._bash = os.path.basename(argv[0]) == "bash"
         self._on_closed = on_closed
-        self._transport: asyncio.SubprocessTransport | None = None
+        self.home = home or ShellHome()
+        self.starttime: int | None = None
+        self.mark: str | None = None
+        self._files: ShellFiles | None = None
+        self._exit_watch: ExitWatch | None = None
+        self._store = SessionStore(self.home, session_id)
         self._stdin: asyncio.WriteTransport | None = None
         self._frame: Frame | None = None
         self._ready: asyncio.Future[None] | None = None
         self._startup_err = bytearray()
         self._stray = {1: bytearray(), 2: bytearray()}
-        self._eof = {1: False, 2: False}
         self._exited = False
-        self._quiet = True
         self._closed = asyncio.Event()
         self._interrupt_pending = False
         self._frame_ended = asyncio.Event()
         self._ttl_timer: asyncio.TimerHandle | None = None
-        self._linger: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._tmpdir: str | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -137,41 +132,40 @@ class ShellSession:
         """Start the shell and wait until it ran a first frame; :class:`SpawnError` if it cannot.
 
         ``mark``: the job marker its processes carry, so that the next agent finds and ends a
-        shell (and its run) that outlived this one (see ``JobController.end_dead_shells``).
+        shell it cannot re-adopt (see ``JobController.end_dead_shells``).
         """
         full_env = job_environment(env)
         if mark is not None:
             full_env[MARKER] = mark
+        self.mark = mark
         loop = asyncio.get_running_loop()
         # Made before the shell: a full disk then refuses the open with nothing to kill.
-        self._tmpdir = _private_tmpdir(self.session_id)
         ours, theirs = socket.socketpair()
+        try:
+            out, err = await self._store.create(ours)
+        except BaseException:
+            ours.close()
+            theirs.close()
+            raise
         theirs.shutdown(socket.SHUT_WR)  # the shell's stdin is for reading only
         # Before the spawn: no await may come between the shell's start and its first frame.
         self._stdin, _ = await loop.create_unix_connection(_StdinProtocol, sock=ours)
         try:
-            await loop.subprocess_exec(
-                lambda: _ShellProtocol(self),
-                *self.argv,
-                stdin=theirs.fileno(),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=cwd,
-                env=full_env,
-                start_new_session=True,  # its own group: SIGINT and kills reach its commands only
-                close_fds=True,
-            )
+            self.pid, self.starttime = spawn_shell(self.argv, theirs.fileno(), out, err, cwd, full_env)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._store.discard()
             self._stdin.close()
+            await self._store.release()
             raise SpawnError(f"cannot start the shell {self.argv[0]!r}: {exc}") from None
         finally:
             theirs.close()
-        assert self._transport is not None
-        self.pid = self._transport.get_pid()
+            os.close(out)
+            os.close(err)
+        self._follow((0, 0))
         self._ready = loop.create_future()
-        self._frame = Frame(new_nonce(), new_nonce(), self._bash)
+        self._frame = self._new_frame()
         self._frame_ended = asyncio.Event()
+        self._watch_exit()  # (after the frame: a shell that dies at once fails ``_ready``)
         self._write(
             init_script(self._bash) + frame_script(self._frame.public, self._frame.nonce, ":", None, self._bash)
         )
@@ -180,7 +174,86 @@ class ShellSession:
         except TimeoutError:
             await self.close("it did not start")
             raise SpawnError(f"the shell {self.argv[0]!r} did not answer within {START_TIMEOUT:.0f} s") from None
+        self._save(None)
         self._touch()
+
+    def _follow(self, pos: tuple[int, int]) -> None:
+        """Read the output files from ``pos`` on (from the next turn of the loop).
+
+        :raises OSError: a file is missing.
+        """
+        assert self._store.dir is not None
+        self._files = ShellFiles(self._store.dir, pos, self.pid, self._on_data, self.home.inotify)
+        self._files.open()
+
+    def _watch_exit(self) -> None:
+        self._exit_watch = ExitWatch(self.pid, self.starttime, self.home.keeper, self._on_exit)
+        self._exit_watch.start()
+
+    async def resume(
+        self, record: dict[str, Any], path: Path, key: bytes, stdin: int, make_run: Callable[[dict[str, Any]], ShellRun]
+    ) -> None:
+        """Take over the shell an earlier agent left (its ``record``, dir ``path``, ``key`` and our
+        end of its ``stdin``, both back from the keeper): the run in progress (or last ended)
+        is rebuilt by ``make_run`` and its output re-read from its start offsets, so a poller's
+        cursors go on where they were; a shell that ended meanwhile closes with its exit.
+
+        :raises OSError: its files are missing.
+        :raises KeyError, ValueError, TypeError: the record is not one (the caller ends the shell).
+        """
+        self.pid, self.starttime = int(record["pid"]), record["starttime"]
+        # The record is a file the shell's user may be able to write: nothing in it may make
+        # this agent signal another process (a reused pid) or delete another directory.
+        if self.starttime is None or proc_starttime(self.pid) != self.starttime:
+            raise ValueError(f"its shell (pid {self.pid}) is gone")
+        self._store.adopt(record, path, key)
+        self.mark = record.get("mark")
+        self.created_at = self.last_used_at = float(record["created_at"])
+        sock = socket.socket(fileno=stdin)
+        self._stdin, _ = await asyncio.get_running_loop().create_unix_connection(_StdinProtocol, sock=sock)
+        run_rec = record.get("run")
+        if run_rec is None:
+            idle = record["idle"]
+            self._follow((int(idle[0]), int(idle[1])))
+        else:
+            start, stray = run_rec["start"], run_rec["stray"]
+            self._follow((int(start[0]), int(start[1])))
+            assert self._files is not None
+            run = self.run = make_run(run_rec)
+            public = str(run_rec["public"])
+            self._frame = Frame(public, self._store.nonce(public), self._bash)
+            self._frame_ended = asyncio.Event()
+            for fd in (1, 2):
+                head = self._files.replay(fd, int(stray[fd - 1]), int(start[fd - 1]))
+                if head:
+                    run._on_data(fd, head)
+            run.begin(self._files, elapsed=max(0.0, time.time() - run.started_at))
+        self._watch_exit()
+        self._touch()
+
+    def _new_frame(self) -> Frame:
+        public = new_nonce()
+        return Frame(public, self._store.nonce(public), self._bash)
+
+    def _save(self, run: dict[str, Any] | None) -> None:
+        """Write the record (durable sessions only): where the next agent picks the session up.
+
+        :raises OSError: the disk is full.
+        """
+        if self._files is None:
+            return
+        record = {
+            "session_id": self.session_id,
+            "argv": self.argv,
+            "pid": self.pid,
+            "starttime": self.starttime,
+            "mark": self.mark,
+            "tmpdir": self._store.tmpdir,
+            "created_at": self.created_at,
+            "idle": [self._files.pos[fd] - len(self._stray[fd]) for fd in (1, 2)],
+            "run": run,
+        }
+        self._store.save(record)
 
     @property
     def open(self) -> bool:
@@ -243,6 +316,22 @@ class ShellSession:
         if not task.cancelled() and task.exception() is not None:
             log.error("shell %s: %s failed", self.session_id, task.get_coro(), exc_info=task.exception())
 
+    def detach(self) -> None:
+        """Leave the shell to the next agent (a handover): stop reading, kill nothing.
+
+        The keeper holds its stdin and key, the record says where its output is read from.
+        """
+        for watcher in (self._files, self._exit_watch):
+            if watcher is not None:
+                watcher.close()
+        for timer in (self._ttl_timer,):
+            if timer is not None:
+                timer.cancel()
+        if self._stdin is not None:
+            self._stdin.close()  # (the keeper's dup keeps the socket open)
+        if self.run is not None:
+            self.run.leave()
+
     async def close(self, reason: str) -> None:
         """Kill the shell and everything in its process group; return once it is gone."""
         if self.closed_reason is None:
@@ -267,7 +356,7 @@ class ShellSession:
 
         ``stdin_open``: the run's stdin is a FIFO fed by ``write_stdin`` (:mod:`.runstdin`).
         """
-        assert self._transport is not None and self.run is None
+        assert self._files is not None and self.run is None
         self.run = run  # before any await: a concurrent shell_run now finds the session busy
         if self._ttl_timer is not None:
             self._ttl_timer.cancel()
@@ -275,35 +364,46 @@ class ShellSession:
         self.last_used_at = time.time()
         stdin_path = None
         if stdin_open:
-            assert self._tmpdir is not None
+            assert self._store.tmpdir is not None
             try:
-                stdin_path = await open_run_stdin(run, self._tmpdir, input)
+                stdin_path = await open_run_stdin(run, self._store.tmpdir, input)
             except OSError as exc:
                 self.run = None  # the session stays usable; the run ends without having begun
                 run.finish(None)
                 self._touch()
-                raise _no_space(exc, f"the stdin of run {run.job_id}") from None
+                raise no_space(exc, f"the stdin of run {run.job_id}") from None
         elif input is not None:
-            assert self._tmpdir is not None
-            stdin_path = os.path.join(self._tmpdir, f"{run.job_id}.in")
+            stdin_path = self._store.input_path(run.job_id)
             try:
-                await asyncio.to_thread(_write_private, stdin_path, input)
+                await asyncio.to_thread(write_private, stdin_path, input)
             except OSError as exc:
                 self.run = None  # the session stays usable; the run ends without having begun
                 self._remove_input(run)
                 run.finish(None)
                 self._touch()
-                raise _no_space(exc, f"the input of run {run.job_id}") from None
+                raise no_space(exc, f"the input of run {run.job_id}") from None
         if not self.open:
             run.finish(self.exit_code)  # the shell died while the input was being written
             return
+        frame = self._new_frame()
+        files = self._files
+        try:  # before the line is sent: an agent killed after that finds the run on disk
+            self._save(run_record(run, frame.public, self._stray, files.pos))
+        except OSError as exc:
+            self.run = None  # the session stays usable; the run ends without having begun
+            self._remove_input(run)
+            run.finish(None)
+            self._touch()
+            raise no_space(exc, f"the record of run {run.job_id}") from None
+        # Nothing before this run's first stray byte is read again, by this agent or the next.
+        files.drop_before((files.pos[1] - len(self._stray[1]), files.pos[2] - len(self._stray[2])))
         for fd, stray in self._stray.items():
             if stray:
                 run._on_data(fd, bytes(stray))
                 stray.clear()
-        frame = self._frame = Frame(new_nonce(), new_nonce(), self._bash)
+        self._frame = frame
         self._frame_ended = asyncio.Event()
-        run.begin(self._transport)
+        run.begin(files)
         self._write(frame_script(frame.public, frame.nonce, run.command, stdin_path, self._bash))
 
     def interrupt(self) -> None:
@@ -345,7 +445,6 @@ class ShellSession:
     # -- pipe callbacks (event loop) --------------------------------------------------------------
 
     def _on_data(self, fd: int, data: bytes) -> None:
-        self._quiet = False
         frame = self._frame
         if frame is None:
             self._keep_stray(fd, data)
@@ -386,51 +485,29 @@ class ShellSession:
         self._remove_input(run)
         run.finish(exit_code)
 
-    def _on_pipe_closed(self, fd: int) -> None:
-        if fd not in self._eof:
-            return
-        self._eof[fd] = True
-        if self._frame is not None:
-            held = self._frame.flush(fd)
-            if held:
-                self._deliver(fd, held)
-        self._maybe_finalize()
-
-    def _on_exit(self) -> None:
+    def _on_exit(self, code: int | None) -> None:
         self._exited = True
-        if self._transport is not None:
-            self.exit_code = self._transport.get_returncode()
+        self.exit_code = code
         signals.killpg(self.pid, signal.SIGKILL)  # the tab closed: what it left running in its group goes too
-        if self.run is not None:
-            self.run._resume_all()  # the writer is gone; drain what is left in the pipes
-        self._maybe_finalize()
-        if not self._closed.is_set():
-            self._quiet = True
-            self._linger = asyncio.get_running_loop().call_later(LINGER, self._linger_check)
+        if self._files is not None:
+            self._files.drain()  # the files hold all the shell wrote: read it to the end
+        if self._frame is not None:
+            for fd in (1, 2):
+                held = self._frame.flush(fd)
+                if held:
+                    self._deliver(fd, held)
+        self._finalize()
 
-    def _linger_check(self) -> None:
-        # Something that left the process group holds our pipes: stop waiting once they go quiet.
-        if self._closed.is_set() or self._transport is None:
-            return
-        if not self._quiet:
-            self._quiet = True
-            self._linger = asyncio.get_running_loop().call_later(LINGER, self._linger_check)
-            return
-        for fd in (1, 2):
-            pipe = self._transport.get_pipe_transport(fd)
-            if pipe is not None and not self._eof[fd]:
-                pipe.close()  # calls pipe_connection_lost -> _on_pipe_closed
-
-    def _maybe_finalize(self) -> None:
-        if self._closed.is_set() or not self._exited or not (self._eof[1] and self._eof[2]):
+    def _finalize(self) -> None:
+        if self._closed.is_set():
             return
         if self.closed_reason is None:
             self.closed_reason = f"the shell exited with code {self.exit_code}"
-        for timer in (self._ttl_timer, self._linger):
-            if timer is not None:
-                timer.cancel()
-        if self._transport is not None:
-            self._transport.close()
+        if self._ttl_timer is not None:
+            self._ttl_timer.cancel()
+        for watcher in (self._files, self._exit_watch):
+            if watcher is not None:
+                watcher.close()
         if self._stdin is not None:
             self._stdin.close()
         self._frame = None
@@ -442,32 +519,10 @@ class ShellSession:
         elif self._ready is not None and not self._ready.done():
             noise = self._startup_err.decode(errors="replace").strip()
             self._ready.set_exception(SpawnError(f"the shell exited with code {self.exit_code} at start: {noise}"))
-        if self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
+        self._store.discard()
+        self._spawn(self._store.release())
         self._closed.set()
         self._on_closed(self)
 
     def _remove_input(self, run: ShellRun) -> None:
-        if self._tmpdir is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self._tmpdir, f"{run.job_id}.in"))
-
-
-def _no_space(exc: OSError, what: str) -> Exception:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        name = errno.errorcode[exc.errno]
-        return NoSpaceError(f"cannot write {what}: the sandbox's disk is full ({name})", data={"errno": name})
-    return SpawnError(f"cannot write {what}: {exc}")
-
-
-def _private_tmpdir(session_id: str) -> str:
-    try:
-        return tempfile.mkdtemp(prefix=f"rx-{session_id}-")
-    except OSError as exc:
-        raise _no_space(exc, f"the temporary directory of shell {session_id}") from None
-
-
-def _write_private(path: str, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
+        self._store.remove_input(run.job_id)

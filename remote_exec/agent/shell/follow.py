@@ -1,0 +1,193 @@
+"""The shell's output files, read as they grow: what pipes to the agent were before they had to
+outlive it.
+
+The shell writes its fds 1 and 2 straight into ``out`` and ``err`` in its session dir, so no byte
+depends on the agent reading it: with no agent the shell goes on writing (no SIGPIPE, no full
+pipe), and the next agent reads on from where the record says. The agent reads at its own offsets
+(``pos``), woken by inotify (a poll every :data:`POLL` seconds where inotify is missing), and
+presents the two files as a subprocess transport whose "pipes" a run pauses when its buffers
+fill, exactly as it paused real pipes: back-pressure then means "read later", while the bytes
+wait on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..jobs.logfile import BLOCK, Inotify, LogFile
+
+__all__ = ["ShellFiles"]
+
+CHUNK = 256 * 1024
+BURST = 16  # chunks per stream per turn of the event loop, so one flood does not starve the rest
+POLL = 0.05  # seconds between looks at the files without inotify
+DROP_STEP = 1 << 20  # bytes no run needs any more before they are punched out of a file
+
+
+class _FilePipe(asyncio.ReadTransport):
+    def __init__(self, files: ShellFiles, fd: int) -> None:
+        super().__init__()
+        self._files = files
+        self._fd = fd
+
+    def pause_reading(self) -> None:
+        self._files.paused.add(self._fd)
+
+    def resume_reading(self) -> None:
+        if self._fd in self._files.paused:
+            self._files.paused.discard(self._fd)
+            self._files.wake()
+
+    def is_reading(self) -> bool:
+        return self._fd not in self._files.paused
+
+    def close(self) -> None:
+        """Reading ends only with the session (:meth:`ShellFiles.close`)."""
+
+    def is_closing(self) -> bool:
+        return self._files.closed
+
+
+class ShellFiles(asyncio.SubprocessTransport):
+    """``out`` and ``err`` of one session dir, read from ``pos`` on, handed to ``on_data``."""
+
+    def __init__(
+        self,
+        path: Path,
+        pos: tuple[int, int],
+        pid: int,
+        on_data: Callable[[int, bytes], None],
+        inotify: Inotify | None,
+    ) -> None:
+        super().__init__()
+        self.path = path
+        self.pos = {1: pos[0], 2: pos[1]}
+        self.paused: set[int] = set()
+        self.closed = False
+        self._pid = pid
+        self._on_data = on_data
+        self._fds = {1: -1, 2: -1}
+        self._pipes = {1: _FilePipe(self, 1), 2: _FilePipe(self, 2)}
+        self._inotify = inotify
+        self._wd = -1
+        self._scheduled = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._dropped = {1: 0, 2: 0}  # where each file's data begins, as far as we punched
+
+    def open(self) -> None:
+        """Open the files and start following them.
+
+        :raises OSError: a file is missing.
+        """
+        self._fds[1] = os.open(self.path / "out", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        self._fds[2] = os.open(self.path / "err", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        if self._inotify is not None:
+            self._wd = self._inotify.watch(os.fspath(self.path), self.wake)
+        if self._wd < 0:
+            self._timer = asyncio.get_running_loop().call_later(POLL, self._tick)
+        self.wake()
+
+    def wake(self) -> None:
+        """Something may have been written: read it (soon, once however often it is called)."""
+        if not self._scheduled and not self.closed:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._pump)
+
+    def _tick(self) -> None:
+        self._timer = None
+        if not self.closed:
+            self.wake()
+            self._timer = asyncio.get_running_loop().call_later(POLL, self._tick)
+
+    def _pump(self) -> None:
+        self._scheduled = False
+        more = False
+        for fd in (1, 2):
+            for _ in range(BURST):
+                if fd in self.paused or self.closed or not self._read(fd):
+                    break
+            else:
+                more = True
+        if more:
+            self.wake()
+
+    def _read(self, fd: int) -> bool:
+        """Read one chunk of stream ``fd`` and hand it on; False at the end of the file."""
+        try:
+            data = os.pread(self._fds[fd], CHUNK, self.pos[fd])
+        except OSError:
+            return False
+        if not data:
+            return False
+        self.pos[fd] += len(data)
+        self._on_data(fd, data)
+        return True
+
+    def drain(self) -> None:
+        """Read everything there is now, paused or not (the shell exited: nothing more comes)."""
+        self.paused.clear()
+        for fd in (1, 2):
+            while not self.closed and self._read(fd):
+                pass
+
+    def replay(self, fd: int, start: int, stop: int) -> bytes:
+        """The bytes of stream ``fd`` in ``[start, stop)`` (a run's stray head, re-read)."""
+        try:
+            return os.pread(self._fds[fd], max(0, stop - start), start)
+        except OSError:
+            return b""
+
+    def drop_before(self, offsets: tuple[int, int]) -> None:
+        """Free the disk blocks before ``offsets`` (nothing before them is needed again).
+
+        Only once a whole :data:`DROP_STEP` is due: a punch costs two opens, and most runs are short.
+        """
+        for fd, name, offset in ((1, "out", offsets[0]), (2, "err", offsets[1])):
+            if offset - self._dropped[fd] >= DROP_STEP:
+                log = LogFile(os.fspath(self.path / name), 0)
+                log.drop_head(offset // BLOCK * BLOCK - log.base)
+                self._dropped[fd] = log.base
+
+    # -- asyncio.SubprocessTransport ------------------------------------------------------
+
+    def get_pid(self) -> int:
+        return self._pid
+
+    def get_returncode(self) -> int | None:
+        return None
+
+    def get_pipe_transport(self, fd: int) -> Any:
+        return self._pipes.get(fd)
+
+    def send_signal(self, signal: int) -> None:
+        raise NotImplementedError("signals go through the session")
+
+    def terminate(self) -> None:
+        raise NotImplementedError("signals go through the session")
+
+    def kill(self) -> None:
+        raise NotImplementedError("signals go through the session")
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        """Stop reading and close the files (the session ended, or this agent leaves it)."""
+        if self.closed:
+            return
+        self.closed = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._wd >= 0 and self._inotify is not None:
+            self._inotify.unwatch(self._wd)
+            self._wd = -1
+        for fd in (1, 2):
+            if self._fds[fd] >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(self._fds[fd])
+                self._fds[fd] = -1

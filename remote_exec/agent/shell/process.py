@@ -1,0 +1,141 @@
+"""The shell process of a session: where it lives, how it starts, and how its end is learnt
+whether this agent started it or re-adopted it from an earlier one.
+
+Not asyncio's subprocess: its child watcher would reap the shell, and only this agent could
+learn how it ended. The shell is watched with a pidfd; our own child is reaped here, and one
+an earlier agent started is the keeper's child (the subreaper), which reaps it and tells its
+exit (``{"op": "exit"}``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..jobs.logfile import Inotify
+from ..keeperlink import KeeperLink
+from ..procfacts import proc_starttime
+
+__all__ = ["ExitWatch", "ShellHome", "spawn_shell"]
+
+
+@dataclass(frozen=True)
+class ShellHome:
+    """What every session of one agent shares.
+
+    :ivar root: ``<state dir>/shells``, where durable sessions keep their dirs; ``None`` (tests
+        of the controller alone) keeps the output files in the session's temporary dir.
+    :ivar keeper: holds each session's stdin and key while no agent runs (absent: sessions die
+        with their agent).
+    :ivar inotify: wakes the readers of the output files.
+    """
+
+    root: Path | None = None
+    keeper: KeeperLink | None = None
+    inotify: Inotify | None = None
+
+    @property
+    def durable(self) -> bool:
+        return self.root is not None and self.keeper is not None and self.keeper.present
+
+
+def spawn_shell(
+    argv: list[str], stdin: int, out: int, err: int, cwd: str | None, env: dict[str, str]
+) -> tuple[int, int | None]:
+    """fork+exec the shell in its own session; return its pid and start time.
+
+    :raises OSError, ValueError, subprocess.SubprocessError: it cannot start.
+    """
+    proc = subprocess.Popen(
+        argv,
+        stdin=stdin,
+        stdout=out,
+        stderr=err,
+        cwd=cwd,
+        env=env,
+        start_new_session=True,  # its own group: SIGINT and kills reach its commands only
+        close_fds=True,
+    )
+    proc.returncode = 0  # Popen must never reap it (its __del__ would): ExitWatch does
+    return proc.pid, proc_starttime(proc.pid)
+
+
+class ExitWatch:
+    """Calls ``on_exit(code)`` once when the shell ``pid`` (started at ``starttime``) has ended."""
+
+    def __init__(
+        self, pid: int, starttime: int | None, keeper: KeeperLink | None, on_exit: Callable[[int | None], None]
+    ) -> None:
+        self.pid = pid
+        self.starttime = starttime
+        self._keeper = keeper
+        self._on_exit = on_exit
+        self._pidfd: int | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._fired = False
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(OSError):
+            self._pidfd = os.pidfd_open(self.pid)
+        if self._pidfd is not None:
+            loop.add_reader(self._pidfd, self.check)
+        self.check()
+
+    def check(self) -> None:
+        """Look whether the shell ended (a pidfd turns readable then; without one, every second)."""
+        if self._fired:
+            return
+        loop = asyncio.get_running_loop()
+        try:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+        except ChildProcessError:  # not our child (re-adopted), or reaped already
+            if proc_starttime(self.pid) == self.starttime and self.starttime is not None:
+                self._later()
+                return
+            self._stop()
+            self._task = loop.create_task(self._ask_keeper())
+            return
+        if pid == 0:
+            self._later()
+            return
+        self._stop()
+        self._fire(os.waitstatus_to_exitcode(status))
+
+    def _later(self) -> None:
+        if self._pidfd is None:
+            self._timer = asyncio.get_running_loop().call_later(1.0, self.check)
+
+    async def _ask_keeper(self) -> None:
+        how = None
+        if self._keeper is not None:
+            answer, _ = await self._keeper.request({"op": "exit", "pid": self.pid, "start": self.starttime})
+            how = answer.get("exit")
+        self._fire(None if not isinstance(how, dict) else int(how["code"]))
+
+    def _fire(self, code: int | None) -> None:
+        if not self._fired:
+            self._fired = True
+            self._on_exit(code)
+
+    def _stop(self) -> None:
+        if self._pidfd is not None:
+            asyncio.get_running_loop().remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def close(self) -> None:
+        """Stop watching (this agent leaves the shell to the next)."""
+        self._fired = True
+        self._stop()
+        if self._task is not None:
+            self._task.cancel()
