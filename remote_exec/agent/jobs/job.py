@@ -329,6 +329,10 @@ class Job:
                 return self._answer(out, err, finished, p.binary)
             self._wait_begin()
             try:
+                # Armed only now: bytes that landed between the read above and the arming woke
+                # nobody (an inotify watch reports writes after it exists, not before). Look again.
+                if self.streams[1].end > out.end or self.streams[2].end > err.end:
+                    continue
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(remaining):  # no task per wait, unlike wait_for
                         await changed.wait()
