@@ -141,13 +141,10 @@ N_KEYS = 400
 ECHO_BOUND = 3.0  # seconds; a missed wake-up costs the whole poll wait (30 s here)
 
 
-@pytest.mark.parametrize("tty", [True, False], ids=["tty", "plain"])
-async def test_every_keystroke_echo_wakes_the_poll(agent_dir: Path, tty: bool) -> None:
-    """Type keys one at a time, each after the previous one's echo: every echo must end the
-    waiting poll at once. The agent arms its inotify watch only when a poll starts to wait, so
-    bytes written between its look at the file and the arming woke nobody (about one key in
-    30 here) and the echo waited out the poll. Same for a plain job writing its log itself."""
-    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+async def type_keys(url: str, tty: bool) -> list[float]:
+    """Type :data:`N_KEYS` keys into :data:`ECHOER`, each after the previous one's echo; return
+    the seconds each echo took, sorted."""
+    async with rx.open_sandbox(url) as sb:
         proc = sb.exec_remote([sys.executable, "-c", ECHOER], tty=tty, stdin_open=True, poll_interval=30.0)
         events = aiter(proc)
         text = ""
@@ -173,3 +170,32 @@ async def test_every_keystroke_echo_wakes_the_poll(agent_dir: Path, tty: bool) -
         assert (await proc.wait()).returncode == 0
     times.sort()
     print(f"{N_KEYS} echoes: median {times[N_KEYS // 2] * 1e3:.2f} ms, max {times[-1] * 1e3:.1f} ms")
+    return times
+
+
+@pytest.mark.parametrize("tty", [True, False], ids=["tty", "plain"])
+async def test_every_keystroke_echo_wakes_the_poll(agent_dir: Path, tty: bool) -> None:
+    """Type keys one at a time, each after the previous one's echo: every echo must end the
+    waiting poll at once. The agent arms its inotify watch only when a poll starts to wait, so
+    bytes written between its look at the file and the arming woke nobody (about one key in
+    30 here) and the echo waited out the poll. Same for a plain job writing its log itself."""
+    await type_keys(f"local://?dir={agent_dir}", tty)
+
+
+@pytest.mark.parametrize("limit", ["max_inotify_watches", "max_inotify_instances"])
+async def test_echoes_come_without_inotify(tmp_path: Path, limit: str) -> None:
+    """An agent that can have no inotify watch (the user's watches used up) or no inotify at all:
+    nothing tells a waiting poll of new output, so it looks at the files every
+    ``UNWATCHED_TICK`` instead of sleeping out its wait. The agent runs in a user namespace whose
+    limit is 0 (the host's limits are not touched)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to give the agent its own user namespace")
+    state = tmp_path / "state"
+    setup = f"echo 0 > /proc/sys/user/{limit} && exec {sys.executable} -m remote_exec.agent ensure --dir {state}"
+    with anyio.fail_after(60):
+        await anyio.run_process(["unshare", "--user", "--map-root-user", "sh", "-c", setup])
+    try:
+        times = await type_keys(f"local://?dir={state}", tty=True)
+        assert times[N_KEYS // 2] < 1.0  # a look every 0.1 s, not a wait of 30
+    finally:
+        stop_agent(state)
