@@ -1,4 +1,5 @@
-"""PTY jobs (#16) on the local agent: outliving the agent, several viewers, the blocking twin."""
+"""PTY jobs (#16) on the local agent: outliving the agent, several viewers, the blocking twin,
+every keystroke's echo at once."""
 
 from __future__ import annotations
 
@@ -122,3 +123,79 @@ async def test_tty_job_handed_over_to_an_upgraded_agent(fresh_agent_dir: Path) -
         await screen.expect("armed\r\n", at)
         await proc.signal("INT")
         assert (await screen.ended()).exit_code == 9
+
+
+# Echoes each byte of its stdin after a random think time of up to 0.3 ms, as a shell's line
+# editor does: that spreads the echo over the moment the next poll arrives at the agent (with
+# ``cat`` the terminal's own echo lands before the write is even answered, never in a race).
+ECHOER = """
+import os, random, sys, time, tty
+if os.isatty(0):
+    tty.setraw(0)
+os.write(1, b"ready\\n")
+while (key := os.read(0, 1)) not in (b"", b"\\x04"):
+    time.sleep(random.uniform(0, 0.0003))
+    os.write(1, key)
+"""
+N_KEYS = 400
+ECHO_BOUND = 3.0  # seconds; a missed wake-up costs the whole poll wait (30 s here)
+
+
+async def type_keys(url: str, tty: bool) -> list[float]:
+    """Type :data:`N_KEYS` keys into :data:`ECHOER`, each after the previous one's echo; return
+    the seconds each echo took, sorted."""
+    async with rx.open_sandbox(url) as sb:
+        proc = sb.exec_remote([sys.executable, "-c", ECHOER], tty=tty, stdin_open=True, poll_interval=30.0)
+        events = aiter(proc)
+        text = ""
+        with anyio.fail_after(60):
+            while "ready" not in text:
+                ev = await anext(events)
+                assert isinstance(ev, rx.StdoutChunk)
+                text += str(ev.data)
+        times = []
+        for i in range(N_KEYS):
+            key = "abcdefghijklmnopqrstuvwxyz"[i % 26]
+            at = len(text)
+            started = anyio.current_time()
+            await proc.write_stdin(key)
+            with anyio.move_on_after(ECHO_BOUND) as late:
+                while key not in text[at:]:
+                    ev = await anext(events)
+                    assert isinstance(ev, rx.StdoutChunk)
+                    text += str(ev.data)
+            assert not late.cancelled_caught, f"key {i} ({key!r}): no echo within {ECHO_BOUND} s"
+            times.append(anyio.current_time() - started)
+        await proc.close_stdin()
+        assert (await proc.wait()).returncode == 0
+    times.sort()
+    print(f"{N_KEYS} echoes: median {times[N_KEYS // 2] * 1e3:.2f} ms, max {times[-1] * 1e3:.1f} ms")
+    return times
+
+
+@pytest.mark.parametrize("tty", [True, False], ids=["tty", "plain"])
+async def test_every_keystroke_echo_wakes_the_poll(agent_dir: Path, tty: bool) -> None:
+    """Type keys one at a time, each after the previous one's echo: every echo must end the
+    waiting poll at once. The agent arms its inotify watch only when a poll starts to wait, so
+    bytes written between its look at the file and the arming woke nobody (about one key in
+    30 here) and the echo waited out the poll. Same for a plain job writing its log itself."""
+    await type_keys(f"local://?dir={agent_dir}", tty)
+
+
+@pytest.mark.parametrize("limit", ["max_inotify_watches", "max_inotify_instances"])
+async def test_echoes_come_without_inotify(tmp_path: Path, limit: str) -> None:
+    """An agent that can have no inotify watch (the user's watches used up) or no inotify at all:
+    nothing tells a waiting poll of new output, so it looks at the files every
+    ``UNWATCHED_TICK`` instead of sleeping out its wait. The agent runs in a user namespace whose
+    limit is 0 (the host's limits are not touched)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to give the agent its own user namespace")
+    state = tmp_path / "state"
+    setup = f"echo 0 > /proc/sys/user/{limit} && exec {sys.executable} -m remote_exec.agent ensure --dir {state}"
+    with anyio.fail_after(60):
+        await anyio.run_process(["unshare", "--user", "--map-root-user", "sh", "-c", setup])
+    try:
+        times = await type_keys(f"local://?dir={state}", tty=True)
+        assert times[N_KEYS // 2] < 1.0  # a look every 0.1 s, not a wait of 30
+    finally:
+        stop_agent(state)

@@ -433,10 +433,13 @@ class DiskJob(Job):
 
     # -- watching ------------------------------------------------------------------------
 
-    def _wait_begin(self) -> None:
+    def _wait_begin(self) -> bool:
         self._waiters += 1
         if self._waiters == 1 and self.home.inotify is not None:
             self._wd = self.home.inotify.watch(os.fspath(self.dir), self._notify)
+        # No inotify (no instance to be had), or no watch (the user's inotify watches are used
+        # up): the job writes its files behind our back, so only a look at them tells.
+        return self._wd >= 0
 
     def _wait_end(self) -> None:
         self._waiters -= 1

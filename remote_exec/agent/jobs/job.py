@@ -42,6 +42,7 @@ from .stdin import StdinQueue
 
 __all__ = ["Job"]
 
+UNWATCHED_TICK = 0.1  # a waiting poll looks at a job's files this often when no inotify watch can tell it
 WATCH_TTL = 5.0  # a stream polled within this many seconds is "watched": pause, don't drop
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux; a no-op failure elsewhere
 PIPE_SIZE = 1 << 20  # the default /proc/sys/fs/pipe-max-size, allowed without privileges
@@ -349,16 +350,27 @@ class Job:
                     # A fast producer: encode the next answer while the client decodes this one.
                     loop.call_soon(self._speculate, (out.end, err.end, p.max_bytes, p.binary))
                 return self._answer(out, err, finished, p.binary)
-            self._wait_begin()
+            woken = self._wait_begin()
             try:
+                # Armed only now: bytes that landed between the read above and the arming woke
+                # nobody (an inotify watch reports writes after it exists, not before). Look again.
+                if self.streams[1].end > out.end or self.streams[2].end > err.end:
+                    continue
+                if not woken:  # nothing will tell us of new output: look again now and then
+                    remaining = min(remaining, UNWATCHED_TICK)
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(remaining):  # no task per wait, unlike wait_for
                         await changed.wait()
             finally:
                 self._wait_end()
 
-    def _wait_begin(self) -> None:
-        """A poller is about to wait for output (a job writing to files watches them now)."""
+    def _wait_begin(self) -> bool:
+        """A poller is about to wait for output (a job writing to files watches them now).
+
+        :returns: whether new output will wake it (False: the poll looks every
+            :data:`UNWATCHED_TICK` seconds instead).
+        """
+        return True  # the agent appends the output itself, and notifies as it does
 
     def _wait_end(self) -> None:
         """The poller stopped waiting."""

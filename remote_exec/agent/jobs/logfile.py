@@ -191,8 +191,9 @@ class LogFile:
 class Inotify:
     """One inotify fd for the agent: a watch per job dir only while a poller waits on the job.
 
-    ``watch(path, callback)`` returns a handle for ``unwatch``; the callback runs on every change
-    under the dir (a write to either stream). The event loop reads the fd: no thread.
+    ``watch(path, callback)`` returns a handle for ``unwatch`` (-1: no watch could be added); the
+    callback runs on every change under the dir (a write to either stream). The event loop reads
+    the fd: no thread.
     """
 
     IN_MODIFY = 0x2
@@ -201,6 +202,7 @@ class Inotify:
     def __init__(self) -> None:
         self.fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         self._callbacks: dict[int, list[object]] = {}  # wd -> [callback, refs]
+        self._warned = False
 
     @property
     def available(self) -> bool:
@@ -209,6 +211,10 @@ class Inotify:
     def watch(self, path: str, callback: object) -> int:
         wd = int(_libc.inotify_add_watch(self.fd, path.encode(), self.IN_MODIFY))
         if wd < 0:
+            if not self._warned:  # ENOSPC: the user's inotify watches are used up (a sysctl)
+                self._warned = True
+                err = os.strerror(ctypes.get_errno())
+                log.warning("cannot watch %s with inotify (%s): waiting polls look at its files instead", path, err)
             return -1
         entry = self._callbacks.setdefault(wd, [callback, 0])
         entry[1] = int(entry[1]) + 1  # type: ignore[call-overload]
