@@ -435,6 +435,7 @@ class Dashboard(anywidget.AnyWidget):
             self.refresh()  # the record shows the jobs from the start, not "no jobs"
         self._display = (uuid.uuid4().hex, current_parent())
         self._recorded = time.monotonic()
+        self._recorded_text = repr((self.rows, self.counts, self.errors))  # what this first record shows
         data, meta = self._bundle()
         cast(Any, display)(data, metadata=meta, raw=True, display_id=self._display[0])
 
