@@ -115,27 +115,40 @@ function rxNotify(title, body, tag) {
 
 // "New since you last looked": when the tab is hidden, note each pane's end; when it is shown
 // again, mark the first line that came meanwhile (the mark stays until the tab is hidden again).
-function rxSinceMarker(views) {
-  const marks = new Map(); // view -> {at (absolute line index), version}
-  const place = (view) => {
+// Marks live in the page, not in the view: a view is drawn anew whenever its output's saved
+// record is rewritten (update_display), and the mark must outlive that. Keyed by model and pane.
+const RX_SINCE = new Map(); // `${model id}:${pane}` -> {at (absolute line index of the last line seen), shown}
+
+function rxSinceMarker(views, id) {
+  const key = (name) => `${id}:${name}`;
+  const place = (name, view) => {
     view.el.querySelector(".rx-new-since")?.classList.remove("rx-new-since");
-    const m = marks.get(view);
-    if (!m || !m.shown || view.pane.version <= m.version) return;
+    const m = RX_SINCE.get(key(name));
+    // By line index, not the pane's version: a view drawn anew counts its versions from 0.
+    if (!m || !m.shown || view.pane.base + view.pane.lines.length - 1 <= m.at) return;
     view.el.children[m.at - view.base]?.classList.add("rx-new-since");
   };
+  const note = (name, view) => {
+    const pane = view.pane;
+    if (RX_SINCE.size > 1000) RX_SINCE.clear(); // bounded: a page open for days
+    RX_SINCE.set(key(name), { at: pane.base + pane.lines.length - 1, shown: false });
+  };
   const onVisibility = () => {
-    for (const view of views) {
-      const pane = view.pane;
-      if (document.hidden) {
-        marks.set(view, { at: pane.base + pane.lines.length - 1, version: pane.version, shown: false });
-      } else if (marks.has(view)) {
-        marks.get(view).shown = true;
-        place(view);
+    for (const [name, view] of Object.entries(views)) {
+      if (document.hidden) note(name, view);
+      else if (RX_SINCE.has(key(name))) {
+        RX_SINCE.get(key(name)).shown = true;
+        place(name, view);
       }
     }
   };
+  // Drawn while hidden with no mark yet (the first view, hidden at once): mark from here.
+  if (document.hidden) for (const [name, view] of Object.entries(views)) if (!RX_SINCE.has(key(name))) note(name, view);
   document.addEventListener("visibilitychange", onVisibility);
-  return { update: () => views.forEach(place), cleanup: () => document.removeEventListener("visibilitychange", onVisibility) };
+  return {
+    update: () => Object.entries(views).forEach(([name, view]) => place(name, view)),
+    cleanup: () => document.removeEventListener("visibilitychange", onVisibility),
+  };
 }
 
 // "First error": scroll a pane to its first kept line holding a Traceback or "error:".

@@ -137,7 +137,7 @@ export default {
       });
       title.insertBefore(rxFirstErrorButton(views[stream]), copy); // health: jump to first error
     }
-    const since = rxSinceMarker(Object.values(views)); // health: "new since you last looked"
+    const since = rxSinceMarker(views, model.model_id); // health: "new since you last looked"
 
     const elapsed = () => {
       const end = model.get("ended_at") ?? Date.now() / 1000 - store.offset;
@@ -243,7 +243,14 @@ export default {
     renderState();
     renderUsage();
     const timer = setInterval(() => model.get("state") === "running" && !disconnected && renderState(), 500);
-    model.send({ type: "hello" });
+    // One replay per model and page: a view drawn anew (its output's record was rewritten, which
+    // re-renders it) shows the page's store as it is, arrival times and marks included.
+    if (!store.greeted) {
+      store.greeted = true;
+      model.send({ type: "hello" });
+    } else {
+      for (const v of Object.values(views)) v.update();
+    }
     return () => {
       clearInterval(timer);
       unwatch();
