@@ -172,11 +172,17 @@ class RxStore {
     if (msg.kind === "replay") {
       this.seq = msg.seq;
       this.offset = Date.now() / 1000 - msg.data.now;
-      for (const pane of Object.values(this.panes)) pane.reset(0);
+      for (const [name, pane] of Object.entries(this.panes)) if (!(name in msg.data.panes)) pane.reset(0);
       for (const [name, { pieces, hidden }] of Object.entries(msg.data.panes)) {
         const pane = this.pane(name);
+        // A replay (each view's hello: a view is drawn anew whenever its output's record is
+        // rewritten) keeps the arrival times this page saw, by absolute line number.
+        const seen = new Map(pane.lines.map((l, i) => [pane.hidden + i, l.t]));
         pane.reset(hidden);
         for (const [stream, text] of pieces) pane.feed(stream, text);
+        pane.lines.forEach((l, i) => {
+          l.t ??= seen.get(pane.hidden + i) ?? null;
+        });
       }
     } else if (msg.kind === "delta") {
       if (msg.seq <= this.seq) return; // already in a replay

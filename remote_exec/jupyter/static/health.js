@@ -124,14 +124,15 @@ function rxSinceMarker(views, id) {
   const place = (name, view) => {
     view.el.querySelector(".rx-new-since")?.classList.remove("rx-new-since");
     const m = RX_SINCE.get(key(name));
-    // By line index, not the pane's version: a view drawn anew counts its versions from 0.
-    if (!m || !m.shown || view.pane.base + view.pane.lines.length - 1 <= m.at) return;
-    view.el.children[m.at - view.base]?.classList.add("rx-new-since");
+    // By absolute line number (lines hidden before the pane's first, plus its index): a replay
+    // resets the pane's versions and base.
+    if (!m || !m.shown || view.pane.hidden + view.pane.lines.length - 1 <= m.at) return;
+    view.el.children[m.at - view.pane.hidden]?.classList.add("rx-new-since");
   };
   const note = (name, view) => {
     const pane = view.pane;
     if (RX_SINCE.size > 1000) RX_SINCE.clear(); // bounded: a page open for days
-    RX_SINCE.set(key(name), { at: pane.base + pane.lines.length - 1, shown: false });
+    RX_SINCE.set(key(name), { at: pane.hidden + pane.lines.length - 1, shown: false });
   };
   const onVisibility = () => {
     for (const [name, view] of Object.entries(views)) {

@@ -243,14 +243,7 @@ export default {
     renderState();
     renderUsage();
     const timer = setInterval(() => model.get("state") === "running" && !disconnected && renderState(), 500);
-    // One replay per model and page: a view drawn anew (its output's record was rewritten, which
-    // re-renders it) shows the page's store as it is, arrival times and marks included.
-    if (!store.greeted) {
-      store.greeted = true;
-      model.send({ type: "hello" });
-    } else {
-      for (const v of Object.values(views)) v.update();
-    }
+    model.send({ type: "hello" });
     return () => {
       clearInterval(timer);
       unwatch();
