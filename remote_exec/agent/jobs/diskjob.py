@@ -40,7 +40,7 @@ from .proctable import scan
 from .proctree import MARKER, end_tree, job_processes
 from .spare import SpareDir
 
-__all__ = ["DiskJob", "JobHome"]
+__all__ = ["DiskJob", "JobHome", "popen_session"]
 
 
 @dataclass
@@ -218,7 +218,7 @@ class DiskJob(Job):
             # wait() a reaped process). Here the agent watches a pidfd, writes the end into
             # job.json, and only then reaps (:meth:`_check_exit`); dying in between leaves a
             # zombie the keeper (the subreaper) reaps and records instead.
-            proc = _popen(argv, stdin_r, out, err, p.cwd, env, kwargs)
+            proc = popen_session(argv, stdin_r, out, err, p.cwd, env, **kwargs)
         except (OSError, ValueError) as exc:
             self.stdin.release()
             if stdin_w >= 0:
@@ -495,10 +495,11 @@ class DiskJob(Job):
         self._stop_watching()
 
 
-def _popen(
-    argv: list[str], stdin: int, out: int, err: int, cwd: str | None, env: dict[str, str], kwargs: dict[str, Any]
+def popen_session(
+    argv: list[str], stdin: int, out: int, err: int, cwd: str | None, env: dict[str, str], **kwargs: Any
 ) -> subprocess.Popen[bytes]:
-    """fork+exec, synchronous like asyncio's own ``subprocess_exec`` (it waits for the exec)."""
+    """fork+exec in a session of its own (SIGINT and kills reach its group only), fds closed;
+    synchronous like asyncio's own ``subprocess_exec`` (it waits for the exec). Jobs and shells."""
     return subprocess.Popen(
         argv,
         stdin=stdin,

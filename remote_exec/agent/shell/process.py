@@ -12,11 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..jobs.diskjob import popen_session
 from ..jobs.logfile import Inotify
 from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
@@ -51,16 +51,7 @@ def spawn_shell(
 
     :raises OSError, ValueError, subprocess.SubprocessError: it cannot start.
     """
-    proc = subprocess.Popen(
-        argv,
-        stdin=stdin,
-        stdout=out,
-        stderr=err,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,  # its own group: SIGINT and kills reach its commands only
-        close_fds=True,
-    )
+    proc = popen_session(argv, stdin, out, err, cwd, env)
     proc.returncode = 0  # Popen must never reap it (its __del__ would): ExitWatch does
     return proc.pid, proc_starttime(proc.pid)
 
