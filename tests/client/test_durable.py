@@ -331,6 +331,7 @@ async def test_the_next_jobs_dir_is_made_ahead(fresh_agent_dir: Path) -> None:
             await sb.server_info()  # reconnects to the keeper's next agent
         await wait_until("a fresh spare", lambda: spare.exists() and not (spare / "stale").exists())
         assert sorted(p.name for p in spare.iterdir()) == ["job.json", "stderr", "stdout"]
+        assert not spare.with_name("jobs.spare.new").exists()  # made aside, renamed into place whole
         meta = json.loads((fresh_agent_dir / "jobs" / (proc.job_id or "") / "job.json").read_bytes())
         assert meta["job_id"] == proc.job_id and meta["end"]["exit_code"] == 0  # first record, then the end
 

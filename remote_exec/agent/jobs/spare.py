@@ -12,6 +12,8 @@ made in a thread after each start and by the once-a-second sweep (after a failur
 disk): never on a start's path, and never blocking the event loop, where it would delay the poll
 that follows every start. It holds no job and no id, so nothing is lost with
 it: an agent that dies leaves at most an empty spare, which the next one removes and remakes.
+A spare is made under ``jobs.spare.new`` and renamed into place whole, so ``jobs.spare`` is
+either absent or complete (with its three files) to a start and to anyone who looks.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class SpareDir:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._making = path.with_name(path.name + ".new")
         self._fds: SpareFiles | None = None
         self._stale = True  # a previous agent's spare may be there: removed before the first fill
         self._closed = False
@@ -75,12 +78,14 @@ class SpareDir:
         if self._stale:
             shutil.rmtree(self.path, ignore_errors=True)
             self._stale = False
+        shutil.rmtree(self._making, ignore_errors=True)  # a fill that died half-way
         fds: list[int] = []
         try:
-            os.mkdir(self.path, 0o700)
+            os.mkdir(self._making, 0o700)
             for name in ("stdout", "stderr"):
-                fds.append(os.open(self.path / name, _FLAGS, 0o600))
-            fds.append(os.open(self.path / "job.json", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
+                fds.append(os.open(self._making / name, _FLAGS, 0o600))
+            fds.append(os.open(self._making / "job.json", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
+            os.rename(self._making, self.path)
         except OSError:
             self._discard(fds)
             return
@@ -116,4 +121,5 @@ class SpareDir:
         for fd in fds:
             with contextlib.suppress(OSError):
                 os.close(fd)
+        shutil.rmtree(self._making, ignore_errors=True)
         shutil.rmtree(self.path, ignore_errors=True)
