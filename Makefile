@@ -55,7 +55,7 @@ check: lint typecheck
 	$(BIN)/pytest -q -p no:randomly -m "not slow" -k "not stdio" $(QUICK_TESTS)
 
 test: lint typecheck docs $(AGENT)
-	$(BIN)/pytest
+	$(BIN)/pytest --durations=25
 	$(BIN)/pytest --nbval notebooks --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg -p no:randomly
 
 # Re-run every notebook top to bottom and store its real outputs (what the nbval run above compares).
