@@ -42,6 +42,7 @@ from .shell.methods import shell_methods
 from .shell.process import ShellHome
 from .statedir import secure_dir
 from .stream import STREAM_SOCKET, Peers, serve_frames
+from .trash import Trash
 
 __all__ = ["ServerConfig", "build_app", "serve"]
 
@@ -114,7 +115,9 @@ def build_app(config: ServerConfig) -> web.Application:
     keeper = KeeperLink(config.state_dir)
     inotify = Inotify()
     logs = LogBudget(config.log_budget or default_log_budget(jobs_root))
-    home = JobHome(jobs_root, keeper, inotify if inotify.available else None, config.disk_cap, logs)
+    trash = Trash(secure_dir(config.state_dir / "trash"))
+    trash.empty()  # what an earlier agent left there
+    home = JobHome(jobs_root, keeper, inotify if inotify.available else None, config.disk_cap, logs, trash)
     jobs = JobController(instance_id, config.limits, budget, home, prefix=_state_id(jobs_root))
     peers = Peers()
     policies = PolicyWatcher(peers)
@@ -122,7 +125,7 @@ def build_app(config: ServerConfig) -> web.Application:
     started_at = time.time()
     dispatcher = Dispatcher()
     dispatcher.register(job_methods(jobs))
-    shell_home = ShellHome(config.state_dir / "shells", keeper, home.inotify)
+    shell_home = ShellHome(config.state_dir / "shells", keeper, home.inotify, trash)
     shells = ShellController(jobs, config.shell_limits, home=shell_home)
     dispatcher.register(shell_methods(shells))
     ports = PortController(instance_id, config.port_limits)

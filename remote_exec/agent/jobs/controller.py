@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import time
 from collections import OrderedDict
@@ -216,7 +215,7 @@ class JobController:
             if isinstance(job, DiskJob):
                 for stream in job.files:
                     stream.charge_to(None)  # its bytes leave the log budget with its dir
-                shutil.rmtree(job.dir, ignore_errors=True)
+                job.home.discard(job.dir)
 
     def _reclaim(self, n: int) -> int:
         """Free ``n`` bytes of the memory budget by dropping finished jobs' output, oldest job

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -33,6 +34,7 @@ from ..budget import MemoryBudget
 from ..buffer import StreamBuffer
 from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
+from ..trash import Trash
 from .job import Job, _killpg
 from .logbudget import LogBudget
 from .logfile import Inotify, LogFile
@@ -49,6 +51,7 @@ class JobHome:
 
     :ivar cap: the default disk cap per stream (a start may set its own).
     :ivar logs: the agent-wide budget of all streams' bytes on disk (see :mod:`.logbudget`).
+    :ivar trash: deletes released job dirs off the event loop (none: deleted in place).
     """
 
     root: Path
@@ -56,6 +59,14 @@ class JobHome:
     inotify: Inotify | None
     cap: int
     logs: LogBudget | None = None
+    trash: Trash | None = None
+
+    def discard(self, path: Path) -> None:
+        """Remove a job's dir without blocking the event loop on the unlink of its logs."""
+        if self.trash is not None:
+            self.trash.discard(path)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 class _StdinProtocol(asyncio.BaseProtocol):

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import shutil
 from collections.abc import Callable
+from pathlib import Path
 
 from .diskjob import DiskJob, JobHome
 from .job import Job
@@ -52,7 +52,7 @@ async def readopt(home: JobHome, prefix: str, buffer_limit: int, on_done: Callab
                 # of the start (same idempotency key) is told nothing of it and starts afresh.
                 await scan(kill_tree, entry.name)
                 await home.keeper.request({"op": "drop", "key": entry.name})
-            shutil.rmtree(entry.path, ignore_errors=True)
+            home.discard(Path(entry.path))
     return restored
 
 

@@ -262,7 +262,10 @@ class ShellController:
                     await scan(kill_tree, f"{self.jobs.prefix}-{sid}")
                     await keeper.request({"op": "drop", "key": sid})
                     await keeper.request({"op": "drop", "key": f"{sid}.key"})
-                shutil.rmtree(entry.path, ignore_errors=True)
+                if self.home.trash is not None:
+                    self.home.trash.discard(Path(entry.path))
+                else:
+                    shutil.rmtree(entry.path, ignore_errors=True)
             finally:
                 for fd in fds:
                     os.close(fd)

@@ -20,6 +20,7 @@ from ..jobs.diskjob import popen_session
 from ..jobs.logfile import Inotify
 from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
+from ..trash import Trash
 
 __all__ = ["ExitWatch", "ShellHome", "spawn_shell"]
 
@@ -33,11 +34,13 @@ class ShellHome:
     :ivar keeper: holds each session's stdin and key while no agent runs (absent: sessions die
         with their agent).
     :ivar inotify: wakes the readers of the output files.
+    :ivar trash: deletes ended sessions' dirs off the event loop.
     """
 
     root: Path | None = None
     keeper: KeeperLink | None = None
     inotify: Inotify | None = None
+    trash: Trash | None = None
 
     @property
     def durable(self) -> bool:

@@ -139,9 +139,13 @@ class SessionStore:
         """Delete the dirs (the session ended)."""
         if self._records is not None:
             self._records.close()
-        for path in (self.tmpdir, self.dir):
-            if path is not None:
-                shutil.rmtree(path, ignore_errors=True)
+        if self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)  # small: input files and FIFOs
+        if self.dir is not None and str(self.dir) != self.tmpdir:
+            if self.home.trash is not None:  # its output files may be large: unlinked off the loop
+                self.home.trash.discard(Path(self.dir))
+            else:
+                shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def no_space(exc: OSError, what: str) -> Exception:
