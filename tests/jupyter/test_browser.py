@@ -33,6 +33,7 @@ pytestmark = pytest.mark.slow
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+LABEXTENSION = Path(__file__).resolve().parents[2] / "labextension" / "built"
 CELLS = ".jp-NotebookPanel:visible .jp-Notebook .jp-Cell"  # of the notebook on screen
 BASE_URL = "/user/rx-test/"  # the kernel must find it: forwarded ports go through <base>proxy/<port>/
 BROWSER_ARGS = [
@@ -71,10 +72,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     root = tmp_path_factory.mktemp("lab")
     notebooks = root / "notebooks"
     notebooks.mkdir()
+    # The checkout's prebuilt JupyterLab extension (labextension/built), found before any copy an
+    # install left in the environment: what is tested is what is committed.
+    ext = root / "jupyter" / "labextensions" / "remote-exec"
+    ext.parent.mkdir(parents=True)
+    ext.symlink_to(LABEXTENSION)
     port, token = free_port(), secrets.token_hex(16)
     env = {
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(root / "config"),
+        "JUPYTER_PATH": os.pathsep.join(p for p in (str(root / "jupyter"), os.environ.get("JUPYTER_PATH")) if p),
         "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
         "IPYTHONDIR": str(root / "ipython"),
         "JUPYTERLAB_SETTINGS_DIR": str(root / "settings"),

@@ -41,6 +41,7 @@ from .test_browser import (  # noqa: F401  (fixtures)
 pytestmark = pytest.mark.slow
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
+RECORD_MIME = "application/vnd.remote-exec.record+json"
 TICKS = 'for i in $(seq 1 100000); do echo "tick $i"; sleep 0.1; done'
 
 
@@ -139,6 +140,28 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
         shot(pg, "browser-reopen-1-live-before-closing", run)
     context.close()
     shut_down_kernels(lab)
+    # the saver's bundle for the JupyterLab extension, beside the records every other reader shows
+    assert run_out["data"][RECORD_MIME] == {
+        "job_id": run_id,
+        "sandbox": f"local://?dir={agent_dir}",
+        "label": TICKS.split("\n")[0],
+        "state": "running",
+        "html": run_out["data"]["text/html"],
+    }
+    assert RECORD_MIME not in dash_out["data"]  # a dashboard has no job to reconnect
+
+    # nbconvert, with no kernel and no network: the same records
+    html = subprocess.run(
+        [sys.executable, "-m", "nbconvert", "--to", "html", "--stdout", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    assert html.count("data-remote-exec-record=") == 3 and WIDGET not in html and RECORD_MIME not in html
+    assert "exit 3" in html and '<span style="color:#cd3131">red fin</span>' in html
+    assert f"tick {saved_tick}" in html and f"%exec_remote_attach {run_id}" in html
+    (ARTIFACTS / "browser-reopen-nbconvert.html").write_text(html)
 
     # reopened with a new kernel: the records, not "Error displaying widget: model not found"
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -166,21 +189,43 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
             assert run_id in dash_text and fin_id in dash_text and "running" in dash_text, dash_text
             shot(pg, "browser-reopen-3-records-after-reopening")
             shot(pg, "browser-reopen-4-dashboard-record-after-reopening", cells_on_screen.nth(4))
+
+            # (the extension) the record offers Reconnect under the new kernel: one click, and the
+            # live view takes the record's place in that cell, the output going on
+            run_cell_on_screen = cells_on_screen.nth(2)
+            run_rec.locator("button.rx-record-reconnect:visible").click()
+            live = run_cell_on_screen.locator(".rx-job")
+            live.locator(".rx-badge", has_text="running").wait_for()
+            live.locator(".rx-pane-stdout .rx-line", has_text=f"tick {saved_tick + 20}").wait_for()
+            assert live.locator(".rx-pane-stdout .rx-line").first.inner_text() == "tick 1"
+            assert run_cell_on_screen.locator(".rx-record").count() == 0
+            shot(pg, "browser-reopen-5-reconnected-from-the-record", run_cell_on_screen)
+
+            # saved again: that cell's record is the live view's, not the pre-restart one
+            ran_to = last_tick(live.locator(".rx-pane-stdout").inner_text())
+            live.locator(".rx-pane-stdout .rx-line", has_text=f"tick {ran_to + 60}").wait_for()  # a record rewrite
+            pg.locator(".jp-NotebookPanel:visible .jp-Notebook").click()
+            pg.keyboard.press("Control+s")
+
+            def fresh_record_saved() -> bool:
+                outs = saved_outputs(path) if path.stat().st_size else []
+                return len(outs) == 3 and last_tick(outs[1]["data"].get("text/plain", "")) > ran_to
+
+            wait_for(fresh_record_saved, timeout=60, what="the reconnected view's record saved")
+            resaved = saved_outputs(path)[1]
+            assert resaved["data"][RECORD_MIME]["job_id"] == run_id and WIDGET not in resaved["data"]
+
+            # a page reload while the kernel runs: the live view comes back by itself
+            pg.reload()
+            pg.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for(timeout=90_000)
+            back = pg.locator(CELLS).nth(2).locator(".rx-job")
+            back.locator(".rx-badge", has_text="running").wait_for()
+            now = last_tick(back.locator(".rx-pane-stdout").inner_text())
+            back.locator(".rx-pane-stdout .rx-line", has_text=f"tick {now + 20}").wait_for()
+            assert pg.locator(CELLS).nth(2).locator(".rx-record").count() == 0
+            shot(pg, "browser-reopen-6-live-again-after-a-reload", pg.locator(CELLS).nth(2))
     finally:
         context.close()
-
-    # nbconvert, with no kernel and no network: the same records
-    html = subprocess.run(
-        [sys.executable, "-m", "nbconvert", "--to", "html", "--stdout", str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
-    assert html.count("data-remote-exec-record=") == 3 and WIDGET not in html
-    assert "exit 3" in html and '<span style="color:#cd3131">red fin</span>' in html
-    assert f"tick {saved_tick}" in html and f"%exec_remote_attach {run_id}" in html
-    (ARTIFACTS / "browser-reopen-nbconvert.html").write_text(html)
 
     kill_ticking(agent_dir)
 
