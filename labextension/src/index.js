@@ -8,7 +8,8 @@
 // run is), so the live view takes the record's place and its records fill that output from then
 // on: the next save stores a fresh one. When the kernel up already shows a view of the job (the
 // page was reloaded), the view comes back by itself: a silent user_expressions query asks, which
-// imports nothing into a kernel that never used remote_exec and starts nothing.
+// imports nothing into a kernel that never used remote_exec and starts nothing. A live view's own
+// Reconnect (after a kernel restart) is routed the same way when this extension is there.
 import { IRenderMimeRegistry, renderHTML } from "@jupyterlab/rendermime";
 import { Widget } from "@lumino/widgets";
 
@@ -77,15 +78,12 @@ class RecordRenderer extends Widget {
 
   onAfterAttach(msg) {
     super.onAfterAttach(msg);
-    if (this._panel) return;
-    for (const w of this._app.shell.widgets("main")) {
-      if (!w.sessionContext || !w.content || !w.content.widgets || !w.node.contains(this.node)) continue;
-      this._cell = w.content.widgets.find((c) => c.outputArea && c.node.contains(this.node)) || null;
-      if (!this._cell) return; // not a cell's output (a cloned output view): no kernel to ask
-      this._panel = w;
-      w.sessionContext.statusChanged.connect(this._update, this);
-      w.sessionContext.kernelChanged.connect(this._update, this);
-      break;
+    const found = !this._panel && cellOf(this._app, this.node); // none in a cloned output view
+    if (found) {
+      this._panel = found.panel;
+      this._cell = found.cell;
+      this._panel.sessionContext.statusChanged.connect(this._update, this);
+      this._panel.sessionContext.kernelChanged.connect(this._update, this);
     }
     this._update();
   }
@@ -99,8 +97,7 @@ class RecordRenderer extends Widget {
   }
 
   _kernel() {
-    const kernel = this._panel && this._panel.sessionContext.session && this._panel.sessionContext.session.kernel;
-    return kernel && UP.has(kernel.status) ? kernel : null;
+    return kernelOf(this._panel);
   }
 
   _update() {
@@ -131,30 +128,60 @@ class RecordRenderer extends Widget {
     }
   }
 
-  // Run attach.<name>(...) in the kernel with its output routed into this record's cell, as the
-  // cell's own run is (so display updates, the view's rewritten records, land there too). The
-  // area is cleared for it; if the call fails, the record comes back above its error.
   _run(name, ...args) {
     const kernel = this._kernel();
     if (!kernel || !this._cell || this._cell.isDisposed) return;
-    const area = this._cell.outputArea;
-    const before = area.model.toJSON();
     this._button.disabled = true;
     this._button.textContent = "Reconnecting…";
-    const content = { code: call(name, ...args), silent: false, store_history: false, stop_on_error: false };
-    const future = kernel.requestExecute(content, false); // kept open: the view's records come later
-    area.future = future;
-    future.done.then(
-      (reply) => {
-        if (reply.content.status !== "ok" && area.future === future && !area.isDisposed) {
-          const after = area.model.toJSON();
-          area.model.clear();
-          area.model.fromJSON([...before, ...after]);
-        }
-      },
-      () => {},
-    );
+    runInCell(kernel, this._cell.outputArea, call(name, ...args));
   }
+}
+
+// Run ``code`` in the kernel with its output routed into ``area``, as the cell's own run is (so
+// display updates, a view's rewritten records, land there too, and the next save stores them).
+// The area is cleared for it; if the code fails, what it showed comes back above the error.
+function runInCell(kernel, area, code) {
+  const before = area.model.toJSON();
+  const content = { code, silent: false, store_history: false, stop_on_error: false };
+  const future = kernel.requestExecute(content, false); // kept open: the view's records come later
+  area.future = future;
+  future.done.then(
+    (reply) => {
+      if (reply.content.status !== "ok" && area.future === future && !area.isDisposed) {
+        const after = area.model.toJSON();
+        area.model.clear();
+        area.model.fromJSON([...before, ...after]);
+      }
+    },
+    () => {},
+  );
+}
+
+// The notebook panel and code cell whose DOM holds ``node``, or null.
+function cellOf(app, node) {
+  for (const w of app.shell.widgets("main")) {
+    if (!w.sessionContext || !w.content || !w.content.widgets || !w.node.contains(node)) continue;
+    const cell = w.content.widgets.find((c) => c.outputArea && c.node.contains(node));
+    return cell ? { panel: w, cell } : null;
+  }
+  return null;
+}
+
+function kernelOf(panel) {
+  const kernel = panel && panel.sessionContext.session && panel.sessionContext.session.kernel;
+  return kernel && UP.has(kernel.status) ? kernel : null;
+}
+
+// A disconnected JobView's own Reconnect (remote_exec/jupyter/static/job_view.js) asks here
+// first: handled, the live view replaces that cell's output, so its records reach the notebook
+// (otherwise the saved record would stay the one from before the restart).
+function onWidgetReconnect(app, event) {
+  const found = cellOf(app, event.target);
+  const kernel = found && kernelOf(found.panel);
+  const detail = event.detail || {};
+  if (!kernel || typeof detail.sandbox !== "string" || typeof detail.job_id !== "string") return;
+  event.preventDefault();
+  runInCell(kernel, found.cell.outputArea, call("reconnect", detail.sandbox, detail.job_id));
 }
 
 const plugin = {
@@ -163,6 +190,7 @@ const plugin = {
   autoStart: true,
   requires: [IRenderMimeRegistry],
   activate: (app, rendermime) => {
+    document.addEventListener("remote-exec:reconnect", (event) => onWidgetReconnect(app, event));
     rendermime.addFactory(
       {
         safe: true, // it renders sanitized HTML and runs nothing unless clicked
