@@ -216,11 +216,6 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
             assert run_cell_on_screen.locator(".rx-record").count() == 0
             shot(pg, "browser-reopen-5-reconnected-from-the-record", run_cell_on_screen)
 
-            # saved again: that cell's record is the live view's, not the pre-restart one
-            save_until(pg, path, lambda outs: len(outs) == 3 and last_tick(outs[1]["data"]["text/plain"]) > saved_tick)
-            resaved = saved_outputs(path)[1]
-            assert resaved["data"][RECORD_MIME]["job_id"] == run_id and WIDGET not in resaved["data"]
-
             # a page reload while the kernel runs: the live view comes back by itself
             pg.reload()
             pg.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for(timeout=90_000)
@@ -229,6 +224,11 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
             now = last_tick(back.locator(".rx-pane-stdout").inner_text())
             back.locator(".rx-pane-stdout .rx-line", has_text=f"tick {now + 5}").wait_for()
             assert pg.locator(CELLS).nth(2).locator(".rx-record").count() == 0
+
+            # saved again: that cell's record is the live view's, not the pre-restart one
+            save_until(pg, path, lambda outs: len(outs) == 3 and last_tick(outs[1]["data"]["text/plain"]) > now)
+            resaved = saved_outputs(path)[1]
+            assert resaved["data"][RECORD_MIME]["job_id"] == run_id and WIDGET not in resaved["data"]
             shot(pg, "browser-reopen-6-live-again-after-a-reload", pg.locator(CELLS).nth(2))
     finally:
         context.close()
