@@ -24,14 +24,13 @@ import pytest
 import remote_exec as rx
 
 from .conftest import gone, wait_for
-from .test_browser import (  # noqa: F401  (fixtures)
+from .lab_page import (
     ARTIFACTS,
     CELLS,
-    browser,
     failure_shot,
-    lab,
+    kernel_idle,
     open_notebook,
-    page,
+    restart_kernel,
     run_cell,
     run_first_cell,
     shot,
@@ -105,8 +104,8 @@ def save_until(pg: Any, path: Path, fresh: Callable[[list[Any]], bool]) -> None:
 
 
 def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
-    lab: tuple[str, Path],  # noqa: F811
-    browser: Any,  # noqa: F811
+    lab: tuple[str, Path],
+    browser: Any,
     agent_dir: Path,
     no_ticking_left: None,
 ) -> None:
@@ -185,7 +184,7 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
     try:
         with failure_shot(pg, "browser-reopen-2"):
             pg.goto(url.format(workspace="reopened", name=path.name))
-            pg.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for(timeout=90_000)
+            kernel_idle(pg)
             cells_on_screen = pg.locator(CELLS)
             fin_rec = cells_on_screen.nth(1).locator(".jp-OutputArea-output")
             run_rec = cells_on_screen.nth(2).locator(".jp-OutputArea-output")
@@ -218,7 +217,7 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
 
             # a page reload while the kernel runs: the live view comes back by itself
             pg.reload()
-            pg.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for(timeout=90_000)
+            kernel_idle(pg)
             back = pg.locator(CELLS).nth(2).locator(".rx-job")
             back.locator(".rx-badge", has_text="running").wait_for()
             now = last_tick(back.locator(".rx-pane-stdout").inner_text())
@@ -260,8 +259,8 @@ def assert_live_and_whole(view: Any, started: tuple[float, float], frozen_at: in
 
 
 def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
-    lab: tuple[str, Path],  # noqa: F811
-    page: Any,  # noqa: F811
+    lab: tuple[str, Path],
+    page: Any,
     agent_dir: Path,
     no_ticking_left: None,
 ) -> None:
@@ -289,7 +288,7 @@ def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
         assert old.locator("button", has_text="Kill").is_disabled()
         assert old.locator("button", has_text="Interrupt").is_disabled()
         assert "The kernel that showed this view is gone" in old.locator(".rx-job-error").inner_text()
-        page.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for(timeout=90_000)
+        kernel_idle(page)
         reconnect = old.locator("button.rx-job-reconnect:enabled")
         reconnect.wait_for()
         frozen_at = last_tick(old.locator(".rx-pane-stdout").inner_text())
@@ -320,15 +319,9 @@ def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
         live.locator(".rx-badge", has_text="killed").wait_for()  # the reconnected view saw it end too
 
 
-def restart_kernel(page: Any) -> None:  # noqa: F811
-    page.locator("jp-button[data-command='notebook:restart-kernel']").first.click()
-    page.locator(".jp-Dialog button", has_text="Restart").click()
-    page.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for(timeout=90_000)
-
-
 def test_remote_jobs_shows_this_notebooks_jobs_after_a_restart_and_all_on_request(
-    lab: tuple[str, Path],  # noqa: F811
-    page: Any,  # noqa: F811
+    lab: tuple[str, Path],
+    page: Any,
     agent_dir: Path,
 ) -> None:
     """``%remote_jobs`` in a restarted kernel (no handles left): this notebook's ``--bg`` job and
