@@ -44,9 +44,7 @@ class RecordRenderer extends Widget {
     this._button.textContent = "Reconnect";
     this._button.hidden = true;
     this._button.addEventListener("click", () => this._run("reconnect", this._record.sandbox, this._record.job_id));
-    this._note = document.createElement("span");
-    this._note.className = "rx-record-note";
-    this._bar.append(this._button, this._note);
+    this._bar.append(this._button);
     this._html = document.createElement("div");
     this.node.append(this._bar, this._html);
   }
