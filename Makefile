@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test check demo bench lint typecheck clean agent notebooks docs widgets
+.PHONY: test check demo bench lint typecheck clean agent notebooks docs widgets labextension
 
 # The agent bundle injected into sandboxes without the agent (tools/build_agent.py); rebuilt
 # only when the agent's sources change.
@@ -40,6 +40,13 @@ agent: $(AGENT)
 # install needs no npm; tests/jupyter/test_assets.py fails `make check` when one is older than js/.
 widgets:
 	cd js && npm ci --no-audit --no-fund && node build.mjs
+
+# The JupyterLab extension (a saved job record's Reconnect) from labextension/ and its lockfile into
+# labextension/built/, committed like the widget bundles; test_assets.py fails `make check` when
+# it is older than its sources. jupyter-builder is JupyterLab's build tool (not needed to install).
+labextension: $(STAMP)
+	$(BIN)/pip install -q jupyter-builder==1.3.0
+	$(BIN)/python tools/build_labextension.py
 
 # The inner loop (CONTRIBUTING.md): lint, types and the tests that need no container engine, sshd,
 # bubblewrap, browser or kernel, on the socket channel only (`make test` runs the stdio twins).

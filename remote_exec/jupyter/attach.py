@@ -18,10 +18,10 @@ from ..blocking import Sandbox
 from ..errors import JobNotFoundError
 from ..protocol import JobInfo
 from .background import BackgroundJob
-from .job_view import JobView
+from .job_view import SHOWN, JobView
 from .terminal_view import TerminalView
 
-__all__ = ["attach_view", "find_job", "reconnect"]
+__all__ = ["attach_view", "find_job", "live_view", "reconnect", "show_again"]
 
 
 def find_job(sb: Sandbox, key: str, notebook: str | None) -> JobInfo:
@@ -71,3 +71,23 @@ def reconnect(url: str, job_id: str) -> None:
         raise RuntimeError("Reconnect runs in an IPython kernel")
     cast(Any, shell).extension_manager.load_extension("remote_exec")  # after a restart nothing is loaded
     shell.run_line_magic("exec_remote_attach", f"--sandbox {shlex.quote(url)} {shlex.quote(job_id)}")
+
+
+def live_view(job_id: str) -> bool:
+    """Whether this kernel holds an open view of ``job_id``: what the JupyterLab extension asks
+    (as a silent ``user_expressions`` query, cheap, starting nothing) when a page shows the job's
+    saved record while the kernel still runs, e.g. after a reload."""
+    view = SHOWN.get(job_id)
+    return view is not None and view.comm is not None
+
+
+def show_again(job_id: str) -> None:
+    """Show this kernel's open view of ``job_id`` again, in the output of the request running now
+    (the extension routes it into the record's cell): the same widget, its records from now on
+    rewriting that output, which the next save stores.
+
+    :raises JobNotFoundError: no open view of that job here (closed meanwhile).
+    """
+    if not live_view(job_id):
+        raise JobNotFoundError(f"this kernel shows no view of job {job_id!r} (%exec_remote_attach gives a new one)")
+    SHOWN[job_id].show()

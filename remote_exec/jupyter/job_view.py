@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any, cast
@@ -44,7 +45,7 @@ from .record import RECORD_LINE_CHARS, RECORD_LINES, JobRecord, as_reply_to, cur
 from .saving import RECORD_META
 from .transcript import DEFAULT_TAIL_LINES
 
-__all__ = ["QUIET_AFTER", "RECORD_PERIOD", "SAMPLE_PERIOD", "USAGE_POINTS", "WATCH_TTL", "JobView"]
+__all__ = ["QUIET_AFTER", "RECORD_PERIOD", "SAMPLE_PERIOD", "SHOWN", "USAGE_POINTS", "WATCH_TTL", "JobView"]
 
 RECORD_PERIOD = 5.0
 """Seconds between rewrites of a running view's stored record."""
@@ -62,6 +63,10 @@ WATCH_TTL = 15.0
 """Seconds a view's ``watch`` holds: a view that stops renewing it (closed tab) stops the sampling."""
 
 _MAX_WATCHERS = 16  # views of one widget counted at once (a page shows a handful)
+
+SHOWN: weakref.WeakValueDictionary[str, JobView] = weakref.WeakValueDictionary()
+"""The view that last showed each job, by job id: what a reloaded page asks the kernel for
+(:func:`~remote_exec.jupyter.attach.live_view`). Weak: a closed, forgotten view drops out."""
 
 
 def _command_text(command: list[str] | str | None, fallback: str) -> str:
@@ -264,7 +269,8 @@ class JobView(StreamWidget):
         from IPython.display import display
 
         self._display_id = self._uid
-        self._parent = current_parent()
+        self._parent = current_parent()  # shown again (a reloaded page): its records go to the new output
+        SHOWN[self.job_id] = self
         data, meta = self._bundle()  # raw: display(self) would come back here through _ipython_display_
         cast(Any, display)(data, metadata=meta, raw=True, display_id=self._display_id)
 
@@ -296,7 +302,12 @@ class JobView(StreamWidget):
         # Beside the widget: what GitHub, nbviewer, nbconvert and a reopened notebook show.
         data = {**data, "text/plain": record.plain(), "text/html": record.html()}
         # The mark that lets the server save the record in place of the widget (saving.py).
-        meta = {**meta, RECORD_META: {"job_id": self.job_id, "state": record.state}}
+        # The sandbox and label let a saved record offer Reconnect (the JupyterLab extension).
+        label = self.command.strip().split("\n", 1)[0][:200]
+        meta = {
+            **meta,
+            RECORD_META: {"job_id": self.job_id, "state": record.state, "sandbox": self.sandbox, "label": label},
+        }
         return data, meta
 
     def _counters(self) -> dict[str, Any]:

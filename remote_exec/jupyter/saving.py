@@ -9,10 +9,17 @@ by :data:`RECORD_META` in the output's metadata) and keeps the record's ``text/h
 ``text/plain``: what the file holds is then what JupyterLab, ``jupyter nbconvert``, GitHub and
 nbviewer all show, with no kernel, no network and no widget state.
 
+Beside them, each job's record gets :data:`RECORD_MIME`: its job id, sandbox URL, label, state
+and record HTML (validated and bounded here: the notebook came from the browser). The JupyterLab
+extension (``labextension/``) renders that bundle as the record plus a Reconnect button when the
+notebook has a kernel, and shows the live view again on its own when the running kernel still
+holds one (a reloaded page). Without the extension JupyterLab ranks ``text/html`` first and shows
+the record as before; GitHub, nbviewer and nbconvert ignore the unknown type.
+
 Only the file changes: the open notebook keeps its live views, which go on rewriting their
 record (see :mod:`~remote_exec.jupyter.job_view`) until the job ends. A reopened (or reloaded)
-notebook shows the record, whether or not its kernel still runs; ``%exec_remote_attach JOB``
-(named in a running job's record) gives a live view again.
+notebook shows the record; ``%exec_remote_attach JOB`` (named in a running job's record), or the
+extension's Reconnect, gives a live view again.
 
 Enabled by ``etc/jupyter/jupyter_server_config.d/remote_exec.json``, which the wheel installs
 into the environment's prefix (where the server that saves the notebook looks, so install
@@ -21,18 +28,51 @@ remote_exec in the server's environment too when the kernel runs elsewhere).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-__all__ = ["RECORD_META", "WIDGET_MIME", "keep_records", "load_jupyter_server_extension"]
+__all__ = ["RECORD_META", "RECORD_MIME", "WIDGET_MIME", "keep_records", "load_jupyter_server_extension"]
 
 RECORD_META = "remote_exec"
 """Key in an output's metadata that marks a bundle whose ``text/html`` is a record."""
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
 
+RECORD_MIME = "application/vnd.remote-exec.record+json"
+"""A saved job record as the JupyterLab extension reads it (see the module doc)."""
+
+MAX_RECORD_HTML = 256 * 1024
+"""Characters of record HTML the saver copies (a record is ~20 kB: 40 lines of 400 per stream)."""
+
+_JOB_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_STATES = {"running", "completed", "failed", "killed", "timed out", "error", "disconnected"}
+
+
+def _text(value: object, limit: int) -> str:
+    return value[:limit] if isinstance(value, str) else ""
+
+
+def job_record(mark: object, html: object) -> dict[str, str] | None:
+    """The :data:`RECORD_MIME` bundle of a job's output (``mark``: its :data:`RECORD_META`), or
+    ``None`` for a dashboard's record or anything malformed."""
+    if not isinstance(mark, dict) or not isinstance(html, str) or len(html) > MAX_RECORD_HTML:
+        return None
+    job_id = mark.get("job_id")
+    if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
+        return None
+    state = mark.get("state")
+    return {
+        "job_id": job_id,
+        "sandbox": _text(mark.get("sandbox"), 2000),
+        "label": _text(mark.get("label"), 200),
+        "state": state if state in _STATES else "unknown",
+        "html": html,
+    }
+
 
 def keep_records(model: dict[str, Any], **_: Any) -> None:
-    """The pre-save hook: drop the widget from each output that carries a record, in place.
+    """The pre-save hook: drop the widget from each output that carries a record, and add the
+    job's :data:`RECORD_MIME`, in place.
 
     Anything else in the notebook is left exactly as the browser sent it.
     """
@@ -45,6 +85,11 @@ def keep_records(model: dict[str, Any], **_: Any) -> None:
             data, meta = output.get("data"), output.get("metadata")
             if isinstance(data, dict) and isinstance(meta, dict) and RECORD_META in meta and "text/html" in data:
                 data.pop(WIDGET_MIME, None)
+                record = job_record(meta[RECORD_META], data["text/html"])
+                if record is None:
+                    data.pop(RECORD_MIME, None)  # never a stale or forged one
+                else:
+                    data[RECORD_MIME] = record
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -123,3 +124,28 @@ def test_the_committed_terminal_bundle_is_built_from_the_committed_inputs(suffix
     assert found, f"terminal_view{suffix} has no inputs hash in its header"
     assert found.group(1) == _inputs_digest(), f"terminal_view{suffix} is stale: run `make widgets`"
     assert "Permission is hereby granted" in (STATIC / f"terminal_view{suffix}").read_text()[:3000]  # MIT notice
+
+
+# -- the prebuilt JupyterLab extension (make labextension) -----------------------------------------
+
+LABEXT = ROOT / "labextension"
+LABEXT_INPUTS = re.compile(r"^INPUTS = \[([^\]]*)\]$", re.M)
+
+
+def test_the_committed_labextension_is_built_from_the_committed_inputs() -> None:
+    """Editing labextension/ (its source, style, package.json, lockfile) without `make labextension`
+    fails here; so does a build whose entry point is missing."""
+    found = LABEXT_INPUTS.search((ROOT / "tools" / "build_labextension.py").read_text())
+    assert found, "tools/build_labextension.py no longer lists its INPUTS"
+    digest = hashlib.sha256()
+    for name in re.findall(r'"([^"]+)"', found.group(1)):
+        digest.update(f"{name}\0".encode())
+        digest.update((LABEXT / name).read_bytes())
+        digest.update(b"\0")
+    stamp = (LABEXT / "built.sha256").read_text().strip()
+    assert stamp == digest.hexdigest(), "labextension/built is stale: run `make labextension`"
+    built = json.loads((LABEXT / "built" / "package.json").read_text())
+    source = json.loads((LABEXT / "package.json").read_text())
+    build = built["jupyterlab"].pop("_build")
+    assert built == source  # the builder copies package.json and adds only where the bundle is
+    assert (LABEXT / "built" / build["load"]).is_file()

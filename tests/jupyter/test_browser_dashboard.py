@@ -19,13 +19,9 @@ import pytest
 import remote_exec as rx
 
 from .conftest import wait_for
-from .test_browser import (  # noqa: F401  (fixtures)
+from .lab_page import (
     ARTIFACTS,
-    BROWSER_ARGS,
-    CELLS,
-    browser,
     failure_shot,
-    lab,
     open_notebook,
     run_cell,
     run_first_cell,
@@ -39,7 +35,7 @@ JOBS = 1000
 
 
 @pytest.fixture
-def narrow(browser: Any) -> Iterator[Any]:  # noqa: F811
+def narrow(browser: Any) -> Iterator[Any]:
     """A 1 000 px wide window, as a laptop's notebook with the file browser open."""
     context = browser.new_context(viewport={"width": 1000, "height": 900})
     pg = context.new_page()
@@ -70,7 +66,7 @@ def states(sb: rx.Sandbox, ids: list[str]) -> dict[str, str]:
 
 
 def test_a_thousand_jobs_stay_responsive(
-    lab: tuple[str, Path],  # noqa: F811
+    lab: tuple[str, Path],
     narrow: Any,
     busy: tuple[str, rx.Sandbox, list[Any]],
 ) -> None:

@@ -24,17 +24,7 @@ from typing import Any
 import pytest
 
 from ..conftest import agent_pid
-from .test_browser import (  # noqa: F401  (fixtures)
-    browser,
-    failure_shot,
-    lab,
-    open_notebook,
-    page,
-    run_cell,
-    run_first_cell,
-    shot,
-    wait_done,
-)
+from .lab_page import failure_shot, open_notebook, run_cell, run_first_cell, shot, wait_done
 
 pytestmark = pytest.mark.slow
 
@@ -65,8 +55,8 @@ LIVENESS_BOUND = 8.0  # the kernel's sandbox uses the default liveness
 
 
 def test_health_in_the_job_view(
-    lab: tuple[str, Path],  # noqa: F811
-    page: Any,  # noqa: F811
+    lab: tuple[str, Path],
+    page: Any,
     fresh_agent_dir: Path,
     tmp_path: Path,
 ) -> None:

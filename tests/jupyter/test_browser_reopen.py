@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +24,13 @@ import pytest
 import remote_exec as rx
 
 from .conftest import gone, wait_for
-from .test_browser import (  # noqa: F401  (fixtures)
+from .lab_page import (
     ARTIFACTS,
     CELLS,
-    browser,
     failure_shot,
-    lab,
+    kernel_idle,
     open_notebook,
-    page,
+    restart_kernel,
     run_cell,
     run_first_cell,
     shot,
@@ -41,6 +40,7 @@ from .test_browser import (  # noqa: F401  (fixtures)
 pytestmark = pytest.mark.slow
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
+RECORD_MIME = "application/vnd.remote-exec.record+json"
 TICKS = 'for i in $(seq 1 100000); do echo "tick $i"; sleep 0.1; done'
 
 
@@ -88,9 +88,24 @@ def saved_outputs(path: Path) -> list[Any]:
     return [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "display_data"]
 
 
+def save_until(pg: Any, path: Path, fresh: Callable[[list[Any]], bool]) -> None:
+    """Save the notebook (Ctrl+S) until the file's display outputs are ``fresh``: a view's record
+    is rewritten every few seconds, and a save stores the one the page holds then."""
+    deadline = time.monotonic() + 60
+    while True:
+        pg.locator(".jp-NotebookPanel:visible .jp-Notebook").click()
+        pg.keyboard.press("Control+s")
+        try:
+            wait_for(lambda: path.stat().st_size and fresh(saved_outputs(path)), timeout=2, what="a fresh save")
+            return
+        except (AssertionError, KeyError, ValueError):  # not yet, or a file being written
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no save of {path.name} had the fresh record within 60 s") from None
+
+
 def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
-    lab: tuple[str, Path],  # noqa: F811
-    browser: Any,  # noqa: F811
+    lab: tuple[str, Path],
+    browser: Any,
     agent_dir: Path,
     no_ticking_left: None,
 ) -> None:
@@ -139,6 +154,28 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
         shot(pg, "browser-reopen-1-live-before-closing", run)
     context.close()
     shut_down_kernels(lab)
+    # the saver's bundle for the JupyterLab extension, beside the records every other reader shows
+    assert run_out["data"][RECORD_MIME] == {
+        "job_id": run_id,
+        "sandbox": f"local://?dir={agent_dir}",
+        "label": TICKS.split("\n")[0],
+        "state": "running",
+        "html": run_out["data"]["text/html"],
+    }
+    assert RECORD_MIME not in dash_out["data"]  # a dashboard has no job to reconnect
+
+    # nbconvert, with no kernel and no network: the same records
+    html = subprocess.run(
+        [sys.executable, "-m", "nbconvert", "--to", "html", "--stdout", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    assert html.count("data-remote-exec-record=") == 3 and WIDGET not in html and RECORD_MIME not in html
+    assert "exit 3" in html and '<span style="color:#cd3131">red fin</span>' in html
+    assert f"tick {saved_tick}" in html and f"%exec_remote_attach {run_id}" in html
+    (ARTIFACTS / "browser-reopen-nbconvert.html").write_text(html)
 
     # reopened with a new kernel: the records, not "Error displaying widget: model not found"
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -147,7 +184,7 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
     try:
         with failure_shot(pg, "browser-reopen-2"):
             pg.goto(url.format(workspace="reopened", name=path.name))
-            pg.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for(timeout=90_000)
+            kernel_idle(pg)
             cells_on_screen = pg.locator(CELLS)
             fin_rec = cells_on_screen.nth(1).locator(".jp-OutputArea-output")
             run_rec = cells_on_screen.nth(2).locator(".jp-OutputArea-output")
@@ -166,21 +203,34 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
             assert run_id in dash_text and fin_id in dash_text and "running" in dash_text, dash_text
             shot(pg, "browser-reopen-3-records-after-reopening")
             shot(pg, "browser-reopen-4-dashboard-record-after-reopening", cells_on_screen.nth(4))
+
+            # (the extension) the record offers Reconnect under the new kernel: one click, and the
+            # live view takes the record's place in that cell, the output going on
+            run_cell_on_screen = cells_on_screen.nth(2)
+            run_rec.locator("button.rx-record-reconnect:visible").click()
+            live = run_cell_on_screen.locator(".rx-job")
+            live.locator(".rx-badge", has_text="running").wait_for()
+            live.locator(".rx-pane-stdout .rx-line", has_text=f"tick {saved_tick + 10}").wait_for()
+            assert live.locator(".rx-pane-stdout .rx-line").first.inner_text() == "tick 1"
+            assert run_cell_on_screen.locator(".rx-record").count() == 0
+            shot(pg, "browser-reopen-5-reconnected-from-the-record", run_cell_on_screen)
+
+            # a page reload while the kernel runs: the live view comes back by itself
+            pg.reload()
+            kernel_idle(pg)
+            back = pg.locator(CELLS).nth(2).locator(".rx-job")
+            back.locator(".rx-badge", has_text="running").wait_for()
+            now = last_tick(back.locator(".rx-pane-stdout").inner_text())
+            back.locator(".rx-pane-stdout .rx-line", has_text=f"tick {now + 5}").wait_for()
+            assert pg.locator(CELLS).nth(2).locator(".rx-record").count() == 0
+
+            # saved again: that cell's record is the live view's, not the pre-restart one
+            save_until(pg, path, lambda outs: len(outs) == 3 and last_tick(outs[1]["data"]["text/plain"]) > now)
+            resaved = saved_outputs(path)[1]
+            assert resaved["data"][RECORD_MIME]["job_id"] == run_id and WIDGET not in resaved["data"]
+            shot(pg, "browser-reopen-6-live-again-after-a-reload", pg.locator(CELLS).nth(2))
     finally:
         context.close()
-
-    # nbconvert, with no kernel and no network: the same records
-    html = subprocess.run(
-        [sys.executable, "-m", "nbconvert", "--to", "html", "--stdout", str(path)],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
-    assert html.count("data-remote-exec-record=") == 3 and WIDGET not in html
-    assert "exit 3" in html and '<span style="color:#cd3131">red fin</span>' in html
-    assert f"tick {saved_tick}" in html and f"%exec_remote_attach {run_id}" in html
-    (ARTIFACTS / "browser-reopen-nbconvert.html").write_text(html)
 
     kill_ticking(agent_dir)
 
@@ -209,8 +259,8 @@ def assert_live_and_whole(view: Any, started: tuple[float, float], frozen_at: in
 
 
 def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
-    lab: tuple[str, Path],  # noqa: F811
-    page: Any,  # noqa: F811
+    lab: tuple[str, Path],
+    page: Any,
     agent_dir: Path,
     no_ticking_left: None,
 ) -> None:
@@ -238,7 +288,7 @@ def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
         assert old.locator("button", has_text="Kill").is_disabled()
         assert old.locator("button", has_text="Interrupt").is_disabled()
         assert "The kernel that showed this view is gone" in old.locator(".rx-job-error").inner_text()
-        page.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for(timeout=90_000)
+        kernel_idle(page)
         reconnect = old.locator("button.rx-job-reconnect:enabled")
         reconnect.wait_for()
         frozen_at = last_tick(old.locator(".rx-pane-stdout").inner_text())
@@ -252,6 +302,11 @@ def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
         assert_live_and_whole(live, started, frozen_at)
         shot(page, "browser-restart-2-reconnected", cell)
 
+        # (the extension) the live view replaced the cell's output: a save stores its record,
+        # not the one from before the restart
+        path = lab[1] / "restart.ipynb"
+        save_until(page, path, lambda outs: len(outs) == 1 and last_tick(outs[0]["data"]["text/plain"]) > frozen_at)
+
         # the same from the magic, in a new cell of the new kernel
         attached = run_cell(page, 2)
         wait_done(attached)
@@ -264,15 +319,9 @@ def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
         live.locator(".rx-badge", has_text="killed").wait_for()  # the reconnected view saw it end too
 
 
-def restart_kernel(page: Any) -> None:  # noqa: F811
-    page.locator("jp-button[data-command='notebook:restart-kernel']").first.click()
-    page.locator(".jp-Dialog button", has_text="Restart").click()
-    page.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for(timeout=90_000)
-
-
 def test_remote_jobs_shows_this_notebooks_jobs_after_a_restart_and_all_on_request(
-    lab: tuple[str, Path],  # noqa: F811
-    page: Any,  # noqa: F811
+    lab: tuple[str, Path],
+    page: Any,
     agent_dir: Path,
 ) -> None:
     """``%remote_jobs`` in a restarted kernel (no handles left): this notebook's ``--bg`` job and

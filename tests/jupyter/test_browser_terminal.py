@@ -20,9 +20,7 @@ import pytest
 
 import remote_exec as rx
 
-from .test_browser import browser, failure_shot, lab, open_notebook, page, run_cell, run_first_cell, shot, wait_done
-
-__all__ = ["browser", "lab", "page"]  # the fixtures, shared with test_browser.py
+from .lab_page import failure_shot, open_notebook, run_cell, run_first_cell, shot, wait_done
 
 pytestmark = pytest.mark.slow
 

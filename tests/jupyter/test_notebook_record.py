@@ -153,7 +153,7 @@ def test_a_saved_notebook_keeps_the_record_in_place_of_the_widget(
 
     import nbformat
 
-    from remote_exec.jupyter.saving import RECORD_META, keep_records
+    from remote_exec.jupyter.saving import RECORD_META, RECORD_MIME, keep_records
 
     with capture_output() as cap:
         ip.run_cell_magic("exec_remote", "--bg --name saved", "echo saved-line")
@@ -173,7 +173,69 @@ def test_a_saved_notebook_keeps_the_record_in_place_of_the_widget(
     state = kept["metadata"][RECORD_META]["state"]  # as shown when it was saved
     assert kept["data"]["text/plain"].startswith(f"[{state}] echo saved-line")
     assert untouched == other
+    # what the JupyterLab extension reads: enough to reconnect, and the record to show meanwhile
+    assert kept["data"][RECORD_MIME] == {
+        "job_id": ip.user_ns["saved"].job_id,
+        "sandbox": ip.user_ns["saved"].view.sandbox,
+        "label": "echo saved-line",
+        "state": state,
+        "html": kept["data"]["text/html"],
+    }
     nbformat.validate(nbformat.from_dict(model["content"]))
+
+
+@pytest.mark.parametrize(
+    ("mark", "html", "why"),
+    [
+        ({"jobs": True}, "<div></div>", "a dashboard: no job to reconnect"),
+        ({"job_id": "x'); import os #", "state": "running"}, "<div></div>", "not a job id"),
+        ({"job_id": "a" * 65, "state": "running"}, "<div></div>", "too long an id"),
+        ({"job_id": "j-1", "state": "running"}, "x" * (256 * 1024 + 1), "too much HTML"),
+        ({"job_id": "j-1", "state": "running"}, ["not", "text"], "HTML that is not text"),
+    ],
+)
+def test_the_saver_adds_no_reconnect_bundle_it_cannot_vouch_for(mark: object, html: object, why: str) -> None:
+    """The notebook comes from the browser: a forged or oversized mark gives no bundle, and a
+    bundle already in the output (stale or forged) is dropped rather than kept."""
+    from remote_exec.jupyter.saving import RECORD_META, RECORD_MIME, keep_records
+
+    output = {
+        "output_type": "display_data",
+        "metadata": {RECORD_META: mark},
+        "data": {"text/html": html, "text/plain": "r", RECORD_MIME: {"job_id": "forged"}},
+    }
+    model = {"type": "notebook", "content": {"cells": [{"cell_type": "code", "outputs": [output]}]}}
+    keep_records(model)
+    assert RECORD_MIME not in output["data"], why
+
+
+def test_the_saver_bounds_each_field_of_the_bundle() -> None:
+    from remote_exec.jupyter.saving import job_record
+
+    got = job_record({"job_id": "j-1", "state": "<b>", "sandbox": "s" * 5000, "label": 7}, "<div></div>")
+    assert got == {"job_id": "j-1", "sandbox": "s" * 2000, "label": "", "state": "unknown", "html": "<div></div>"}
+
+
+def test_a_kernel_says_which_jobs_it_shows_and_shows_one_again(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:
+    """What the JupyterLab extension asks on a reloaded page (``live_view``) and then runs
+    (``show_again``): the same view, displayed again with its record, as long as it is open."""
+    from remote_exec.errors import JobNotFoundError
+    from remote_exec.jupyter.attach import live_view, show_again
+
+    with capture_output():
+        ip.run_cell_magic("exec_remote", "--bg --name shown", "echo shown-line")
+    job: BackgroundJob = ip.user_ns["shown"]
+    view = job.view
+    assert view is not None and job.job_id is not None
+    assert live_view(job.job_id) and not live_view("nosuch")
+    with capture_output() as cap:
+        show_again(job.job_id)
+    assert front.widget(cap.outputs[0]) is view and view.wait(30) is not None
+    assert cap.outputs[0].data["text/html"].startswith("<div data-remote-exec-record=")
+    view.close()
+    assert not live_view(job.job_id)
+    with pytest.raises(JobNotFoundError, match="shows no view of job"):
+        show_again(job.job_id)
 
 
 def test_the_wheel_enables_the_server_extension_that_saves_records() -> None:

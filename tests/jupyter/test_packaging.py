@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -76,6 +78,10 @@ def test_the_wheel_installs_by_its_name_and_loads_in_a_kernel(tmp_path: Path, mo
     # the server extension that saves job records in place of widgets, enabled where pip installs it
     assert any(n.endswith(".data/data/etc/jupyter/jupyter_server_config.d/remote_exec.json") for n in names)
     assert not any(n.startswith("remote_exec/_widgets") for n in names)  # one place only
+    # the prebuilt JupyterLab extension, where JupyterLab looks for extensions pip installed
+    lab_ext = ".data/data/share/jupyter/labextensions/remote-exec/"
+    for name in ("package.json", "install.json", "static/style.js"):
+        assert any(n.endswith(lab_ext + name) for n in names), name
 
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=True)
@@ -98,6 +104,20 @@ def test_the_wheel_installs_by_its_name_and_loads_in_a_kernel(tmp_path: Path, mo
     assert "hello from 42" in out and "exit code: 0" in out, out
     assert "ESM str True" in out, out  # installed: the module's text, nothing watched
     assert (env_dir / "etc" / "jupyter" / "jupyter_server_config.d" / "remote_exec.json").is_file()
+    # JupyterLab (this one: the fresh venv has no JupyterLab) sees it there, enabled, no build step
+    listed = subprocess.run(
+        [sys.executable, "-m", "jupyterlab.labextensions", "list"],
+        env={**os.environ, "JUPYTER_PATH": str(env_dir / "share" / "jupyter")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    text = re.sub(r"\x1b\[[0-9;]*m", "", listed.stdout + listed.stderr)  # its colours
+    found = re.search(
+        rf"{re.escape(str(env_dir))}\S*labextensions\n\s+remote-exec v\S+ enabled OK \(python, {DIST}\)", text
+    )
+    assert found, text
 
 
 def _version() -> str:

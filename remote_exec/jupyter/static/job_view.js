@@ -14,6 +14,12 @@ function jobReconnect(model, root, button, onError) {
   const manager = model.widget_manager;
   const kernel = manager && manager.kernel;
   if (!kernel) return;
+  // The JupyterLab extension (labextension/), when installed, runs it with the output routed into
+  // this cell, replacing it: the new view's records then reach the notebook and its next save.
+  const detail = { sandbox: model.get("sandbox"), job_id: model.get("job_id") };
+  if (!root.dispatchEvent(new CustomEvent("remote-exec:reconnect", { bubbles: true, cancelable: true, detail }))) {
+    return;
+  }
   button.disabled = true;
   button.textContent = "Reconnecting…";
   const args = `${JSON.stringify(model.get("sandbox"))}, ${JSON.stringify(model.get("job_id"))}`;

@@ -1,0 +1,203 @@
+// remote_exec's JupyterLab extension: a job record saved in a notebook gets its way back to a live view.
+//
+// The server's pre-save hook (remote_exec/jupyter/saving.py) stores each job view as its record
+// (text/plain, text/html) plus RECORD_MIME: job id, sandbox URL, label, state and the record's
+// HTML. This one plugin renders RECORD_MIME: the record (sanitized: a notebook file is not to be
+// trusted) and, while the notebook has a kernel, a Reconnect button that runs
+// %exec_remote_attach in that kernel with the output routed into this same cell (as a cell's own
+// run is), so the live view takes the record's place and its records fill that output from then
+// on: the next save stores a fresh one. When the kernel up already shows a view of the job (the
+// page was reloaded), the view comes back by itself: a silent user_expressions query asks, which
+// imports nothing into a kernel that never used remote_exec and starts nothing. A live view's own
+// Reconnect (after a kernel restart) is routed the same way when this extension is there.
+import { IRenderMimeRegistry, renderHTML } from "@jupyterlab/rendermime";
+import { Widget } from "@lumino/widgets";
+
+const RECORD_MIME = "application/vnd.remote-exec.record+json";
+const UP = new Set(["idle", "busy"]);
+
+// A JSON string is a valid Python str literal: the only way a value from the file reaches code.
+const py = (value) => JSON.stringify(String(value));
+
+// What the probe asks: True only when remote_exec is loaded and holds an open view of the job.
+const probe = (jobId) =>
+  `__import__("sys").modules.get("remote_exec.jupyter.job_view") is not None and ` +
+  `__import__("remote_exec.jupyter.attach", fromlist=["live_view"]).live_view(${py(jobId)})`;
+
+const call = (name, ...args) =>
+  `__import__("remote_exec.jupyter.attach", fromlist=[${py(name)}]).${name}(${args.map(py).join(", ")})`;
+
+class RecordRenderer extends Widget {
+  constructor(options, app) {
+    super();
+    this.addClass("rx-record");
+    this._options = options;
+    this._app = app;
+    this._record = null;
+    this._panel = null; // the notebook panel and cell showing this record, found once attached
+    this._cell = null;
+    this._probed = false;
+    this._bar = document.createElement("div");
+    this._bar.className = "rx-record-bar";
+    this._button = document.createElement("button");
+    this._button.className = "rx-record-reconnect jp-mod-styled jp-mod-accept";
+    this._button.textContent = "Reconnect";
+    this._button.hidden = true;
+    this._button.addEventListener("click", () => this._run("reconnect", this._record.sandbox, this._record.job_id));
+    this._bar.append(this._button);
+    this._html = document.createElement("div");
+    this.node.append(this._bar, this._html);
+  }
+
+  async renderModel(model) {
+    const raw = model.data[RECORD_MIME];
+    const rec = raw && typeof raw === "object" ? raw : {};
+    this._record = {
+      job_id: String(rec.job_id ?? ""),
+      sandbox: String(rec.sandbox ?? ""),
+      label: String(rec.label ?? ""),
+      state: String(rec.state ?? ""),
+    };
+    this._button.title = `A live view of job ${this._record.job_id} (${this._record.label}) from ${this._record.sandbox}, in this notebook's kernel`;
+    const o = this._options;
+    await renderHTML({
+      host: this._html,
+      source: String(rec.html ?? ""),
+      trusted: false, // sanitized whatever the notebook's trust: no script, no event handler
+      sanitizer: o.sanitizer,
+      resolver: o.resolver,
+      linkHandler: o.linkHandler,
+      shouldTypeset: false,
+      latexTypesetter: null,
+      translator: o.translator,
+    });
+    this._update();
+  }
+
+  onAfterAttach(msg) {
+    super.onAfterAttach(msg);
+    const found = !this._panel && cellOf(this._app, this.node); // none in a cloned output view
+    if (found) {
+      this._panel = found.panel;
+      this._cell = found.cell;
+      this._panel.sessionContext.statusChanged.connect(this._update, this);
+      this._panel.sessionContext.kernelChanged.connect(this._update, this);
+    }
+    this._update();
+  }
+
+  dispose() {
+    if (this._panel && !this._panel.isDisposed) {
+      this._panel.sessionContext.statusChanged.disconnect(this._update, this);
+      this._panel.sessionContext.kernelChanged.disconnect(this._update, this);
+    }
+    super.dispose();
+  }
+
+  _kernel() {
+    return kernelOf(this._panel);
+  }
+
+  _update() {
+    if (this.isDisposed || !this._record) return;
+    const kernel = this._kernel();
+    this._button.hidden = !kernel || !this._record.job_id;
+    if (kernel && this._record.job_id && !this._probed) {
+      this._probed = true; // once per rendering: a kernel that holds no view now will not later
+      this._probe(kernel);
+    }
+  }
+
+  async _probe(kernel) {
+    try {
+      const future = kernel.requestExecute({
+        code: "",
+        silent: true,
+        store_history: false,
+        user_expressions: { rx: probe(this._record.job_id) },
+      });
+      const reply = await future.done;
+      const answer = reply.content.user_expressions && reply.content.user_expressions.rx;
+      if (answer && answer.status === "ok" && answer.data["text/plain"] === "True") {
+        this._run("show_again", this._record.job_id);
+      }
+    } catch (err) {
+      console.warn("remote-exec: could not ask the kernel for a live view", err);
+    }
+  }
+
+  _run(name, ...args) {
+    const kernel = this._kernel();
+    if (!kernel || !this._cell || this._cell.isDisposed) return;
+    this._button.disabled = true;
+    this._button.textContent = "Reconnecting…";
+    runInCell(kernel, this._cell.outputArea, call(name, ...args));
+  }
+}
+
+// Run ``code`` in the kernel with its output routed into ``area``, as the cell's own run is (so
+// display updates, a view's rewritten records, land there too, and the next save stores them).
+// The area is cleared for it; if the code fails, what it showed comes back above the error.
+function runInCell(kernel, area, code) {
+  const before = area.model.toJSON();
+  const content = { code, silent: false, store_history: false, stop_on_error: false };
+  const future = kernel.requestExecute(content, false); // kept open: the view's records come later
+  area.future = future;
+  future.done.then(
+    (reply) => {
+      if (reply.content.status !== "ok" && area.future === future && !area.isDisposed) {
+        const after = area.model.toJSON();
+        area.model.clear();
+        area.model.fromJSON([...before, ...after]);
+      }
+    },
+    () => {},
+  );
+}
+
+// The notebook panel and code cell whose DOM holds ``node``, or null.
+function cellOf(app, node) {
+  for (const w of app.shell.widgets("main")) {
+    if (!w.sessionContext || !w.content || !w.content.widgets || !w.node.contains(node)) continue;
+    const cell = w.content.widgets.find((c) => c.outputArea && c.node.contains(node));
+    return cell ? { panel: w, cell } : null;
+  }
+  return null;
+}
+
+function kernelOf(panel) {
+  const kernel = panel && panel.sessionContext.session && panel.sessionContext.session.kernel;
+  return kernel && UP.has(kernel.status) ? kernel : null;
+}
+
+// A disconnected JobView's own Reconnect (remote_exec/jupyter/static/job_view.js) asks here
+// first: handled, the live view replaces that cell's output, so its records reach the notebook
+// (otherwise the saved record would stay the one from before the restart).
+function onWidgetReconnect(app, event) {
+  const found = cellOf(app, event.target);
+  const kernel = found && kernelOf(found.panel);
+  const detail = event.detail || {};
+  if (!kernel || typeof detail.sandbox !== "string" || typeof detail.job_id !== "string") return;
+  event.preventDefault();
+  runInCell(kernel, found.cell.outputArea, call("reconnect", detail.sandbox, detail.job_id));
+}
+
+const plugin = {
+  id: "remote-exec:record",
+  description: "Saved remote_exec job records: Reconnect, and the live view back after a page reload.",
+  autoStart: true,
+  requires: [IRenderMimeRegistry],
+  activate: (app, rendermime) => {
+    document.addEventListener("remote-exec:reconnect", (event) => onWidgetReconnect(app, event));
+    rendermime.addFactory(
+      {
+        safe: true, // it renders sanitized HTML and runs nothing unless clicked
+        mimeTypes: [RECORD_MIME],
+        createRenderer: (options) => new RecordRenderer(options, app),
+      },
+      0, // ahead of text/html, which the same output carries for every other reader
+    );
+  },
+};
+
+export default plugin;

@@ -1,0 +1,117 @@
+"""What the browser tests share: where JupyterLab and Chromium are, and how a test drives a
+notebook in the page (open it, run a cell, wait for it or the kernel, take screenshots).
+
+The fixtures that start them (``lab``, ``browser``, ``page``) are in ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+LABEXTENSION = Path(__file__).resolve().parents[2] / "labextension" / "built"
+CELLS = ".jp-NotebookPanel:visible .jp-Notebook .jp-Cell"  # of the notebook on screen
+BASE_URL = "/user/rx-test/"  # the kernel must find it: forwarded ports go through <base>proxy/<port>/
+BROWSER_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def unavailable(reason: str) -> None:
+    if os.environ.get("REMOTE_EXEC_REQUIRE_BACKENDS") == "1":
+        pytest.fail(f"browser test required but cannot run: {reason}")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def shot(page: Any, name: str, cell: Any = None) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    if cell is not None:
+        cell.scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def run_cell(page: Any, index: int) -> Any:
+    """Click into cell ``index``, run it with Shift+Enter; return the cell's locator."""
+    cell = page.locator(CELLS).nth(index)
+    cell.locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Shift+Enter")
+    return cell
+
+
+def run_first_cell(page: Any) -> None:
+    """Run cell 0 (the set-up) and wait for ``[1]``; press again if the first press was lost.
+
+    A run requested while the page is still connecting to the new kernel can vanish; the
+    set-up cell is idempotent, so asking again is safe.
+    """
+    for attempt in range(3):
+        cell = run_cell(page, 0)
+        try:
+            cell.locator(".jp-InputPrompt", has_text=re.compile(r"\[[1-9*]")).wait_for(timeout=15_000)
+            break
+        except Exception:
+            if attempt == 2:
+                raise
+    wait_done(cell)
+
+
+def wait_done(cell: Any) -> None:
+    """Wait until the cell shows ``[N]:`` (it has finished running)."""
+    cell.locator(".jp-InputPrompt", has_text=re.compile(r"\[\d+\]")).wait_for()
+
+
+@contextlib.contextmanager
+def failure_shot(page: Any, name: str) -> Iterator[None]:
+    """On failure, keep what the page looked like (PNG and HTML) next to the other screenshots."""
+    try:
+        yield
+    except BaseException:
+        shot(page, f"{name}-failure")
+        (ARTIFACTS / f"{name}-failure.html").write_text(page.content())
+        raise
+
+
+def open_notebook(page: Any, lab: tuple[str, Path], name: str, cells: list[str]) -> None:
+    url, notebooks = lab
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nbformat.write(nb, notebooks / name)
+    page.goto(url.format(workspace=Path(name).stem, name=name))
+    page.locator(CELLS).first.wait_for()
+    kernel_idle(page)
+
+
+def kernel_idle(page: Any) -> None:
+    """Wait until the status bar says the notebook's kernel is up and idle.
+
+    The toolbar's indicator says "idle" before a kernel exists; the status bar names the kernel.
+    """
+    page.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for(timeout=90_000)
+
+
+def restart_kernel(page: Any) -> None:
+    """Restart the notebook's kernel from the toolbar and wait until the new one is idle."""
+    page.locator("jp-button[data-command='notebook:restart-kernel']").first.click()
+    page.locator(".jp-Dialog button", has_text="Restart").click()
+    kernel_idle(page)
