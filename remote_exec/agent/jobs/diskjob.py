@@ -449,6 +449,11 @@ class DiskJob(Job):
 
     # -- operations ------------------------------------------------------------------------
 
+    def last_output_at(self) -> float | None:
+        """The newer of the log files' mtimes, as the last look at their size saw them (the
+        listing has just looked: no extra stat)."""
+        return max((f.mtime for f in self.files if f.mtime is not None), default=None)
+
     def info(self) -> JobInfo:
         return super().info().model_copy(update={"leftovers": self.leftovers[:1024]})
 

@@ -93,6 +93,7 @@ class Job:
         self._paused: set[int] = set()
         self._last_poll = time.monotonic()  # the starter is about to poll: count it as watching
         self._data_since_linger = False
+        self._output_at: float | None = None  # when the job last wrote (wall clock, as JobInfo says)
         self.stdin = StdinQueue(job_id, buffer_limit)
         self._timers: list[asyncio.TimerHandle] = []
         self._terminating: asyncio.Task[None] | None = None
@@ -205,6 +206,7 @@ class Job:
             ended_at=self.ended_at,
             stdout_bytes=self.streams[1].end,
             stderr_bytes=self.streams[2].end,
+            last_output_at=self.last_output_at(),  # after the ends: a disk job's look at its files
             stdin_open=self.stdin.open,
             stdin_bytes=self.stdin.written,
             encoding=self.encoding,
@@ -217,6 +219,10 @@ class Job:
             watch_skipped=self.watch_skipped,
         )
 
+    def last_output_at(self) -> float | None:
+        """When the job last wrote to stdout or stderr (None: not yet)."""
+        return self._output_at
+
     # -- protocol callbacks (event loop) ----------------------------------------------------
 
     def _on_data(self, fd: int, data: bytes) -> None:
@@ -224,6 +230,7 @@ class Job:
         watched = self._watched()
         buf.append(data, keep_unread=watched)
         self._data_since_linger = True
+        self._output_at = time.time()
         if watched and buf.wants_pause() and self._transport is not None:
             pipe = self._transport.get_pipe_transport(fd)
             if pipe is not None and fd not in self._paused:
