@@ -283,6 +283,52 @@ async def test_a_restarted_agent_enforces_the_policy(fresh_agent_dir: Path, tmp_
     assert (info.reason or "").startswith("killed: watch rule 0 matched '^nan$' on stdout at byte 8")
 
 
+async def test_watch_hits_outlive_a_sigkilled_agent(fresh_agent_dir: Path, tmp_path: Path) -> None:
+    """The hits are in job.json: after kill -9 of the agent the next one lists the earlier hits,
+    and a client polling across the restart is told of each hit once (3 hits: 1, 2, then 3)."""
+    go = tmp_path / "go"
+    policy = rx.JobPolicy(on_output=[rx.WatchRule(pattern="^hit")])
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        proc = sb.exec_remote("echo hit 1; echo hit 2; " + WAIT_GO + "echo hit 3", env={"GO": str(go)}, policy=policy)
+        told: list[int] = []
+        two = anyio.Event()
+
+        def tell(n: int) -> None:
+            told.append(n)
+            if n >= 2:
+                two.set()
+
+        proc.on_hit(tell)
+        results: list[rx.ExecResult] = []
+
+        async def wait() -> None:
+            results.append(await proc.wait())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            with anyio.fail_after(60):
+                await two.wait()  # the waiting poll brings them
+            assert proc.job_id is not None
+            old = sb.info.instance_id
+            os.kill(sb.info.pid, signal.SIGKILL)
+            with anyio.fail_after(60):
+                while True:  # the next agent: server_info reconnects to it
+                    try:
+                        if (await sb.server_info()).instance_id != old:
+                            break
+                    except rx.RemoteExecError:
+                        pass
+                    await anyio.sleep(0.1)  # a moment for the keeper to start it; the deadline bounds it
+            before = await _info(sb, proc.job_id)
+            assert [h.line for h in before.hits] == ["hit 1", "hit 2"] and before.hits_total == 2
+            go.touch()
+        info = await _info(sb, before.job_id)
+    assert results[0].state == "completed" and proc.hits == 3
+    assert told[-1] == 3 and told == sorted(set(told))  # each count told once, none twice
+    assert [h.line for h in info.hits] == ["hit 1", "hit 2", "hit 3"] and info.hits_total == 3
+    assert [h.offset for h in info.hits] == [0, 6, 12]
+
+
 async def test_a_client_without_a_stream_is_attached_while_it_polls(agent_dir: Path) -> None:
     """``channel=call`` (one process, one connection per request): each poll counts as the
     client seen; a job polled more often than its grace lives to its end."""
