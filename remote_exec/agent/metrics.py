@@ -75,7 +75,14 @@ def _io(pid: str) -> tuple[int, int]:
 
 def read_trees(wanted: frozenset[int]) -> dict[int, TreeReading]:
     """One walk of ``/proc``: the summed counters of the live processes of each session in
-    ``wanted``, by session id."""
+    ``wanted``, by session id.
+
+    CPU is the whole tree's, exited descendants included: each process's own time plus
+    ``cutime``/``cstime`` (the time of the children it waited for, theirs included), zombies
+    too (a child exited but not yet waited for is in nobody's ``cutime``). A process's time
+    moves into its parent's ``cutime`` as the parent reaps it, so nothing is counted twice and
+    a job that burns CPU in short-lived children is seen doing so. Orphans reaped by the keeper
+    (the subreaper) are not counted (see docs/concepts.md)."""
     acc: dict[int, list[int]] = {}
     try:
         entries = os.listdir("/proc")
@@ -90,12 +97,15 @@ def read_trees(wanted: frozenset[int]) -> dict[int, TreeReading]:
         except OSError:
             continue  # exited while we looked
         fields = raw[raw.rfind(b")") + 2 :].split()
-        # fields[0] is the state; 3 the session; 11/12 utime/stime; 17 threads; 21 rss pages.
-        if len(fields) < 22 or fields[0] == b"Z" or int(fields[3]) not in wanted:
+        # fields[0] is the state; 3 the session; 11/12 utime/stime, 13/14 cutime/cstime (its
+        # waited-for children's); 17 threads; 21 rss pages.
+        if len(fields) < 22 or int(fields[3]) not in wanted:
             continue
         a = acc.setdefault(int(fields[3]), [0, 0, 0, 0, 0, 0])
+        a[0] += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+        if fields[0] == b"Z":
+            continue  # gone but for its CPU time: no process, memory or I/O of its own
         r, w = _io(name)
-        a[0] += int(fields[11]) + int(fields[12])
         a[1] += 1
         a[2] += int(fields[17])
         a[3] += int(fields[21]) * _PAGE

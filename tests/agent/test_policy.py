@@ -215,6 +215,26 @@ async def test_cpu_time_limit_kills_a_busy_loop(agent_dir: Path) -> None:
     assert (result.reason or "").startswith("killed: CPU time limit 1 s exceeded"), result.reason
 
 
+# 200 short-lived children, each a ~20 ms busy loop, waited for by the job's shell: their CPU
+# (about 4 s in all) is in the shell's cutime once each ends, never in a live process for long.
+SHORT_CHILDREN = "for n in $(seq 200); do sh -c 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done'; done"
+
+
+async def test_cpu_time_counts_children_that_already_exited(agent_dir: Path) -> None:
+    policy = rx.JobPolicy(cpu_time=1.5)
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = sb.exec_remote(SHORT_CHILDREN, policy=policy)
+        st = await proc.stats(window=0.5)
+        print(f"\nshort-lived children: {st.cpu_percent:.1f}% CPU over {st.interval:.2f} s")
+        # Busy (0 % when only live processes count: no child lives across the window); 10 %
+        # leaves room for a loaded pair of cores.
+        assert st.cpu_percent >= 10.0
+        with anyio.fail_after(60):
+            result = await proc.wait()
+    assert result.state == "killed", result
+    assert (result.reason or "").startswith("killed: CPU time limit 1.5 s exceeded"), result.reason
+
+
 async def test_nice_lowers_the_priority(agent_dir: Path) -> None:
     async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
         result = await sb.run(

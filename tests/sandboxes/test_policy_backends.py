@@ -81,3 +81,18 @@ async def test_docker_watch_rule_in_the_bundled_agent(container: str) -> None:
         info = next(j for j in await sb.jobs() if j.job_id == proc.job_id)
     assert result.state == "killed" and (result.reason or "").startswith("killed: watch rule 1 matched '^nan$'")
     assert info.rules_disabled == [0]
+
+
+async def test_docker_cpu_time_counts_children_that_already_exited(container: str) -> None:
+    """200 short-lived children waited for by the job's shell (as in tests/agent/test_policy.py):
+    their CPU counts once they ended, in the stats and against ``cpu_time``."""
+    children = "for n in $(seq 200); do sh -c 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done'; done"
+    async with rx.open_sandbox(f"{container}?inject=always") as sb:
+        proc = sb.exec_remote(children, policy=rx.JobPolicy(cpu_time=1.5))
+        st = await proc.stats(window=0.5)
+        print(f"\ndocker, short-lived children: {st.cpu_percent:.1f}% CPU over {st.interval:.2f} s")
+        assert st.cpu_percent >= 10.0  # 0 % when only live processes count
+        with anyio.fail_after(60):
+            result = await proc.wait()
+    assert result.state == "killed", result
+    assert (result.reason or "").startswith("killed: CPU time limit 1.5 s exceeded"), result.reason
