@@ -29,6 +29,7 @@ from ..protocol import (
 )
 from .jobs.controller import JobController
 from .jobs.proctable import scan
+from .orphancpu import add_orphans
 from .rpc import Handler
 
 __all__ = ["MAX_DISK_ENTRIES", "STALE", "MetricsController", "metrics_methods"]
@@ -62,6 +63,7 @@ class TreeReading(NamedTuple):
     rss: int
     read_bytes: int
     write_bytes: int
+    leader_start: int | None = None  # the session leader's start time: names the job to the keeper
 
 
 def _io(pid: str) -> tuple[int, int]:
@@ -82,8 +84,9 @@ def read_trees(wanted: frozenset[int]) -> dict[int, TreeReading]:
     too (a child exited but not yet waited for is in nobody's ``cutime``). A process's time
     moves into its parent's ``cutime`` as the parent reaps it, so nothing is counted twice and
     a job that burns CPU in short-lived children is seen doing so. Orphans reaped by the keeper
-    (the subreaper) are not counted (see docs/concepts.md)."""
+    (the subreaper) are added by :func:`~.orphancpu.add_orphans`."""
     acc: dict[int, list[int]] = {}
+    leaders: dict[int, int] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -101,7 +104,10 @@ def read_trees(wanted: frozenset[int]) -> dict[int, TreeReading]:
         # waited-for children's); 17 threads; 21 rss pages.
         if len(fields) < 22 or int(fields[3]) not in wanted:
             continue
-        a = acc.setdefault(int(fields[3]), [0, 0, 0, 0, 0, 0])
+        sid = int(fields[3])
+        a = acc.setdefault(sid, [0, 0, 0, 0, 0, 0])
+        if int(name) == sid:
+            leaders[sid] = int(fields[19])
         a[0] += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
         if fields[0] == b"Z":
             continue  # gone but for its CPU time: no process, memory or I/O of its own
@@ -112,7 +118,9 @@ def read_trees(wanted: frozenset[int]) -> dict[int, TreeReading]:
         a[4] += r
         a[5] += w
     now = time.monotonic()
-    return {sid: TreeReading(now, a[0] * _TICK, *a[1:]) for sid, a in acc.items()}
+    return {
+        sid: TreeReading(now, a[0] * _TICK, a[1], a[2], a[3], a[4], a[5], leaders.get(sid)) for sid, a in acc.items()
+    }
 
 
 def _empty(at: float) -> TreeReading:
@@ -291,7 +299,8 @@ class MetricsController:
         await asyncio.sleep(GATHER)  # a batching window: the calls arriving meanwhile join this walk
         # Later callers start the next walk: this one may predate their jobs.
         wanted, self._wanted, self._next = frozenset(self._wanted), set(), None
-        return await scan(read_trees, wanted)
+        keeper = self.jobs.home.keeper if self.jobs.home is not None else None
+        return await add_orphans(keeper, await scan(read_trees, wanted))
 
     async def _disk_use(self, root: str) -> tuple[int, bool]:
         now = time.monotonic()

@@ -1,6 +1,7 @@
 """Job policies where the client reaches the agent through a relay (``docker exec -i``): the
 client process SIGKILLed closes the relay, so the agent sees its connection go; and the watch
-rules run in the bundled agent (the ``regex`` module frozen into it)."""
+rules and the whole tree's CPU count work in the bundled agent (the ``regex`` module frozen into
+it)."""
 
 from __future__ import annotations
 
@@ -71,28 +72,27 @@ async def test_docker_client_sigkilled_kill_job_dies_keep_job_lives(container: s
         await (await sb.attach(keep_id)).kill()
 
 
-async def test_docker_watch_rule_in_the_bundled_agent(container: str) -> None:
+async def test_docker_watch_rule_and_cpu_time_in_the_bundled_agent(container: str) -> None:
+    """The watch rules (the ``regex`` module frozen into the agent), then ``cpu_time`` of a job
+    burning CPU in 200 short-lived children its shell waits for (as in tests/agent/test_policy.py):
+    their CPU counts once they ended, in the stats and against the limit. One sandbox for both
+    (an injected agent costs seconds)."""
     rules = [rx.WatchRule(pattern=r"(a|aa)+$"), rx.WatchRule(pattern=r"^nan$", action="kill")]
+    children = "for n in $(seq 200); do sh -c 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done'; done"
     async with rx.open_sandbox(f"{container}?inject=always") as sb:  # the frozen agent, surely
         proc = sb.exec_remote(f"echo {'a' * 60}b; echo nan; exec sleep 300", policy=rx.JobPolicy(on_output=rules))
         with anyio.fail_after(60):
             result = await proc.wait()
         assert proc.job_id is not None
         info = next(j for j in await sb.jobs() if j.job_id == proc.job_id)
-    assert result.state == "killed" and (result.reason or "").startswith("killed: watch rule 1 matched '^nan$'")
-    assert info.rules_disabled == [0]
+        assert result.state == "killed" and (result.reason or "").startswith("killed: watch rule 1 matched '^nan$'")
+        assert info.rules_disabled == [0]
 
-
-async def test_docker_cpu_time_counts_children_that_already_exited(container: str) -> None:
-    """200 short-lived children waited for by the job's shell (as in tests/agent/test_policy.py):
-    their CPU counts once they ended, in the stats and against ``cpu_time``."""
-    children = "for n in $(seq 200); do sh -c 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done'; done"
-    async with rx.open_sandbox(f"{container}?inject=always") as sb:
-        proc = sb.exec_remote(children, policy=rx.JobPolicy(cpu_time=1.5))
-        st = await proc.stats(window=0.5)
+        busy = sb.exec_remote(children, policy=rx.JobPolicy(cpu_time=0.5))
+        st = await busy.stats(window=0.5)
         print(f"\ndocker, short-lived children: {st.cpu_percent:.1f}% CPU over {st.interval:.2f} s")
-        assert st.cpu_percent >= 10.0  # 0 % when only live processes count
+        assert st.cpu_percent >= 5.0  # 0 % when only live processes count (13 % seen at a load of 10)
         with anyio.fail_after(60):
-            result = await proc.wait()
-    assert result.state == "killed", result
-    assert (result.reason or "").startswith("killed: CPU time limit 1.5 s exceeded"), result.reason
+            ended = await busy.wait()
+    assert ended.state == "killed", ended
+    assert (ended.reason or "").startswith("killed: CPU time limit 0.5 s exceeded"), ended.reason
