@@ -15,11 +15,11 @@ from pathlib import Path
 
 import anyio
 import pytest
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 import remote_exec as rx
 from remote_exec.agent.jobs.policy import TICK
 
+from ..conftest import sigkilled_client
 from .rawhttp import rpc
 
 pytestmark = pytest.mark.anyio
@@ -258,25 +258,7 @@ async def test_nice_lowers_the_priority(agent_dir: Path) -> None:
 
 async def test_kill_on_disconnect_after_the_client_process_is_sigkilled(agent_dir: Path) -> None:
     url = f"local://?dir={agent_dir}"
-    # A client process: one job of each policy, their ids printed, then it blocks on stdin.
-    script = textwrap.dedent("""
-        import sys, remote_exec as rx
-        with rx.connect(sys.argv[1]) as sb:
-            keep = sb.exec_remote(["sleep", "300"], policy=rx.JobPolicy(on_disconnect="keep"))
-            kill = sb.exec_remote(["sleep", "300"], policy=rx.JobPolicy(on_disconnect="kill", disconnect_grace=2))
-            for proc in (keep, kill):
-                sb.portal.call(proc.async_process.started)
-            print(keep.job_id, kill.job_id, flush=True)
-            sys.stdin.read()
-    """)
-    async with await anyio.open_process([sys.executable, "-c", script, url]) as client:
-        assert client.stdout is not None
-        with anyio.fail_after(60):
-            line = (await BufferedByteReceiveStream(client.stdout).receive_until(b"\n", 4096)).decode()
-        keep_id, kill_id = line.split()
-        client.send_signal(signal.SIGKILL)  # no goodbye: its connection just closes
-        await client.wait()
-        t0 = time.monotonic()
+    keep_id, kill_id, t0 = await sigkilled_client(url)
     async with rx.open_sandbox(url) as sb:
         info = await _until(sb, kill_id, "ended", lambda i: i.state != "running")
         elapsed = time.monotonic() - t0

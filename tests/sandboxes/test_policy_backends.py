@@ -6,18 +6,16 @@ it)."""
 from __future__ import annotations
 
 import secrets
-import sys
-import textwrap
 import time
 from collections.abc import Iterator
 
 import anyio
 import pytest
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 import remote_exec as rx
 from remote_exec.agent.jobs.policy import TICK
 
+from ..conftest import sigkilled_client
 from .backend_docker import docker_or_skip, image_or_skip
 from .dockerd import Dockerd
 
@@ -42,25 +40,7 @@ async def _ended(sb: rx.AsyncSandbox, job_id: str) -> rx.JobInfo:
 
 
 async def test_docker_client_sigkilled_kill_job_dies_keep_job_lives(container: str) -> None:
-    script = textwrap.dedent("""
-        import sys, remote_exec as rx
-        with rx.connect(sys.argv[1]) as sb:
-            keep = sb.exec_remote(["sleep", "300"], policy=rx.JobPolicy(on_disconnect="keep"))
-            kill = sb.exec_remote(["sleep", "300"], policy=rx.JobPolicy(on_disconnect="kill", disconnect_grace=2))
-            for proc in (keep, kill):
-                sb.portal.call(proc.async_process.started)
-            print(keep.job_id, kill.job_id, flush=True)
-            sys.stdin.read()
-    """)
-    async with await anyio.open_process([sys.executable, "-c", script, container]) as client:
-        assert client.stdout is not None
-        with anyio.fail_after(90):
-            keep_id, kill_id = (
-                (await BufferedByteReceiveStream(client.stdout).receive_until(b"\n", 4096)).decode().split()
-            )
-        client.kill()  # SIGKILL: its docker exec loses its stdin, the relay its input
-        await client.wait()
-        t0 = time.monotonic()
+    keep_id, kill_id, t0 = await sigkilled_client(container)  # its docker exec loses its stdin, the relay its input
     async with rx.open_sandbox(container) as sb:
         info = await _ended(sb, kill_id)
         elapsed = time.monotonic() - t0
