@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..errors import AgentLostError, JobNotFoundError
 from ..protocol import (
@@ -29,10 +30,11 @@ from ..protocol import (
 )
 from .jobs.controller import JobController
 from .jobs.proctable import scan
-from .orphancpu import add_orphans
+from .keeperlink import KeeperLink
+from .orphancpu import MAX_KEYS
 from .rpc import Handler
 
-__all__ = ["MAX_DISK_ENTRIES", "STALE", "MetricsController", "metrics_methods"]
+__all__ = ["MAX_DISK_ENTRIES", "STALE", "MetricsController", "add_orphans", "metrics_methods"]
 
 GATHER = 0.01
 """Seconds a walk of ``/proc`` waits for more ``job_stats`` calls to join it: a dashboard
@@ -84,7 +86,7 @@ def read_trees(wanted: frozenset[int]) -> dict[int, TreeReading]:
     too (a child exited but not yet waited for is in nobody's ``cutime``). A process's time
     moves into its parent's ``cutime`` as the parent reaps it, so nothing is counted twice and
     a job that burns CPU in short-lived children is seen doing so. Orphans reaped by the keeper
-    (the subreaper) are added by :func:`~.orphancpu.add_orphans`."""
+    (the subreaper) are added by :func:`add_orphans`."""
     acc: dict[int, list[int]] = {}
     leaders: dict[int, int] = {}
     try:
@@ -121,6 +123,28 @@ def read_trees(wanted: frozenset[int]) -> dict[int, TreeReading]:
     return {
         sid: TreeReading(now, a[0] * _TICK, a[1], a[2], a[3], a[4], a[5], leaders.get(sid)) for sid, a in acc.items()
     }
+
+
+async def add_orphans(keeper: KeeperLink | None, readings: dict[int, TreeReading]) -> dict[int, TreeReading]:
+    """``readings`` (by session id) with the CPU of each tree's orphans the keeper reaped added.
+
+    A keeper too old for the ``cpu`` op, or none, adds nothing. Its answer is checked (only the
+    keys asked, finite non-negative seconds). Cancelling drops the keeper link (see
+    :meth:`~.keeperlink.KeeperLink.request`)."""
+    keys = {f"{sid}:{r.leader_start}": sid for sid, r in readings.items() if r.leader_start is not None}
+    if keeper is None or not keeper.present or not keys:
+        return readings
+    answer, fds = await keeper.request({"op": "cpu", "keys": list(keys)[:MAX_KEYS]})
+    for fd in fds:
+        os.close(fd)
+    sums: Any = answer.get("cpu")
+    out = dict(readings)
+    for key, seconds in sums.items() if isinstance(sums, dict) else ():
+        sid = keys.get(key)
+        if sid is not None and isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0:
+            r = out[sid]
+            out[sid] = TreeReading(r.at, r.cpu_seconds + seconds, *r[2:])
+    return out
 
 
 def _empty(at: float) -> TreeReading:

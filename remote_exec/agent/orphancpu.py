@@ -7,25 +7,21 @@ keeper reaps it: the keeper adds it (``wait4``'s rusage: its own time and its wa
 children's) to the job it belonged to, keyed by the job's session leader as ``pid:starttime``
 (a recycled pid has another start time), and answers the agent's ``cpu`` op with the sums.
 
-The keeper imports this module (standard library only); the agent asks with :func:`add_orphans`.
+The keeper imports this module (standard library only); the agent asks with
+:func:`~.metrics.add_orphans`.
 """
 
 from __future__ import annotations
 
-import math
-import os
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .procfacts import proc_starttime
 
 if TYPE_CHECKING:
     from resource import struct_rusage
 
-    from .keeperlink import KeeperLink
-    from .metrics import TreeReading
-
-__all__ = ["MAX_KEYS", "MAX_SESSIONS", "OrphanCpu", "add_orphans", "proc_session"]
+__all__ = ["MAX_KEYS", "MAX_SESSIONS", "OrphanCpu", "proc_session"]
 
 MAX_SESSIONS = 4096
 """Jobs whose orphans' time the keeper keeps (the oldest are forgotten: ended long ago)."""
@@ -74,24 +70,3 @@ class OrphanCpu:
         if not isinstance(keys, list):
             return {}
         return {k: self._seconds[k] for k in keys[:MAX_KEYS] if isinstance(k, str) and k in self._seconds}
-
-
-async def add_orphans(keeper: KeeperLink | None, readings: dict[int, TreeReading]) -> dict[int, TreeReading]:
-    """``readings`` (by session id) with the CPU of each tree's orphans the keeper reaped added.
-
-    A keeper too old for the ``cpu`` op, or none, adds nothing. Its answer is checked (only the
-    keys asked, finite non-negative seconds). Cancelling drops the keeper link (see
-    :meth:`~.keeperlink.KeeperLink.request`)."""
-    keys = {f"{sid}:{r.leader_start}": sid for sid, r in readings.items() if r.leader_start is not None}
-    if keeper is None or not keeper.present or not keys:
-        return readings
-    answer, fds = await keeper.request({"op": "cpu", "keys": list(keys)[:MAX_KEYS]})
-    for fd in fds:
-        os.close(fd)
-    sums: Any = answer.get("cpu")
-    out = dict(readings)
-    for key, seconds in sums.items() if isinstance(sums, dict) else ():
-        sid = keys.get(key)
-        if sid is not None and isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0:
-            out[sid] = out[sid]._replace(cpu_seconds=out[sid].cpu_seconds + seconds)
-    return out

@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from ...errors import InvalidParamsError
 from ...protocol import JobPolicy, StartParams
 from ..keeperlink import KeeperLink
-from ..metrics import read_trees
-from ..orphancpu import add_orphans
+from ..metrics import add_orphans, read_trees
 from ..stream import CURRENT_PEER, Peers
 from .job import Job
 from .proctable import scan
