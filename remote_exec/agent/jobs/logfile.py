@@ -98,13 +98,13 @@ class LogFile:
     @property
     def end(self) -> int:
         """Bytes written so far (the file's size). The same stat gives ``mtime``: when the job
-        last wrote (a punched head changes it too, but only right after a write passed the cap)."""
+        last wrote, taken only when the size grew (a head punched out of a quiet job's log by
+        the log budget changes the file's mtime, not its size: it is no output)."""
         with contextlib.suppress(OSError):
             st = os.stat(self.path)
             size = st.st_size
-            if size:
-                self.mtime = st.st_mtime
             if size != self._size:
+                self.mtime = st.st_mtime if size else None
                 self._moved(size, self.base)
         return self._size
 
