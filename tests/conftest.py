@@ -9,12 +9,15 @@ import select
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, cast
 
+import anyio
 import pytest
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 import remote_exec as rx
 from remote_exec.client.channel import PipeProcess
@@ -118,3 +121,30 @@ def run_cli(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "remote_exec.cli", *args], capture_output=True, text=True, timeout=60, **kwargs
     )
+
+
+# A client process: one job of each ``on_disconnect`` policy, their ids printed, then it blocks.
+_TWO_POLICY_CLIENT = textwrap.dedent("""
+    import sys, remote_exec as rx
+    with rx.connect(sys.argv[1]) as sb:
+        keep = sb.exec_remote(["sleep", "300"], policy=rx.JobPolicy(on_disconnect="keep"))
+        kill = sb.exec_remote(["sleep", "300"], policy=rx.JobPolicy(on_disconnect="kill", disconnect_grace=2))
+        for proc in (keep, kill):
+            sb.portal.call(proc.async_process.started)
+        print(keep.job_id, kill.job_id, flush=True)
+        sys.stdin.read()
+""")
+
+
+async def sigkilled_client(url: str) -> tuple[str, str, float]:
+    """Run a client process on ``url`` that starts a ``keep`` job and a ``kill`` job (grace 2 s),
+    then SIGKILL it (no goodbye: its connection, or its relay, just closes). Returns the two job
+    ids and when it died (``time.monotonic()``)."""
+    async with await anyio.open_process([sys.executable, "-c", _TWO_POLICY_CLIENT, url]) as client:
+        assert client.stdout is not None
+        with anyio.fail_after(90):
+            line = (await BufferedByteReceiveStream(client.stdout).receive_until(b"\n", 4096)).decode()
+        keep_id, kill_id = line.split()
+        client.kill()  # SIGKILL
+        await client.wait()
+        return keep_id, kill_id, time.monotonic()

@@ -94,6 +94,37 @@ def test_top_shows_the_link_and_quiet_jobs(agent_dir: Path) -> None:
         job.kill()
 
 
+def test_ps_shows_how_long_a_running_job_is_quiet(agent_dir: Path, tmp_path: Path) -> None:
+    url = f"local://?dir={agent_dir}"
+    gate = tmp_path / "gate"
+    with rx.connect(url) as sb:
+        # It writes once, then nothing: its silence counts from that write, not from its start
+        # nor from `ps`'s look (a one-shot listing sees no count change).
+        job = sb.exec_remote(["sh", "-c", f"echo once; while [ ! -e {gate} ]; do sleep 0.05; done"])
+        wrote = time.time()
+        deadline = time.monotonic() + 60
+        while True:  # the agent's listing carries the write's time (its log file's mtime)
+            info = next(j for j in sb.jobs() if j.job_id == job.job_id)
+            if info.stdout_bytes:
+                break
+            assert time.monotonic() < deadline
+        assert info.last_output_at is not None
+        assert info.started_at - 1 <= info.last_output_at <= wrote + 1
+        ps = run_cli("-s", url, "ps")
+        assert ps.returncode == 0, ps.stderr
+        header, *rows = ps.stdout.splitlines()
+        col = slice(header.index(" QUIET"), header.index(" QUIET") + 6)  # right-aligned, 6 wide
+        row = next(r for r in rows if r.startswith(job.job_id or "?"))
+        quiet = row[col].strip()
+        assert quiet.endswith("s") and not quiet.startswith(">"), row  # exact: the agent's time
+        assert 0 <= int(quiet[:-1]) <= time.time() - info.last_output_at + 1
+        gate.touch()
+        job.wait()
+        ps = run_cli("-s", url, "ps")
+        ended = next(r for r in ps.stdout.splitlines() if r.startswith(job.job_id or "?"))
+        assert ended[col].strip() == "", ended  # an ended job is not "quiet"
+
+
 def test_format_quiet() -> None:
     assert format_quiet(5) == "no output for 5 s"
     assert format_quiet(303) == "no output for 5 min 03 s"

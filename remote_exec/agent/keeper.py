@@ -9,6 +9,7 @@ One keeper runs per state dir (``remote-exec-agent keeper``, started by ``ensure
 - reaps every orphan and records its exit (code or signal, time) keyed by ``(pid, starttime)``
   (``/proc/PID/stat`` field 22, read while the process is still a zombie), so a recycled pid
   is never taken for the job that had it;
+- counts the CPU time of each orphan it reaps for the job it belonged to (:mod:`.orphancpu`);
 - holds a duplicate of each job's stdin write end (passed with ``SCM_RIGHTS``), so the job
   does not read EOF when the agent that held the other end dies.
 
@@ -42,6 +43,7 @@ from collections import OrderedDict
 from typing import Any
 
 from .keepercap import CapSweeper, disk_cap_of
+from .orphancpu import OrphanCpu
 from .procfacts import proc_starttime, reset_signals
 
 __all__ = ["HANDOVER_EXIT", "KEEPER_PROTOCOL", "KEEPER_SOCKET", "main", "run_cli"]
@@ -93,6 +95,7 @@ class Keeper:
         self.waiting_start: list[_Conn] = []  # ``start`` requests answered once the agent is ready
         self.exits: OrderedDict[str, dict[str, Any]] = OrderedDict()
         self.held: dict[str, int] = {}  # key (a job id) -> a stdin write end
+        self.orphan_cpu = OrphanCpu()  # the CPU time of the jobs' orphans reaped here
         self.restart_at: float | None = None
         self.idle_since: float | None = None
         self.started_at = time.time()
@@ -183,8 +186,11 @@ class Keeper:
                 return
             pid = info.si_pid
             start = proc_starttime(pid)  # still readable: the zombie is not reaped yet
+            job = self.orphan_cpu.job_of(pid) if pid != self.agent_pid else None
+            usage = None
             with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, 0)
+                usage = os.wait4(pid, 0)[2]
+            self.orphan_cpu.add(job, usage)  # its CPU stays its job's (see .orphancpu)
             killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
             how: dict[str, Any] = {"code": -info.si_status if killed else info.si_status, "at": time.time()}
             if pid == self.agent_pid:
@@ -247,6 +253,9 @@ class Keeper:
         elif op == "exit":
             self.reap()
             self._send(conn, {"exit": self.exits.get(f"{req.get('pid')}:{req.get('start')}")})
+        elif op == "cpu":
+            self.reap()
+            self._send(conn, {"cpu": self.orphan_cpu.answer(req.get("keys"))})
         elif op == "exits":
             self.reap()
             self._send(conn, {"exits": self.exits})

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..errors import AgentLostError, JobNotFoundError
 from ..protocol import (
@@ -29,9 +30,11 @@ from ..protocol import (
 )
 from .jobs.controller import JobController
 from .jobs.proctable import scan
+from .keeperlink import KeeperLink
+from .orphancpu import MAX_KEYS
 from .rpc import Handler
 
-__all__ = ["MAX_DISK_ENTRIES", "STALE", "MetricsController", "metrics_methods"]
+__all__ = ["MAX_DISK_ENTRIES", "STALE", "MetricsController", "add_orphans", "metrics_methods"]
 
 GATHER = 0.01
 """Seconds a walk of ``/proc`` waits for more ``job_stats`` calls to join it: a dashboard
@@ -62,6 +65,7 @@ class TreeReading(NamedTuple):
     rss: int
     read_bytes: int
     write_bytes: int
+    leader_start: int | None = None  # the session leader's start time: names the job to the keeper
 
 
 def _io(pid: str) -> tuple[int, int]:
@@ -75,8 +79,16 @@ def _io(pid: str) -> tuple[int, int]:
 
 def read_trees(wanted: frozenset[int]) -> dict[int, TreeReading]:
     """One walk of ``/proc``: the summed counters of the live processes of each session in
-    ``wanted``, by session id."""
+    ``wanted``, by session id.
+
+    CPU is the whole tree's, exited descendants included: each process's own time plus
+    ``cutime``/``cstime`` (the time of the children it waited for, theirs included), zombies
+    too (a child exited but not yet waited for is in nobody's ``cutime``). A process's time
+    moves into its parent's ``cutime`` as the parent reaps it, so nothing is counted twice and
+    a job that burns CPU in short-lived children is seen doing so. Orphans reaped by the keeper
+    (the subreaper) are added by :func:`add_orphans`."""
     acc: dict[int, list[int]] = {}
+    leaders: dict[int, int] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -90,19 +102,49 @@ def read_trees(wanted: frozenset[int]) -> dict[int, TreeReading]:
         except OSError:
             continue  # exited while we looked
         fields = raw[raw.rfind(b")") + 2 :].split()
-        # fields[0] is the state; 3 the session; 11/12 utime/stime; 17 threads; 21 rss pages.
-        if len(fields) < 22 or fields[0] == b"Z" or int(fields[3]) not in wanted:
+        # fields[0] is the state; 3 the session; 11/12 utime/stime, 13/14 cutime/cstime (its
+        # waited-for children's); 17 threads; 21 rss pages.
+        if len(fields) < 22 or int(fields[3]) not in wanted:
             continue
-        a = acc.setdefault(int(fields[3]), [0, 0, 0, 0, 0, 0])
+        sid = int(fields[3])
+        a = acc.setdefault(sid, [0, 0, 0, 0, 0, 0])
+        if int(name) == sid:
+            leaders[sid] = int(fields[19])
+        a[0] += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
+        if fields[0] == b"Z":
+            continue  # gone but for its CPU time: no process, memory or I/O of its own
         r, w = _io(name)
-        a[0] += int(fields[11]) + int(fields[12])
         a[1] += 1
         a[2] += int(fields[17])
         a[3] += int(fields[21]) * _PAGE
         a[4] += r
         a[5] += w
     now = time.monotonic()
-    return {sid: TreeReading(now, a[0] * _TICK, *a[1:]) for sid, a in acc.items()}
+    return {
+        sid: TreeReading(now, a[0] * _TICK, a[1], a[2], a[3], a[4], a[5], leaders.get(sid)) for sid, a in acc.items()
+    }
+
+
+async def add_orphans(keeper: KeeperLink | None, readings: dict[int, TreeReading]) -> dict[int, TreeReading]:
+    """``readings`` (by session id) with the CPU of each tree's orphans the keeper reaped added.
+
+    A keeper too old for the ``cpu`` op, or none, adds nothing. Its answer is checked (only the
+    keys asked, finite non-negative seconds). Cancelling drops the keeper link (see
+    :meth:`~.keeperlink.KeeperLink.request`)."""
+    keys = {f"{sid}:{r.leader_start}": sid for sid, r in readings.items() if r.leader_start is not None}
+    if keeper is None or not keeper.present or not keys:
+        return readings
+    answer, fds = await keeper.request({"op": "cpu", "keys": list(keys)[:MAX_KEYS]})
+    for fd in fds:
+        os.close(fd)
+    sums: Any = answer.get("cpu")
+    out = dict(readings)
+    for key, seconds in sums.items() if isinstance(sums, dict) else ():
+        sid = keys.get(key)
+        if sid is not None and isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0:
+            r = out[sid]
+            out[sid] = TreeReading(r.at, r.cpu_seconds + seconds, *r[2:])
+    return out
 
 
 def _empty(at: float) -> TreeReading:
@@ -281,7 +323,8 @@ class MetricsController:
         await asyncio.sleep(GATHER)  # a batching window: the calls arriving meanwhile join this walk
         # Later callers start the next walk: this one may predate their jobs.
         wanted, self._wanted, self._next = frozenset(self._wanted), set(), None
-        return await scan(read_trees, wanted)
+        keeper = self.jobs.home.keeper if self.jobs.home is not None else None
+        return await add_orphans(keeper, await scan(read_trees, wanted))
 
     async def _disk_use(self, root: str) -> tuple[int, bool]:
         now = time.monotonic()

@@ -120,7 +120,7 @@ def build_app(config: ServerConfig) -> web.Application:
     home = JobHome(jobs_root, keeper, inotify if inotify.available else None, config.disk_cap, logs, trash)
     jobs = JobController(instance_id, config.limits, budget, home, prefix=_state_id(jobs_root))
     peers = Peers()
-    policies = PolicyWatcher(peers)
+    policies = PolicyWatcher(peers, keeper)
     jobs.watcher = policies
     started_at = time.time()
     dispatcher = Dispatcher()

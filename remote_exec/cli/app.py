@@ -3,7 +3,8 @@
 ``remote-exec run [--sandbox URL] -- CMD...``  stream stdout/stderr live, exit with the job's code;
                                                 Ctrl-C kills the remote job
 ``remote-exec run -t -- CMD...``                the job in a terminal: this one, raw (see tty.py)
-``remote-exec ps``                              list running and retained jobs
+``remote-exec ps``                              list running and retained jobs (QUIET: how long a
+                                                running job has written nothing)
 ``remote-exec attach [-t] JOB_ID``              replay a job's retained output and follow it (-t: and
                                                 type into a tty job's terminal); rides out a frozen
                                                 agent (see health.py)
@@ -29,6 +30,7 @@ from typing import TextIO
 
 import anyio
 
+from ..client.activity import OutputActivity
 from ..client.policyopts import POLICY_OPTIONS, policy_from_args
 from ..client.process import ExecRemoteProcess
 from ..client.sandbox import AsyncSandbox
@@ -41,7 +43,7 @@ from .cp import add_cp_parser, copy
 from .health import QUIET_AFTER, report_health
 from .logs import add_logs_parsers, logs, prune
 from .shell import shell_repl
-from .top import add_top_parser, top
+from .top import add_top_parser, quiet_text, top
 from .tty import follow_tty, local_size
 
 __all__ = ["main"]
@@ -214,7 +216,10 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
 def _ps(jobs: list[JobInfo]) -> None:
     """The job table, one line per job: every string in it comes from the agent, so each is made
     terminal-safe (controls shown as escapes, a newline in a command cannot start a row)."""
-    print(f"{'JOB ID':<14} {'PID':>7} {'STATE':<10} {'EXIT':>5} {'STARTED':<19} {'OUT':>9} {'ERR':>9}  COMMAND")
+    quiet = OutputActivity()
+    quiet.note(jobs)
+    head = f"{'JOB ID':<14} {'PID':>7} {'STATE':<10} {'EXIT':>5} {'STARTED':<19} {'OUT':>9} {'ERR':>9}"
+    print(f"{head} {'QUIET':>6}  COMMAND")
     for j in jobs:
         try:
             started = dt.datetime.fromtimestamp(j.started_at).strftime("%Y-%m-%d %H:%M:%S")
@@ -223,9 +228,10 @@ def _ps(jobs: list[JobInfo]) -> None:
         cmd = j.command if isinstance(j.command, str) else " ".join(j.command)
         exit_code = "" if j.exit_code is None else str(j.exit_code)
         label = f"[{j.label}] " if j.label else ""
+        silent = quiet_text(quiet.get(j.job_id)) if j.state == "running" else ""  # an ended job is not quiet
         print(
             f"{terminal_safe(j.job_id):<14} {j.pid:>7} {terminal_safe(j.state):<10} {exit_code:>5} {started:<19} "
-            f"{j.stdout_bytes:>9} {j.stderr_bytes:>9}  {terminal_safe(label + cmd)[:COMMAND_WIDTH]}"
+            f"{j.stdout_bytes:>9} {j.stderr_bytes:>9} {silent:>6}  {terminal_safe(label + cmd)[:COMMAND_WIDTH]}"
         )
 
 

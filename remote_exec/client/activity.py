@@ -1,10 +1,11 @@
 """``OutputActivity``: when each job's output last grew, as seen across listings.
 
-The agent's job list says how many bytes each job wrote, not when; a view that lists jobs
-again and again (the Dashboard, ``remote-exec top``) notes when each count last changed, to say
-"no output for N min" of a running job. A job first seen with no output at all has been quiet
-since its start (exact); one first seen with output has been quiet at least since that first
-look (not exact: shown as "≥" or ">").
+The agent's job list says how many bytes each job wrote and when it last wrote
+(``JobInfo.last_output_at``, on the sandbox's clock); a view that lists jobs (the Dashboard,
+``remote-exec top`` and ``ps``) takes that time to say "no output for N min" of a running job.
+Where a listing has no such time, it notes when each count last changed: a job first seen with
+no output at all has been quiet since its start (exact); one first seen with output has been
+quiet at least since that first look (not exact: shown as "≥" or ">").
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ class OutputActivity:
         for job in jobs:
             written = job.stdout_bytes + job.stderr_bytes
             old = self.jobs.get(job.job_id)
-            if old is None:
+            if job.last_output_at is not None:
+                seen[job.job_id] = Quiet(written, job.last_output_at, True)
+            elif old is None:
                 seen[job.job_id] = Quiet(written, job.started_at, True) if not written else Quiet(written, now, False)
             else:
                 seen[job.job_id] = old if written == old.written else Quiet(written, now, True)

@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 """Bumped on any incompatible change; the host refuses an agent with another version.
 
 3: ``exec_remote_list`` and ``file_list`` answer in pages (``after`` / ``next``).
@@ -33,7 +33,8 @@ PROTOCOL_VERSION = 6
 5: PTY jobs: ``StartParams.tty``/``tty_size``, ``JobInfo.tty``/``tty_size``, ``exec_remote_resize``
 (a v4 agent refuses a start that names ``tty`` at all).
 6: ``PollParams.hits``: a poll answers as soon as the job has more watch-rule hits than the
-caller has seen (a v5 agent refuses a poll that names it)."""
+caller has seen (a v5 agent refuses a poll that names it).
+7: ``JobInfo.last_output_at`` (a v6 host refuses a listing that carries it, so it is a version)."""
 
 MAX_PAGE_ITEMS = 1000
 """Most items one page of ``exec_remote_list`` or ``file_list`` holds."""

@@ -290,7 +290,9 @@ class JobInfo(WireModel):
     by itself ("killed: memory limit 2.0 GiB exceeded"); ``hits``: its first watch-rule
     matches, ``hits_total`` all of them; ``rules_disabled``: watch rules the agent stopped
     running (a match took too long: a catastrophic pattern); ``watch_skipped``: output bytes
-    the rules never saw (the job wrote faster than they are run, see docs/concepts.md)."""
+    the rules never saw (the job wrote faster than they are run, see docs/concepts.md).
+    ``last_output_at``: when the job last wrote to stdout or stderr (seconds since the epoch, on
+    the sandbox's clock; None: nothing yet), so a listing tells how long a running job is quiet."""
 
     job_id: JobId
     pid: int
@@ -302,6 +304,7 @@ class JobInfo(WireModel):
     ended_at: float | None
     stdout_bytes: int
     stderr_bytes: int
+    last_output_at: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     stdin_open: bool
     stdin_bytes: int
     encoding: Encoding

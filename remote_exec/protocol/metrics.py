@@ -53,7 +53,8 @@ class JobStats(WireModel):
     """Resource use of a job's whole process tree (its session: every descendant that did not
     leave it with ``setsid``).
 
-    ``cpu_percent`` is 100 per busy core, averaged over the last ``interval`` seconds; ``rss``
+    ``cpu_percent`` is 100 per busy core, averaged over the last ``interval`` seconds, children
+    that ended within it included (the time of those their parents waited for); ``rss``
     the sum of the processes' resident memory (shared pages count once per process);
     ``read_bytes``/``write_bytes`` storage I/O since each live process started (0 where
     ``/proc/<pid>/io`` is not readable). A job that ended has no processes and zeros.

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import anyio
 import pytest
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 import remote_exec as rx
 from remote_exec.agent.jobs.policy import TICK
 
+from ..conftest import sigkilled_client
 from .rawhttp import rpc
 
 pytestmark = pytest.mark.anyio
@@ -215,6 +215,38 @@ async def test_cpu_time_limit_kills_a_busy_loop(agent_dir: Path) -> None:
     assert (result.reason or "").startswith("killed: CPU time limit 1 s exceeded"), result.reason
 
 
+# 200 short-lived children, each a ~20 ms busy loop, waited for by the job's shell: their CPU
+# (about 4 s in all) is in the shell's cutime once each ends, never in a live process for long.
+SHORT_CHILDREN = "for n in $(seq 200); do sh -c 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done'; done"
+
+
+async def test_cpu_time_counts_children_that_already_exited(agent_dir: Path) -> None:
+    policy = rx.JobPolicy(cpu_time=0.5)
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = sb.exec_remote(SHORT_CHILDREN, policy=policy)
+        st = await proc.stats(window=0.5)
+        print(f"\nshort-lived children: {st.cpu_percent:.1f}% CPU over {st.interval:.2f} s")
+        # Busy (0 % when only live processes count: no child lives across the window); 5 %
+        # leaves room for a loaded pair of cores (13 % seen at a load of 10 on 2 cores).
+        assert st.cpu_percent >= 5.0
+        with anyio.fail_after(60):
+            result = await proc.wait()
+    assert result.state == "killed", result
+    assert (result.reason or "").startswith("killed: CPU time limit 0.5 s exceeded"), result.reason
+
+
+async def test_cpu_time_counts_orphans_the_keeper_reaped(agent_dir: Path) -> None:
+    """Each busy child is orphaned at once (its parent, a subshell, exits): the keeper reaps it
+    and counts its CPU for the job. A fifo runs them one at a time."""
+    busy = r"i=0; while [ \$i -lt 20000 ]; do i=\$((i+1)); done; echo > $f"  # $f: the outer shell's
+    orphans = f'f=$(mktemp -u); mkfifo $f; for n in $(seq 200); do (sh -c "{busy}" &); read x < $f; done'
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        with anyio.fail_after(60):
+            result = await sb.run(orphans, policy=rx.JobPolicy(cpu_time=0.8))
+    assert result.state == "killed", result
+    assert (result.reason or "").startswith("killed: CPU time limit 0.8 s exceeded"), result.reason
+
+
 async def test_nice_lowers_the_priority(agent_dir: Path) -> None:
     async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
         result = await sb.run(
@@ -226,25 +258,7 @@ async def test_nice_lowers_the_priority(agent_dir: Path) -> None:
 
 async def test_kill_on_disconnect_after_the_client_process_is_sigkilled(agent_dir: Path) -> None:
     url = f"local://?dir={agent_dir}"
-    # A client process: one job of each policy, their ids printed, then it blocks on stdin.
-    script = textwrap.dedent("""
-        import sys, remote_exec as rx
-        with rx.connect(sys.argv[1]) as sb:
-            keep = sb.exec_remote(["sleep", "300"], policy=rx.JobPolicy(on_disconnect="keep"))
-            kill = sb.exec_remote(["sleep", "300"], policy=rx.JobPolicy(on_disconnect="kill", disconnect_grace=2))
-            for proc in (keep, kill):
-                sb.portal.call(proc.async_process.started)
-            print(keep.job_id, kill.job_id, flush=True)
-            sys.stdin.read()
-    """)
-    async with await anyio.open_process([sys.executable, "-c", script, url]) as client:
-        assert client.stdout is not None
-        with anyio.fail_after(60):
-            line = (await BufferedByteReceiveStream(client.stdout).receive_until(b"\n", 4096)).decode()
-        keep_id, kill_id = line.split()
-        client.send_signal(signal.SIGKILL)  # no goodbye: its connection just closes
-        await client.wait()
-        t0 = time.monotonic()
+    keep_id, kill_id, t0 = await sigkilled_client(url)
     async with rx.open_sandbox(url) as sb:
         info = await _until(sb, kill_id, "ended", lambda i: i.state != "running")
         elapsed = time.monotonic() - t0
@@ -281,6 +295,52 @@ async def test_a_restarted_agent_enforces_the_policy(fresh_agent_dir: Path, tmp_
         info = await _until(sb, proc.job_id, "killed", lambda i: i.state != "running")
     assert info.state == "killed" and info.policy == policy
     assert (info.reason or "").startswith("killed: watch rule 0 matched '^nan$' on stdout at byte 8")
+
+
+async def test_watch_hits_outlive_a_sigkilled_agent(fresh_agent_dir: Path, tmp_path: Path) -> None:
+    """The hits are in job.json: after kill -9 of the agent the next one lists the earlier hits,
+    and a client polling across the restart is told of each hit once (3 hits: 1, 2, then 3)."""
+    go = tmp_path / "go"
+    policy = rx.JobPolicy(on_output=[rx.WatchRule(pattern="^hit")])
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        proc = sb.exec_remote("echo hit 1; echo hit 2; " + WAIT_GO + "echo hit 3", env={"GO": str(go)}, policy=policy)
+        told: list[int] = []
+        two = anyio.Event()
+
+        def tell(n: int) -> None:
+            told.append(n)
+            if n >= 2:
+                two.set()
+
+        proc.on_hit(tell)
+        results: list[rx.ExecResult] = []
+
+        async def wait() -> None:
+            results.append(await proc.wait())
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait)
+            with anyio.fail_after(60):
+                await two.wait()  # the waiting poll brings them
+            assert proc.job_id is not None
+            old = sb.info.instance_id
+            os.kill(sb.info.pid, signal.SIGKILL)
+            with anyio.fail_after(60):
+                while True:  # the next agent: server_info reconnects to it
+                    try:
+                        if (await sb.server_info()).instance_id != old:
+                            break
+                    except rx.RemoteExecError:
+                        pass
+                    await anyio.sleep(0.1)  # a moment for the keeper to start it; the deadline bounds it
+            before = await _info(sb, proc.job_id)
+            assert [h.line for h in before.hits] == ["hit 1", "hit 2"] and before.hits_total == 2
+            go.touch()
+        info = await _info(sb, before.job_id)
+    assert results[0].state == "completed" and proc.hits == 3
+    assert told[-1] == 3 and told == sorted(set(told))  # each count told once, none twice
+    assert [h.line for h in info.hits] == ["hit 1", "hit 2", "hit 3"] and info.hits_total == 3
+    assert [h.offset for h in info.hits] == [0, 6, 12]
 
 
 async def test_a_client_without_a_stream_is_attached_while_it_polls(agent_dir: Path) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from remote_exec.client.activity import OutputActivity
 from remote_exec.protocol import JobInfo
 
@@ -36,3 +39,17 @@ def test_quiet_since_start_growth_and_first_look() -> None:
     grew = act.get("aaaaaaaa-2")
     assert grew is not None and (grew.since, grew.exact) == (300.0, True)
     assert act.get("aaaaaaaa-1") is None  # gone from the listing: forgotten (bounded by the listing)
+
+
+def test_the_agents_last_output_time_is_taken_as_exact() -> None:
+    act = OutputActivity()
+    act.note([job("aaaaaaaa-1", 10).model_copy(update={"last_output_at": 150.0})], now=200.0)
+    quiet = act.get("aaaaaaaa-1")
+    assert quiet is not None and (quiet.since, quiet.exact) == (150.0, True)  # not the first look
+
+
+def test_a_hostile_last_output_time_is_refused() -> None:
+    fields = job("aaaaaaaa-1", 10).model_dump()
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValidationError):
+            JobInfo.model_validate({**fields, "last_output_at": bad})

@@ -1,22 +1,21 @@
 """Job policies where the client reaches the agent through a relay (``docker exec -i``): the
 client process SIGKILLed closes the relay, so the agent sees its connection go; and the watch
-rules run in the bundled agent (the ``regex`` module frozen into it)."""
+rules and the whole tree's CPU count work in the bundled agent (the ``regex`` module frozen into
+it)."""
 
 from __future__ import annotations
 
 import secrets
-import sys
-import textwrap
 import time
 from collections.abc import Iterator
 
 import anyio
 import pytest
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 import remote_exec as rx
 from remote_exec.agent.jobs.policy import TICK
 
+from ..conftest import sigkilled_client
 from .backend_docker import docker_or_skip, image_or_skip
 from .dockerd import Dockerd
 
@@ -41,25 +40,7 @@ async def _ended(sb: rx.AsyncSandbox, job_id: str) -> rx.JobInfo:
 
 
 async def test_docker_client_sigkilled_kill_job_dies_keep_job_lives(container: str) -> None:
-    script = textwrap.dedent("""
-        import sys, remote_exec as rx
-        with rx.connect(sys.argv[1]) as sb:
-            keep = sb.exec_remote(["sleep", "300"], policy=rx.JobPolicy(on_disconnect="keep"))
-            kill = sb.exec_remote(["sleep", "300"], policy=rx.JobPolicy(on_disconnect="kill", disconnect_grace=2))
-            for proc in (keep, kill):
-                sb.portal.call(proc.async_process.started)
-            print(keep.job_id, kill.job_id, flush=True)
-            sys.stdin.read()
-    """)
-    async with await anyio.open_process([sys.executable, "-c", script, container]) as client:
-        assert client.stdout is not None
-        with anyio.fail_after(90):
-            keep_id, kill_id = (
-                (await BufferedByteReceiveStream(client.stdout).receive_until(b"\n", 4096)).decode().split()
-            )
-        client.kill()  # SIGKILL: its docker exec loses its stdin, the relay its input
-        await client.wait()
-        t0 = time.monotonic()
+    keep_id, kill_id, t0 = await sigkilled_client(container)  # its docker exec loses its stdin, the relay its input
     async with rx.open_sandbox(container) as sb:
         info = await _ended(sb, kill_id)
         elapsed = time.monotonic() - t0
@@ -71,13 +52,27 @@ async def test_docker_client_sigkilled_kill_job_dies_keep_job_lives(container: s
         await (await sb.attach(keep_id)).kill()
 
 
-async def test_docker_watch_rule_in_the_bundled_agent(container: str) -> None:
+async def test_docker_watch_rule_and_cpu_time_in_the_bundled_agent(container: str) -> None:
+    """The watch rules (the ``regex`` module frozen into the agent), then ``cpu_time`` of a job
+    burning CPU in 200 short-lived children its shell waits for (as in tests/agent/test_policy.py):
+    their CPU counts once they ended, in the stats and against the limit. One sandbox for both
+    (an injected agent costs seconds)."""
     rules = [rx.WatchRule(pattern=r"(a|aa)+$"), rx.WatchRule(pattern=r"^nan$", action="kill")]
+    children = "for n in $(seq 200); do sh -c 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done'; done"
     async with rx.open_sandbox(f"{container}?inject=always") as sb:  # the frozen agent, surely
         proc = sb.exec_remote(f"echo {'a' * 60}b; echo nan; exec sleep 300", policy=rx.JobPolicy(on_output=rules))
         with anyio.fail_after(60):
             result = await proc.wait()
         assert proc.job_id is not None
         info = next(j for j in await sb.jobs() if j.job_id == proc.job_id)
-    assert result.state == "killed" and (result.reason or "").startswith("killed: watch rule 1 matched '^nan$'")
-    assert info.rules_disabled == [0]
+        assert result.state == "killed" and (result.reason or "").startswith("killed: watch rule 1 matched '^nan$'")
+        assert info.rules_disabled == [0]
+
+        busy = sb.exec_remote(children, policy=rx.JobPolicy(cpu_time=0.5))
+        st = await busy.stats(window=0.5)
+        print(f"\ndocker, short-lived children: {st.cpu_percent:.1f}% CPU over {st.interval:.2f} s")
+        assert st.cpu_percent >= 5.0  # 0 % when only live processes count (13 % seen at a load of 10)
+        with anyio.fail_after(60):
+            ended = await busy.wait()
+    assert ended.state == "killed", ended
+    assert (ended.reason or "").startswith("killed: CPU time limit 0.5 s exceeded"), ended.reason

@@ -3,7 +3,8 @@
 Layout of ``<state>/jobs/<job_id>/`` (dir 0700, files 0600, owned by the agent's user)::
 
     job.json     what was started and how (argv, label, cwd, encoding, timeout, pid and its
-                 ``/proc`` start time; env *names* only, never values), then its end
+                 ``/proc`` start time; env *names* only, never values), its watch hits (see
+                 :mod:`.hitrecord`), then its end
     stdout       the job's fd 1, O_APPEND, read at byte offsets (see :mod:`.logfile`)
     stderr       the job's fd 2
     stdin_bytes  the stdin cursor (bytes taken so far), so writers resume exactly after a restart
@@ -29,12 +30,13 @@ from pathlib import Path
 from typing import Any, cast
 
 from ...errors import JobNotRunningError, NoSpaceError, SpawnError
-from ...protocol import JobInfo, JobPolicy, KillResult, StartParams
+from ...protocol import JobInfo, JobPolicy, KillResult, StartParams, WatchHit
 from ..budget import MemoryBudget
 from ..buffer import StreamBuffer
 from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
 from ..trash import Trash
+from .hitrecord import dump_hits, load_hits, should_save
 from .job import Job, _killpg
 from .logbudget import LogBudget
 from .logfile import Inotify, LogFile
@@ -106,6 +108,7 @@ class DiskJob(Job):
         self._waiters = 0
         self._pidfd: int | None = None
         self._collector: asyncio.Task[None] | None = None
+        self._hits_saved_at = 0.0
 
     def charge_to(self, budget: MemoryBudget) -> None:
         self.stdin.budget = budget  # output is on disk: only the stdin queue holds memory
@@ -139,7 +142,16 @@ class DiskJob(Job):
             meta["end"] = {"state": self._state, "exit_code": self.exit_code, "ended_at": self.ended_at}
         if self.tree_ended:
             meta["tree_ended"] = True
+        meta.update(dump_hits(self))
         return meta
+
+    def record_hit(self, hit: WatchHit) -> None:
+        """Record the hit, and save it with the job (see :mod:`.hitrecord`): the next agent
+        restores it, so no hit is lost or told twice across a restart."""
+        super().record_hit(hit)
+        if should_save(self, self._hits_saved_at):
+            self._hits_saved_at = time.monotonic()
+            self.save()
 
     def save(self) -> None:
         """Write ``job.json`` atomically (a crash leaves the old or the new one, never half)."""
@@ -303,6 +315,7 @@ class DiskJob(Job):
         job.reason = meta.get("reason") if isinstance(meta.get("reason"), str) else None
         job.pid, job.starttime, job.started_at = int(meta.get("pid") or 0), meta.get("starttime"), meta["started_at"]
         job._restored(meta)
+        load_hits(job, meta)
         with contextlib.suppress(OSError, ValueError):
             job.stdin.written = int((job.dir / "stdin_bytes").read_bytes())
         job.tree_ended = bool(meta.get("tree_ended"))
@@ -459,6 +472,11 @@ class DiskJob(Job):
             self._wd = -1
 
     # -- operations ------------------------------------------------------------------------
+
+    def last_output_at(self) -> float | None:
+        """The newer of the log files' mtimes, as the last look at their size saw them (the
+        listing has just looked: no extra stat)."""
+        return max((f.mtime for f in self.files if f.mtime is not None), default=None)
 
     def info(self) -> JobInfo:
         return super().info().model_copy(update={"leftovers": self.leftovers[:1024]})

@@ -48,7 +48,7 @@ class LogFile:
     both alike. No fd is held between reads: 5 000 jobs cost no descriptors.
     """
 
-    __slots__ = ("_size", "_warned", "base", "cap", "eof", "ledger", "path", "read_cursor")
+    __slots__ = ("_size", "_warned", "base", "cap", "eof", "ledger", "mtime", "path", "read_cursor")
 
     def __init__(self, path: str, cap: int) -> None:
         self.path = path
@@ -56,6 +56,7 @@ class LogFile:
         self.eof = False  # set when the job ended (the leader exited)
         self.read_cursor = 0
         self._size = 0
+        self.mtime: float | None = None  # the file's mtime at the last look, once it holds bytes
         self._warned = False
         self.ledger: LogBudget | None = None
         self.base = self._find_base()
@@ -85,7 +86,9 @@ class LogFile:
         except OSError:
             return 0
         try:
-            self._size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            self._size = st.st_size
+            self.mtime = st.st_mtime if st.st_size else None
             return os.lseek(fd, 0, os.SEEK_DATA)
         except OSError as exc:  # ENXIO: all hole (or empty)
             return self._size if exc.errno == errno.ENXIO else 0
@@ -94,10 +97,14 @@ class LogFile:
 
     @property
     def end(self) -> int:
-        """Bytes written so far (the file's size)."""
+        """Bytes written so far (the file's size). The same stat gives ``mtime``: when the job
+        last wrote, taken only when the size grew (a head punched out of a quiet job's log by
+        the log budget changes the file's mtime, not its size: it is no output)."""
         with contextlib.suppress(OSError):
-            size = os.stat(self.path).st_size
+            st = os.stat(self.path)
+            size = st.st_size
             if size != self._size:
+                self.mtime = st.st_mtime if size else None
                 self._moved(size, self.base)
         return self._size
 

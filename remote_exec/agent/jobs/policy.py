@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from ...errors import InvalidParamsError
 from ...protocol import JobPolicy, StartParams
-from ..metrics import read_trees
+from ..keeperlink import KeeperLink
+from ..metrics import add_orphans, read_trees
 from ..stream import CURRENT_PEER, Peers
 from .job import Job
 from .proctable import scan
@@ -64,8 +65,9 @@ class _Watched:
 class PolicyWatcher:
     """Enforces the policies of one registry's jobs (the registry's :class:`Watcher`)."""
 
-    def __init__(self, peers: Peers) -> None:
+    def __init__(self, peers: Peers, keeper: KeeperLink | None = None) -> None:
         self._peers = peers
+        self._keeper = keeper  # counts the CPU of the orphans it reaped (see ..orphancpu)
         self._watched: dict[str, _Watched] = {}
         self._task: asyncio.Task[None] | None = None
 
@@ -143,7 +145,7 @@ class PolicyWatcher:
                 self._check_clients(w, now)
         trees = {w.job.pid: w for w in self._watched.values() if w.job.running and _limits(w.policy)}
         if trees:
-            readings = await scan(read_trees, frozenset(trees))
+            readings = await add_orphans(self._keeper, await scan(read_trees, frozenset(trees)))
             for pid, w in trees.items():
                 r = readings.get(pid)
                 if r is None:

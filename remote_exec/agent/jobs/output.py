@@ -1,0 +1,182 @@
+"""What a job's readers see: its two cursor-addressed output streams and the poll that serves them.
+
+:class:`JobOutput` holds the streams, the change a waiting poll is woken by, the flow control
+of a watched stream (its pipe paused instead of bytes dropped), the watch rules' record, and
+the poll itself: long waits, the terminal state only with the last byte, and the next answer
+encoded ahead for a fast producer. :class:`~.job.Job` adds the process that writes them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from ...protocol import MAX_HITS_KEPT, MAX_WAIT, JobState, PollParams, PollResult, StartParams, WatchHit
+from ..buffer import Slice, StreamBuffer
+from ..rpc import WithPayload, dump_json
+
+__all__ = ["UNWATCHED_TICK", "WATCH_TTL", "JobOutput"]
+
+UNWATCHED_TICK = 0.1  # a waiting poll looks at a job's files this often when no inotify watch can tell it
+WATCH_TTL = 5.0  # a stream polled within this many seconds is "watched": pause, don't drop
+
+
+class JobOutput:
+    """A job's output streams, its state as readers see it, and the poll that serves them."""
+
+    def __init__(self, job_id: str, params: StartParams, buffer_limit: int) -> None:
+        self.job_id = job_id
+        self.params = params
+        self.encoding = params.encoding
+        self.exit_code: int | None = None
+        self.streams = {1: StreamBuffer(buffer_limit), 2: StreamBuffer(buffer_limit)}
+        self._state: JobState = "running"
+        self._transport: asyncio.SubprocessTransport | None = None
+        self._done = asyncio.Event()
+        self._changed = asyncio.Event()
+        self._paused: set[int] = set()
+        self._last_poll = time.monotonic()  # the starter is about to poll: count it as watching
+        self._spec: tuple[tuple[int, int, int, bool], bytes | WithPayload, tuple[int, int]] | None = None
+        # What the job's policy did (see policy.py, which fills these in): kept on the job so
+        # every reader (list, poll, the next agent) sees the same record.
+        self.reason: str | None = None
+        self.hits: list[WatchHit] = []
+        self.hits_total = 0
+        self.rules_disabled: list[int] = []
+        self.watch_skipped = 0
+
+    def record_hit(self, hit: WatchHit) -> None:
+        """A watch rule matched: count it, keep the first ones, and wake the pollers (a hit
+        answers a long poll, as output does)."""
+        self.hits_total += 1
+        if len(self.hits) < MAX_HITS_KEPT:
+            self.hits.append(hit)
+        self._spec = None  # a pre-encoded answer carries the old count
+        self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _watched(self) -> bool:
+        return time.monotonic() - self._last_poll < WATCH_TTL
+
+    def _check_unwatched(self) -> None:
+        if self._paused and not self._watched():
+            self._resume_all()  # nobody reads any more: let old bytes fall out instead of blocking
+
+    def _resume_all(self) -> None:
+        if self._transport is None:
+            return
+        for fd in list(self._paused):
+            pipe = self._transport.get_pipe_transport(fd)
+            if pipe is not None:
+                pipe.resume_reading()  # type: ignore[attr-defined]
+        self._paused.clear()
+
+    # -- operations -------------------------------------------------------------------------
+
+    async def poll(self, p: PollParams) -> PollResult | bytes | WithPayload:
+        """Return output after the given cursors, waiting up to ``p.wait`` for some to appear.
+
+        For a fast stream the answer may be encoded already (see :meth:`_speculate`), identical
+        to what this call would have built. A ``binary`` poll answers with the bytes as payload.
+        """
+        key = (p.stdout_offset, p.stderr_offset, p.max_bytes, p.binary)
+        if self._spec is not None and self._spec[0] == key:
+            _, encoded, ends = self._spec
+            self._spec = None
+            self._last_poll = time.monotonic()
+            self.streams[1].mark_read(ends[0])
+            self.streams[2].mark_read(ends[1])
+            if self._paused and not any(self.streams[fd].wants_pause() for fd in self._paused):
+                self._resume_all()
+            asyncio.get_running_loop().call_soon(self._speculate, (ends[0], ends[1], p.max_bytes, p.binary))
+            return encoded
+        self._spec = None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(p.wait, MAX_WAIT)
+        seen = self.hits_total if p.hits is None else p.hits
+        while True:
+            self._last_poll = time.monotonic()
+            changed = self._changed
+            out = self.streams[1].read(p.stdout_offset, p.max_bytes, self.encoding, raw=p.binary)
+            err = self.streams[2].read(p.stderr_offset, p.max_bytes, self.encoding, raw=p.binary)
+            if self._paused and not any(self.streams[fd].wants_pause() for fd in self._paused):
+                self._resume_all()
+            finished = self._done.is_set() and out.end == self.streams[1].end and err.end == self.streams[2].end
+            remaining = deadline - loop.time()
+            news = out.data or err.data or out.dropped or err.dropped or self.hits_total > seen
+            if news or finished or remaining <= 0:
+                if not finished and 2 * max(out.end - out.start, err.end - err.start) >= p.max_bytes:
+                    # A fast producer: encode the next answer while the client decodes this one.
+                    loop.call_soon(self._speculate, (out.end, err.end, p.max_bytes, p.binary))
+                return self._answer(out, err, finished, p.binary)
+            woken = self._wait_begin()
+            try:
+                # Armed only now: bytes that landed between the read above and the arming woke
+                # nobody (an inotify watch reports writes after it exists, not before). Look again.
+                if self.streams[1].end > out.end or self.streams[2].end > err.end:
+                    continue
+                if not woken:  # nothing will tell us of new output: look again now and then
+                    remaining = min(remaining, UNWATCHED_TICK)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(remaining):  # no task per wait, unlike wait_for
+                        await changed.wait()
+            finally:
+                self._wait_end()
+
+    def _wait_begin(self) -> bool:
+        """A poller is about to wait for output (a job writing to files watches them now).
+
+        :returns: whether new output will wake it (False: the poll looks every
+            :data:`UNWATCHED_TICK` seconds instead).
+        """
+        return True  # the agent appends the output itself, and notifies as it does
+
+    def _wait_end(self) -> None:
+        """The poller stopped waiting."""
+
+    def _answer(self, out: Slice, err: Slice, finished: bool, binary: bool) -> PollResult | WithPayload:
+        result = PollResult(
+            state=self._state if finished else "running",
+            exit_code=self.exit_code if finished else None,
+            stdout="" if binary else str(out.data),
+            stderr="" if binary else str(err.data),
+            stdout_offset=out.end,
+            stderr_offset=err.end,
+            stdout_dropped=out.dropped,
+            stderr_dropped=err.dropped,
+            payload_sizes=(len(out.data), len(err.data)) if binary else None,
+            reason=self.reason if finished else None,
+            hits=self.hits_total,
+        )
+        if not binary:
+            return result
+        assert isinstance(out.data, bytes) and isinstance(err.data, bytes)
+        return WithPayload(result, out.data + err.data if err.data else out.data)
+
+    def _speculate(self, key: tuple[int, int, int, bool]) -> None:
+        """Pre-encode the answer to the poll that will most likely come next (same cursors).
+
+        Agent and client otherwise take turns; this lets the agent work while the client
+        parses. A peek does not move the read cursors, so an unused answer loses nothing.
+        """
+        if self._done.is_set():
+            return  # the normal path reports the end
+        try:
+            out = self.streams[1].read(key[0], key[2], self.encoding, peek=True, raw=key[3])
+            err = self.streams[2].read(key[1], key[2], self.encoding, peek=True, raw=key[3])
+        except ValueError:
+            return
+        if not (out.data or err.data) or out.dropped or err.dropped:
+            return
+        answer = self._answer(out, err, False, key[3])
+        encoded: bytes | WithPayload
+        if isinstance(answer, WithPayload):
+            assert isinstance(answer.result, PollResult)
+            encoded = WithPayload(dump_json(answer.result), answer.payload)
+        else:
+            encoded = dump_json(answer)
+        self._spec = (key, encoded, (out.end, err.end))
