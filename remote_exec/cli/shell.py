@@ -7,7 +7,8 @@ the shell; Ctrl-D (end of input) leaves. ``exit N`` closes the shell and leaves 
 
 At a terminal, the lines typed while a command runs are its stdin, as in a local shell
 (``read name`` is answered, ``python3 -c "input()"`` too); Ctrl-D then ends that stdin, not the
-prompt. From a pipe, every line is a command and a command's stdin is empty.
+prompt, and what the command leaves unread is dropped with it (never run as the next command).
+From a pipe, every line is a command and a command's stdin is empty.
 
 Without ``--session`` a new session is opened and its id printed on stderr; it is closed on the
 way out unless ``--keep``. A session named with ``--session`` is left open for its owner.
