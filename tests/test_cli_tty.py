@@ -99,3 +99,31 @@ def test_attach_t_needs_a_tty_job(agent_dir: Path) -> None:
     viewer.close()
     assert viewer.exitstatus == 1
     cli(agent_dir, "kill", job_id).expect(pexpect.EOF)
+
+
+def test_shell_prompt_types_into_the_running_command(agent_dir: Path) -> None:
+    """At ``remote-exec shell``'s prompt, what is typed while a command runs is that command's
+    stdin (the terminal echoes and edits it, as for a local command); Ctrl-D ends that stdin,
+    not the prompt; Ctrl-C still interrupts the command and keeps the shell."""
+    child = cli(agent_dir, "shell")
+    child.expect_exact("$ ")
+    child.send("printf 'name? '; read name; echo \"hi $name\"\r")
+    child.expect_exact("name? ")
+    child.send("ada\r")
+    child.expect_exact("hi ada\r\n")
+    child.expect_exact("$ ")
+    child.send("cat; echo cat-ended\r")
+    child.send("line1\r")  # the same terminal echoes it, then cat writes it back
+    child.expect_exact("line1\r\nline1\r\n")
+    child.sendeof()  # Ctrl-D: cat's end of input; the prompt stays
+    child.expect_exact("cat-ended\r\n")
+    child.expect_exact("$ ")
+    child.send("echo go; sleep 300\r")
+    child.expect_exact("go\r\n")
+    child.sendintr()
+    child.expect_exact("^C")
+    child.expect_exact("$ ")
+    child.sendeof()  # at the prompt: leave
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 130  # the last command's status: the interrupted sleep

@@ -5,6 +5,11 @@ a non-zero exit code is shown after it. Lines come from a terminal (readline edi
 in ``~/.remote_exec_shell_history``) or from a pipe. Ctrl-C stops the running command and keeps
 the shell; Ctrl-D (end of input) leaves. ``exit N`` closes the shell and leaves with N.
 
+At a terminal, the lines typed while a command runs are its stdin, as in a local shell
+(``read name`` is answered, ``python3 -c "input()"`` too); Ctrl-D then ends that stdin, not the
+prompt, and what the command leaves unread is dropped with it (never run as the next command).
+From a pipe, every line is a command and a command's stdin is empty.
+
 Without ``--session`` a new session is opened and its id printed on stderr; it is closed on the
 way out unless ``--keep``. A session named with ``--session`` is left open for its owner.
 """
@@ -20,6 +25,7 @@ from ..blocking import BlockingExecRemoteProcess, BlockingShellSession, connect
 from ..client.types import Completed, StderrChunk, StdoutChunk
 from ..errors import ExecTimeoutError, ShellBusyError
 from ..termsafe import terminal_safe
+from .typein import typed_lines_to
 
 __all__ = ["shell_repl"]
 
@@ -46,7 +52,7 @@ def shell_repl(url: str, session_id: str | None = None, *, keep: bool = False) -
         try:
             while (line := _read_line(sh, tty)) is not None:
                 if line.strip():
-                    status = _run_line(sh, line)
+                    status = _run_line(sh, line, tty)
                     if sh.refresh().state == "closed":
                         print(f"remote-exec: {terminal_safe(sh.info.closed_reason)}", file=sys.stderr)
                         return sh.info.exit_code if sh.info.exit_code is not None else status
@@ -72,18 +78,19 @@ def _read_line(sh: BlockingShellSession, tty: bool) -> str | None:
             print(file=sys.stderr)  # Ctrl-C at the prompt: a fresh prompt, as in bash
 
 
-def _run_line(sh: BlockingShellSession, line: str) -> int:
+def _run_line(sh: BlockingShellSession, line: str, tty: bool) -> int:
     proc: BlockingExecRemoteProcess | None = None
     code = 1
     try:
-        proc = sh.start(line)
-        for ev in proc:
-            if isinstance(ev, StdoutChunk):
-                _write(sys.stdout, ev.data)
-            elif isinstance(ev, StderrChunk):
-                _write(sys.stderr, ev.data)
-            elif isinstance(ev, Completed):
-                code = ev.exit_code
+        proc = sh.start(line, stdin_open=tty)  # from a pipe, the next lines are commands, not its stdin
+        with typed_lines_to(proc, sys.stdin.fileno()) if tty else contextlib.nullcontext():
+            for ev in proc:
+                if isinstance(ev, StdoutChunk):
+                    _write(sys.stdout, ev.data)
+                elif isinstance(ev, StderrChunk):
+                    _write(sys.stderr, ev.data)
+                elif isinstance(ev, Completed):
+                    code = ev.exit_code
     except KeyboardInterrupt:
         # Ctrl-C may land between two polls, where no cancellation reaches the run: stop it here
         # (SIGINT first, as the shell's own Ctrl-C; a no-op if the iteration already did).

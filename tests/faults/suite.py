@@ -1,5 +1,6 @@
-"""The fault suite's driver: ≥ 200 streaming jobs while the agent is SIGKILLed (or handed over to
-another version) at seeded moments, then every byte, exit code, job and process checked.
+"""The fault suite's driver: ≥ 200 streaming jobs (one in ten in a pseudo-terminal) while the
+agent is SIGKILLed (or handed over to another version) at seeded moments, then every byte, exit
+code, job and process checked.
 
 Moments are chosen by a seeded RNG and reached on real events, never on sleeps: a job of a wave
 confirmed started (the others' starts still in flight), the host's received byte count passing a
@@ -19,7 +20,7 @@ import anyio
 
 import remote_exec as rx
 
-from .workload import expected, go_line, job_command
+from .workload import expected, go_line, job_command, tty
 
 __all__ = ["Outcome", "RunIn", "Target", "run_suite"]
 
@@ -52,11 +53,13 @@ class Outcome:
     bytes_verified: int
     seconds: float
     versions: set[str] = field(default_factory=set)
+    ttys: int = 0
 
     def summary(self, backend: str, seed: int) -> str:
         kinds = " ".join(f"{k}={v}" for k, v in sorted(self.kinds.items()))
         return (
-            f"fault suite [{backend}] seed={seed}: {self.jobs} jobs, {self.faults} faults ({kinds}), "
+            f"fault suite [{backend}] seed={seed}: {self.jobs} jobs ({self.ttys} in a terminal), "
+            f"{self.faults} faults ({kinds}), "
             f"{self.bytes_verified} bytes verified by sha256, {self.seconds:.1f} s"
         )
 
@@ -70,6 +73,7 @@ class _Watch:
         self.n_out = 0
         self.n_err = 0
         self.code: int | None = None
+        self.started = anyio.Event()  # its first output came: a tty job's echo is off (see workload)
         self.done = anyio.Event()
 
 
@@ -104,6 +108,7 @@ async def _follow(proc: rx.ExecRemoteProcess, watch: _Watch, progress: _Progress
             if isinstance(ev, rx.StdoutChunk):
                 watch.out.update(data)
                 watch.n_out += len(data)
+                watch.started.set()
             else:
                 watch.err.update(data)
                 watch.n_err += len(data)
@@ -162,7 +167,12 @@ async def run_suite(
             ks = list(range(w * per_wave, min(jobs, (w + 1) * per_wave)))
             for k in ks:
                 procs[k] = sb.exec_remote(
-                    job_command(tag, k), encoding="base64", stdin_open=True, label=f"{tag}-{k}", poll_interval=POLL
+                    job_command(tag, k),
+                    encoding="base64",
+                    stdin_open=True,
+                    tty=tty(k),
+                    label=f"{tag}-{k}",
+                    poll_interval=POLL,
                 )
                 if k not in unwatched:
                     tg.start_soon(_follow, procs[k], watches[k], progress)
@@ -200,7 +210,7 @@ async def run_suite(
                 info = await sb.server_info()
             elif kind == "stdin":
                 for k in rng.sample(sorted(procs), k=len(procs) // 4):
-                    tg.start_soon(_go, procs[k], k)
+                    tg.start_soon(_go, procs[k], k, watches[k])
             kinds[f"{what}:{kind}"] = kinds.get(f"{what}:{kind}", 0) + 1
             log(f"fault {i}: {what} of agent {pid} ({kind}), {progress.total} bytes received so far")
             await fault(i, what, pid)
@@ -211,7 +221,7 @@ async def run_suite(
         with anyio.fail_after(90):
             async with anyio.create_task_group() as gos:
                 for k, proc in procs.items():
-                    gos.start_soon(_go, proc, k)
+                    gos.start_soon(_go, proc, k, watches[k])
             for k in sorted(set(procs) - unwatched):
                 await watches[k].done.wait()
         listed = {j.label: j for j in await sb.jobs() if j.label and j.label.startswith(tag + "-")}
@@ -222,10 +232,13 @@ async def run_suite(
                 await watches[k].done.wait()
         verified = _verify(tag, seed, watches, listed)
         await _no_leaks(target, tag, seed)
-    return Outcome(jobs, len(faults), kinds, verified, time.monotonic() - began, versions)
+    ttys = sum(map(tty, range(jobs)))
+    return Outcome(jobs, len(faults), kinds, verified, time.monotonic() - began, versions, ttys)
 
 
-async def _go(proc: rx.ExecRemoteProcess, k: int) -> None:
+async def _go(proc: rx.ExecRemoteProcess, k: int, watch: _Watch) -> None:
+    if tty(k):
+        await watch.started.wait()  # typed before its ``stty -echo``, the line would be echoed
     if proc.returncode is not None:
         return
     try:

@@ -1,7 +1,8 @@
-"""The fault suite (#14): 200 streaming jobs, the agent SIGKILLed 20 times at seeded moments (or
-handed over to other versions), on ``local://``, ``jail://`` (real bubblewrap) and ``docker://``
-(a real dockerd, the injected PyInstaller bundle). Every byte of every stream arrives exactly
-once (sha256), every exit code is right, no job is lost, no process leaks.
+"""The fault suite (#14): 200 streaming jobs (20 of them in a pseudo-terminal, #16), the agent
+SIGKILLed 20 times at seeded moments (or handed over to other versions), on ``local://``,
+``jail://`` (real bubblewrap) and ``docker://`` (a real dockerd, the injected PyInstaller
+bundle). Every byte of every stream arrives exactly once (sha256), every exit code is right, no
+job is lost, no process leaks.
 
 The seed is random per run and printed (in the summary and in any failure);
 ``REMOTE_EXEC_FAULT_SEED=N`` replays one.

@@ -5,12 +5,16 @@ its go line arrives. Run through bash directly (no agent): this is about the scr
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import os
+import select
 import subprocess
+import time
 
 import anyio
 import pytest
 
-from .workload import PACE_EVERY, expected, go_line, job_command
+from .workload import PACE_EVERY, expected, go_line, job_command, tty
 
 pytestmark = pytest.mark.anyio
 
@@ -46,3 +50,33 @@ async def test_go_line_cut_by_a_paced_read_timeout() -> None:
             code = await proc.wait()
     assert out.endswith(b"got " + line), out[-60:]
     assert (len(out), code) == (want.stdout_len, want.exit_code)
+
+
+def test_a_tty_job_gives_the_expected_terminal_stream() -> None:
+    """A tty job's script, run in a real pseudo-terminal: its one stream (stdout and stderr in the
+    order written, ``\\r\\n``, the go line not echoed) is what :func:`expected` says, and a
+    ``kill -9`` job ends by SIGKILL."""
+    for k in (3, 53):  # exit 3; killed by SIGKILL (53 % 9 == 8)
+        assert tty(k)
+        want = expected(TAG, k)
+        master, slave = os.openpty()
+        with subprocess.Popen(job_command(TAG, k), stdin=slave, stdout=slave, stderr=slave) as proc:
+            os.close(slave)
+            out = b""
+            deadline = time.monotonic() + 30
+            typed = False
+            while True:
+                ready, _, _ = select.select([master], [], [], max(0.0, deadline - time.monotonic()))
+                assert ready, f"job {k}: no end by the deadline; got {out[-200:]!r}"
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # EIO: every slave fd closed, all output read
+                    break
+                out += chunk
+                if out and not typed:  # its first output: ``stty -echo`` is done (as the suite waits)
+                    os.write(master, go_line(k) + b"\x04")
+                    typed = True
+            code = proc.wait(timeout=30)
+        os.close(master)
+        assert hashlib.sha256(out).hexdigest() == want.stdout_sha, out[-80:]
+        assert (len(out), code, want.stderr_sha) == (want.stdout_len, want.exit_code, hashlib.sha256(b"").hexdigest())

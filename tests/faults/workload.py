@@ -6,6 +6,12 @@ is mid-stream while the agent dies, then waits for a ``go`` line on stdin (writt
 once the faults are over; the keeper holds the pipe while no agent runs), then ends with its own
 exit code: 0 to 4, or death by SIGKILL. Every 40th job is a bulk one (``seq``, ~1.3 MB at once,
 read by the host at offsets while agents come and go).
+
+One job in ten runs in a pseudo-terminal (``tty=True``): the same script, whose stdout and
+stderr are then one stream in the order written, every ``\n`` a ``\r\n`` (the terminal's
+``onlcr``), and no stderr. It turns the terminal's echo off first (``stty -echo``), so that the
+go line is not written back into the output at whatever moment it arrives; the host therefore
+types it only once the job's first output has arrived (:func:`tty`).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-__all__ = ["Expected", "job_command", "expected"]
+__all__ = ["Expected", "expected", "go_line", "job_command", "tty"]
 
 PACE_EVERY = 10  # lines between two paced pauses
 PACE = 0.25  # seconds a pause waits for stdin at most
@@ -31,6 +37,12 @@ def _bulk(k: int) -> bool:
     return k % 40 == 39
 
 
+def tty(k: int) -> bool:
+    """Whether job ``k`` runs in a pseudo-terminal (never a bulk job, nor one attached only at the
+    end: the host waits for a tty job's first output before it types its go line)."""
+    return k % 10 == 3
+
+
 def job_command(tag: str, k: int) -> list[str]:
     """Job ``k``'s argv (bash: ``read -t``); ``tag`` marks its command line for the process table."""
     if _bulk(k):
@@ -39,7 +51,7 @@ def job_command(tag: str, k: int) -> list[str]:
     # and checks its deadline before each byte: the go line landing just before the deadline,
     # the job descheduled after its "g", gave ``go=g`` and "got g"). The partial line is kept in
     # ``acc`` and the next read continues it; ``IFS= read -r`` keeps its spaces.
-    script = f""": {tag}; K={k}; i=0; go=; acc=
+    script = f""": {tag}; {"stty -echo; " if tty(k) else ""}K={k}; i=0; go=; acc=
 while [ $i -lt {_lines(k)} ]; do
   printf '{tag} job %d line %d %s\\n' $K $i '{_pad(k)}'
   [ $((i % 7)) -eq 0 ] && printf 'job %d err %d\\n' $K $i >&2
@@ -81,4 +93,8 @@ def expected(tag: str, k: int) -> Expected:
     out = ("".join(out_lines) + f"got go {k}\n").encode()
     err = ("".join(err_lines) + f"end {k}\n").encode()
     code = -9 if k % 9 == 8 else k % 5
+    if tty(k):  # one stream, in the order the script writes it; the terminal's \r\n
+        both = [line + (f"job {k} err {i}\n" if i % 7 == 0 else "") for i, line in enumerate(out_lines)]
+        out = ("".join(both) + f"got go {k}\nend {k}\n").replace("\n", "\r\n").encode()
+        err = b""
     return Expected(len(out), hashlib.sha256(out).hexdigest(), hashlib.sha256(err).hexdigest(), code, True)

@@ -9,16 +9,13 @@ Layout of ``<state>/jobs/<job_id>/`` (dir 0700, files 0600, owned by the agent's
     stderr       the job's fd 2
     stdin_bytes  the stdin cursor (bytes taken so far), so writers resume exactly after a restart
 
-The agent that spawned a job learns its end from asyncio (it is the parent). A re-adopted job
-is the keeper's child (the agent died, the keeper is the subreaper): its end is a ``pidfd``
-turning readable, and its exit status comes from the keeper, which reaped it.
+How the record is written and read back is :mod:`.jobrecord`'s; how the leader's exit is
+learnt (as its parent, or from the keeper for a re-adopted job) is :mod:`.exitwatch`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import os
 import shutil
 import signal
@@ -29,22 +26,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from ...errors import JobNotRunningError, NoSpaceError, SpawnError
-from ...protocol import JobInfo, JobPolicy, KillResult, StartParams, WatchHit
+from ...errors import JobNotRunningError, SpawnError
+from ...protocol import JobInfo, KillResult, StartParams, WatchHit
 from ..budget import MemoryBudget
 from ..buffer import StreamBuffer
 from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
 from ..trash import Trash
+from .exitwatch import LeaderWatch
 from .hitrecord import dump_hits, load_hits, should_save
 from .job import Job, _killpg
+from .jobrecord import params_from_record, read_stdin_cursor, write_first_record, write_record, write_stdin_cursor
 from .logbudget import LogBudget
 from .logfile import Inotify, LogFile
 from .proctable import scan
 from .proctree import MARKER, end_tree, job_processes
 from .spare import SpareDir
+from .spawn import popen_session, spawn_error
 
-__all__ = ["DiskJob", "JobHome", "popen_session"]
+__all__ = ["DiskJob", "JobHome"]
 
 
 @dataclass
@@ -106,8 +106,7 @@ class DiskJob(Job):
         self._tree_task: asyncio.Task[None] | None = None
         self._wd = -1
         self._waiters = 0
-        self._pidfd: int | None = None
-        self._collector: asyncio.Task[None] | None = None
+        self._exits = LeaderWatch(self, home.keeper, self._leader_exited, self._timers)
         self._hits_saved_at = 0.0
 
     def charge_to(self, budget: MemoryBudget) -> None:
@@ -154,35 +153,8 @@ class DiskJob(Job):
             self.save()
 
     def save(self) -> None:
-        """Write ``job.json`` atomically (a crash leaves the old or the new one, never half)."""
-        tmp = self.dir / "job.json.tmp"
-        with contextlib.suppress(OSError):  # a full disk: the job runs on, its record is older
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(self._meta(), f)
-            os.replace(tmp, self.dir / "job.json")
-
-    def _save_first(self, fd: int) -> None:
-        """The first record, written into the spare's empty ``job.json`` (no file to create, no
-        rename). A crash mid-write leaves a torn record, which the next agent treats as none,
-        as it treats a crash before the record: the start never answered, so it ends the job's
-        processes and removes the dir."""
-        try:
-            view = memoryview(json.dumps(self._meta()).encode())
-            while view:
-                view = view[os.write(fd, view) :]
-        except OSError:
-            pass  # a full disk: as in save(), the job runs on
-        finally:
-            os.close(fd)
-
-    def _save_stdin_cursor(self) -> None:
-        with contextlib.suppress(OSError):
-            fd = os.open(self.dir / "stdin_bytes", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            try:
-                os.pwrite(fd, b"%20d\n" % self.stdin.written, 0)
-            finally:
-                os.close(fd)
+        """Write ``job.json`` atomically (see :func:`.jobrecord.write_record`)."""
+        write_record(self.dir, self._meta())
 
     # -- start -----------------------------------------------------------------------------
 
@@ -201,7 +173,7 @@ class DiskJob(Job):
                 out = os.open(self.dir / "stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
                 err = os.open(self.dir / "stderr", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
             except OSError as exc:
-                raise _spawn_error(exc, self.job_id, "its job dir") from None
+                raise spawn_error(exc, self.job_id, "its job dir") from None
         try:
             await self._exec(out, err)
         except BaseException:
@@ -222,7 +194,7 @@ class DiskJob(Job):
                 finally:
                     os.close(dup)
         if meta_fd >= 0:
-            self._save_first(meta_fd)
+            write_first_record(meta_fd, self._meta())
         else:
             self.save()
 
@@ -239,14 +211,14 @@ class DiskJob(Job):
             # Not asyncio's subprocess: its child watcher reaps the job the moment it exits, and
             # an agent killed before it wrote that exit down lost it for good (nobody else can
             # wait() a reaped process). Here the agent watches a pidfd, writes the end into
-            # job.json, and only then reaps (:meth:`_check_exit`); dying in between leaves a
+            # job.json, and only then reaps (:mod:`.exitwatch`); dying in between leaves a
             # zombie the keeper (the subreaper) reaps and records instead.
             proc = popen_session(argv, stdin_r, out, err, p.cwd, env, **kwargs)
         except (OSError, ValueError) as exc:
             self.stdin.release()
             if stdin_w >= 0:
                 os.close(stdin_w)
-            raise _spawn_error(exc, self.job_id, repr(argv[0])) from None
+            raise spawn_error(exc, self.job_id, repr(argv[0])) from None
         except subprocess.SubprocessError as exc:
             self.stdin.release()
             if stdin_w >= 0:
@@ -295,29 +267,15 @@ class DiskJob(Job):
         copy. Gone: ended, with the exit status the keeper recorded (``exit_code`` None if
         nobody could reap it, e.g. the agent reaped it and died before writing it down).
         """
-        params = StartParams(
-            command=meta["command"],
-            cwd=meta.get("cwd"),
-            user=meta.get("user"),
-            stdin_open=bool(meta.get("stdin_open")),
-            timeout=meta.get("timeout"),
-            kill_grace=meta.get("kill_grace", 5.0),
-            encoding=meta.get("encoding", "utf-8"),
-            label=meta.get("label"),
-            idempotency_key=meta.get("idempotency_key"),
-            output_cap=meta.get("output_cap"),
-            tags=meta.get("tags"),
-            tty=bool(meta.get("tty", False)),
-            tty_size=meta.get("tty_size"),
-            policy=_policy(meta.get("policy")),
-        )
+        params = params_from_record(meta)
         job = cls(meta["job_id"], params, buffer_limit, on_done, home)
         job.reason = meta.get("reason") if isinstance(meta.get("reason"), str) else None
         job.pid, job.starttime, job.started_at = int(meta.get("pid") or 0), meta.get("starttime"), meta["started_at"]
         job._restored(meta)
         load_hits(job, meta)
-        with contextlib.suppress(OSError, ValueError):
-            job.stdin.written = int((job.dir / "stdin_bytes").read_bytes())
+        cursor = read_stdin_cursor(job.dir)
+        if cursor is not None:
+            job.stdin.written = cursor
         job.tree_ended = bool(meta.get("tree_ended"))
         end = meta.get("end")
         if end is not None:
@@ -343,57 +301,8 @@ class DiskJob(Job):
         self._arm_timeout()
 
     def _watch_exit(self) -> None:
-        """Learn of the leader's exit: its pidfd turns readable (a poll of ``/proc`` without one)."""
-        loop = asyncio.get_running_loop()
-        try:
-            self._pidfd = os.pidfd_open(self.pid)
-        except OSError:
-            self._pidfd = None
-        if self._pidfd is not None:
-            loop.add_reader(self._pidfd, self._check_exit)
-        else:  # no pidfd (a kernel before 5.3): ask the process table now and then
-            self._timers.append(loop.call_later(1.0, self._check_exit))
-
-    def _check_exit(self) -> None:
-        """The leader may have exited: record its end durably, *then* reap it.
-
-        Our own child is read with ``WNOWAIT`` (still a zombie), its end saved to job.json,
-        then reaped: an agent killed at any point leaves either the record or the zombie (which
-        the keeper reaps and records). A re-adopted job is the keeper's child: the keeper
-        reaped it and tells us its exit.
-        """
-        loop = asyncio.get_running_loop()
-        try:
-            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            info = None  # not our child (re-adopted): ask the keeper once it is gone
-            if proc_starttime(self.pid) == self.starttime:
-                if self._pidfd is None:
-                    self._timers.append(loop.call_later(1.0, self._check_exit))
-                return  # (a pidfd is readable only once the process exited: not reached)
-            self._stop_watching()
-            self._collector = loop.create_task(self._collect_exit())
-            return
-        if info is None or info.si_pid == 0:
-            if self._pidfd is None:
-                self._timers.append(loop.call_later(1.0, self._check_exit))
-            return  # still running
-        killed = info.si_code in (os.CLD_KILLED, os.CLD_DUMPED)
-        self._stop_watching()
-        self._leader_exited(-info.si_status if killed else info.si_status)  # saves job.json
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)  # a zombie: returns at once
-
-    def _stop_watching(self) -> None:
-        if self._pidfd is not None:
-            asyncio.get_running_loop().remove_reader(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
-
-    async def _collect_exit(self) -> None:
-        answer, _ = await self.home.keeper.request({"op": "exit", "pid": self.pid, "start": self.starttime})
-        how = answer.get("exit")
-        self._leader_exited(None if how is None else int(how["code"]))
+        """Learn of the leader's exit (see :mod:`.exitwatch`): :meth:`_leader_exited` is called."""
+        self._exits.start()
 
     # -- the end ---------------------------------------------------------------------------
 
@@ -419,7 +328,7 @@ class DiskJob(Job):
             t.cancel()
         self._timers.clear()
         self._arm_leftovers_timeout()
-        self._stop_watching()
+        self._exits.stop()
         if self.stdin.pipe is not None and not self.stdin.pipe.is_closing():
             self.stdin.pipe.close()
         self.stdin.open = False
@@ -486,7 +395,7 @@ class DiskJob(Job):
             raise JobNotRunningError(f"stdin of job {self.job_id} is not open", job_id=self.job_id)
         taken = self.stdin.write(data, offset, eof)
         if taken or eof:
-            self._save_stdin_cursor()
+            write_stdin_cursor(self.dir, self.stdin.written)
         if eof and not self.stdin.open and self.home.keeper.present:
             asyncio.get_running_loop().create_task(self.home.keeper.request({"op": "drop", "key": self.job_id}))
         return taken
@@ -521,41 +430,4 @@ class DiskJob(Job):
         """The agent hands over: stop watching, leave the process alone."""
         for t in self._timers:
             t.cancel()
-        self._stop_watching()
-
-
-def popen_session(
-    argv: list[str], stdin: int, out: int, err: int, cwd: str | None, env: dict[str, str], **kwargs: Any
-) -> subprocess.Popen[bytes]:
-    """fork+exec in a session of its own (SIGINT and kills reach its group only), fds closed;
-    synchronous like asyncio's own ``subprocess_exec`` (it waits for the exec). Jobs and shells."""
-    return subprocess.Popen(
-        argv,
-        stdin=stdin,
-        stdout=out,
-        stderr=err,
-        cwd=cwd,
-        env=env,
-        start_new_session=True,
-        close_fds=True,
-        **kwargs,
-    )
-
-
-def _policy(raw: object) -> JobPolicy | None:
-    """The policy a job.json recorded (``None`` if absent, or not one this agent reads)."""
-    try:
-        return None if raw is None else JobPolicy.model_validate(raw)
-    except ValueError:
-        return None
-
-
-def _spawn_error(exc: OSError | ValueError, job_id: str, what: str) -> Exception:
-    import errno
-
-    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        name = errno.errorcode[exc.errno]
-        return NoSpaceError(
-            f"cannot start {what}: the sandbox's disk is full ({name})", data={"errno": name, "job_id": job_id}
-        )
-    return SpawnError(f"cannot start {what}: {exc}", job_id=job_id)
+        self._exits.stop()

@@ -34,11 +34,12 @@ from typing import Any
 from ...errors import InvalidParamsError, JobNotRunningError, SpawnError
 from ...protocol import JobInfo, TtySize
 from ..procfacts import proc_starttime
-from .diskjob import DiskJob, _spawn_error
+from .diskjob import DiskJob
 from .job import _killpg
 from .proctree import MARKER
 from .ptyrelay import fork_relay
 from .spare import SpareDir
+from .spawn import spawn_error
 
 __all__ = ["PtyJob"]
 
@@ -106,7 +107,7 @@ class PtyJob(DiskJob):
             log_fd = os.open(self.dir / "stdout", os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
             os.close(os.open(self.dir / "stderr", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         except OSError as exc:
-            raise _spawn_error(exc, self.job_id, "its job dir") from None
+            raise spawn_error(exc, self.job_id, "its job dir") from None
         p = self.params
         stdin_input = self._decode_input(p.input) if p.input is not None else None
         try:
@@ -173,10 +174,10 @@ class PtyJob(DiskJob):
                 **kwargs,
             )
         except (OSError, ValueError) as exc:
-            raise _spawn_error(exc, self.job_id, repr(argv[0])) from None
+            raise spawn_error(exc, self.job_id, repr(argv[0])) from None
         except subprocess.SubprocessError as exc:
             raise SpawnError(f"cannot start {argv[0]!r}: {exc}", job_id=self.job_id) from None
-        proc.returncode = 0  # never reaped by Popen: _check_exit does, after recording the end
+        proc.returncode = 0  # never reaped by Popen: the LeaderWatch does, after recording the end
         self.pid = proc.pid
 
     async def _adopt_master(self, master: int) -> None:

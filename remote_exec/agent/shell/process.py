@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..jobs.diskjob import popen_session
 from ..jobs.logfile import Inotify
+from ..jobs.spawn import popen_session
 from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
 from ..trash import Trash

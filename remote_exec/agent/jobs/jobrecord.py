@@ -1,0 +1,91 @@
+"""A disk job's durable record: ``job.json`` and ``stdin_bytes`` in its job dir, written so that
+a crash leaves something a later agent can read back (or knows to discard), and read back.
+
+What goes into ``job.json`` is the job's to say (:meth:`DiskJob._meta`); this module writes it
+and turns it back into the job's start parameters.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ...protocol import JobPolicy, StartParams
+
+__all__ = ["params_from_record", "read_stdin_cursor", "write_first_record", "write_record", "write_stdin_cursor"]
+
+
+def write_record(job_dir: Path, meta: dict[str, Any]) -> None:
+    """Write ``job.json`` atomically (a crash leaves the old or the new one, never half)."""
+    tmp = job_dir / "job.json.tmp"
+    with contextlib.suppress(OSError):  # a full disk: the job runs on, its record is older
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(meta, f)
+        os.replace(tmp, job_dir / "job.json")
+
+
+def write_first_record(fd: int, meta: dict[str, Any]) -> None:
+    """The first record, written into the spare's empty ``job.json`` (no file to create, no
+    rename); closes ``fd``. A crash mid-write leaves a torn record, which the next agent treats
+    as none, as it treats a crash before the record: the start never answered, so it ends the
+    job's processes and removes the dir."""
+    try:
+        view = memoryview(json.dumps(meta).encode())
+        while view:
+            view = view[os.write(fd, view) :]
+    except OSError:
+        pass  # a full disk: as in write_record(), the job runs on
+    finally:
+        os.close(fd)
+
+
+def write_stdin_cursor(job_dir: Path, written: int) -> None:
+    """Record how many stdin bytes the job took, so writers resume exactly after a restart."""
+    with contextlib.suppress(OSError):
+        fd = os.open(job_dir / "stdin_bytes", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            os.pwrite(fd, b"%20d\n" % written, 0)
+        finally:
+            os.close(fd)
+
+
+def read_stdin_cursor(job_dir: Path) -> int | None:
+    """The stdin cursor :func:`write_stdin_cursor` left, None if there is none to be read."""
+    with contextlib.suppress(OSError, ValueError):
+        return int((job_dir / "stdin_bytes").read_bytes())
+    return None
+
+
+def params_from_record(meta: dict[str, Any]) -> StartParams:
+    """The start parameters a ``job.json`` recorded (env values and input never are).
+
+    :raises KeyError: no command. :raises ValueError: a field out of its range.
+    """
+    return StartParams(
+        command=meta["command"],
+        cwd=meta.get("cwd"),
+        user=meta.get("user"),
+        stdin_open=bool(meta.get("stdin_open")),
+        timeout=meta.get("timeout"),
+        kill_grace=meta.get("kill_grace", 5.0),
+        encoding=meta.get("encoding", "utf-8"),
+        label=meta.get("label"),
+        idempotency_key=meta.get("idempotency_key"),
+        output_cap=meta.get("output_cap"),
+        tags=meta.get("tags"),
+        tty=bool(meta.get("tty", False)),
+        tty_size=meta.get("tty_size"),
+        policy=_policy(meta.get("policy")),
+    )
+
+
+def _policy(raw: object) -> JobPolicy | None:
+    """The policy a job.json recorded (``None`` if absent, or not one this agent reads)."""
+    try:
+        return None if raw is None else JobPolicy.model_validate(raw)
+    except ValueError:
+        return None
