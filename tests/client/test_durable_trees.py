@@ -131,3 +131,24 @@ async def test_a_readopted_finished_jobs_leftovers_end_at_its_timeout(fresh_agen
     assert mark.read_text() == "termed\n"
     meta = (fresh_agent_dir / "jobs" / (proc.job_id or "") / "job.json").read_text()
     assert '"tree_ended": true' in meta  # a third agent does not scan for them again
+
+
+# The leader dies at SIGTERM at once; its child answers SIGTERM by living on for 1 s first.
+LINGERING_CHILD = "sh -c 'trap \"sleep 1.{t}; exit 0\" TERM; echo ready; while :; do sleep 0.05; done' & wait"
+
+
+@pytest.mark.parametrize("how", ["kill", "timeout"])
+async def test_the_end_is_told_once_the_tree_is_gone(agent_dir: Path, how: str) -> None:
+    """A kill or a timeout is told (``kill()`` returns, the result says so) only after every
+    process of the job is gone, not when its leader is: a client that then looks finds none."""
+    t = 4620 if how == "kill" else 4621
+    timeout = 2.0 if how == "timeout" else None
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = sb.exec_remote(["sh", "-c", LINGERING_CHILD.format(t=t)], kill_grace=10, timeout=timeout)
+        assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
+        if how == "kill":
+            await proc.kill()
+        else:
+            with pytest.raises(rx.ExecTimeoutError):
+                await proc.wait()
+        assert procs_with(f"sleep 1.{t}") == []  # without the hold: the lingering child, still there

@@ -108,6 +108,10 @@ class DiskJob(Job):
         self._waiters = 0
         self._exits = LeaderWatch(self, home.keeper, self._leader_exited, self._timers)
         self._hits_saved_at = 0.0
+        # While a kill or timeout ends the tree, the leader's exit is held here and the job's
+        # end is told once the tree is gone: a client told "killed" finds none of its processes.
+        self._ending_tree = False
+        self._held_exit: tuple[int | None, float] | None = None
 
     def charge_to(self, budget: MemoryBudget) -> None:
         self.stdin.budget = budget  # output is on disk: only the stdin queue holds memory
@@ -311,6 +315,9 @@ class DiskJob(Job):
             return
         self._exited = True
         self._exit_event.set()
+        if self._ending_tree:
+            self._held_exit = (code, time.time())
+            return
         self._finish(self._ending or "completed", code, time.time())
 
     def _finish(self, state: str, code: int | None, ended_at: float | None, save: bool = True) -> None:
@@ -416,7 +423,14 @@ class DiskJob(Job):
             if self.stdin.open:
                 self.write_stdin(b"", None, eof=True)
 
-        await end_tree(self.job_id, self.pid, grace, close_stdin)
+        self._ending_tree = True
+        try:
+            await end_tree(self.job_id, self.pid, grace, close_stdin)
+        finally:  # cancelled too (the agent stops): the held end is told, not lost
+            self._ending_tree = False
+            if self._held_exit is not None and not self._done.is_set():
+                code, at = self._held_exit
+                self._finish(self._ending or "completed", code, at)
         await self._done.wait()
 
     async def aclose(self) -> None:
