@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import os
-import shutil
 import signal
 import time
 from collections import OrderedDict
@@ -213,10 +213,9 @@ class JobController:
                 buf.discard()  # gives its bytes back to the memory budget
             if job.params.idempotency_key is not None:
                 self._by_key.pop(job.params.idempotency_key, None)
-            if isinstance(job, DiskJob):
-                for stream in job.files:
-                    stream.charge_to(None)  # its bytes leave the log budget with its dir
-                shutil.rmtree(job.dir, ignore_errors=True)
+            for stream in job.files:
+                stream.charge_to(None)  # its bytes leave the log budget with its dir
+            job.remove_logs()
 
     def _reclaim(self, n: int) -> int:
         """Free ``n`` bytes of the memory budget by dropping finished jobs' output, oldest job
@@ -242,8 +241,8 @@ class JobController:
         logs = self.home.logs if self.home is not None else None
         if logs is None or logs.over <= 0:
             return 0
-        finished = [j.files for j in map(self._jobs.get, self._finished) if isinstance(j, DiskJob)]
-        running = [s for j in self._jobs.values() if j.running and isinstance(j, DiskJob) for s in j.files]
+        finished = [j.files for j in map(self._jobs.get, self._finished) if j is not None and j.files]
+        running = [s for j in self._jobs.values() if j.running for s in j.files]
         dropped = evict(logs, finished, running)
         if dropped:
             log.info("log budget (%d bytes): dropped the head of %d bytes of logs", logs.limit, dropped)
@@ -331,6 +330,19 @@ class JobController:
             job.charge_to(self.budget)
         self._jobs[job.job_id] = job
         return job
+
+    def unlist(self, job_id: str) -> None:
+        """Take a job out of the registry, its logs left on disk (a finished shell run that the
+        job re-adoption found, whose session re-adopts it as its run in progress)."""
+        job = self._jobs.pop(job_id, None)
+        self._finished.pop(job_id, None)
+        if job is not None:
+            for stream in job.files:
+                stream.charge_to(None)
+
+    def shell_runs(self, session_id: str) -> builtins.list[str]:
+        """Ids of the ended jobs that are runs of shell ``session_id``, oldest first."""
+        return sorted((i for i in self._finished if i.startswith(session_id + "-")), key=_seq)
 
     async def poll(self, p: PollParams) -> PollResult | bytes | WithPayload:
         job = self._get(p.job_id)
@@ -511,7 +523,7 @@ class JobController:
         if self._spare is not None:
             self._spare.refill()
         for job in self._jobs.values():
-            if job.running and isinstance(job, DiskJob):
+            if job.running:
                 for stream in job.files:
                     stream.enforce_cap()
         self.enforce_log_budget()

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -98,6 +99,9 @@ class DiskJob(Job):
 
     def charge_to(self, budget: MemoryBudget) -> None:
         self.stdin.budget = budget  # output is on disk: only the stdin queue holds memory
+
+    def remove_logs(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
 
     # -- metadata --------------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from ..budget import MemoryBudget
 from ..buffer import Slice, StreamBuffer
 from ..rpc import WithPayload, dump_json
 from .environment import job_environment
+from .logfile import LogFile
 from .proctable import group_alive, scan
 from .stdin import StdinQueue
 
@@ -82,6 +83,7 @@ class Job:
         self.ended_at: float | None = None
         self.exit_code: int | None = None
         self.streams = {1: StreamBuffer(buffer_limit), 2: StreamBuffer(buffer_limit)}
+        self.files: list[LogFile] = []  # its logs on disk, where it has some (a disk job, a shell run)
         self._state: JobState = "running"
         self._ending: JobState | None = None  # "killed"/"timed_out" once we started ending it
         self._on_done = on_done
@@ -107,6 +109,9 @@ class Job:
         # The watch rules' last scan (policy.py sets it): run as the job ends, before its end
         # is reported, so the final poll, ``ExecResult`` and ``JobInfo`` carry every hit.
         self.before_end: Callable[[], None] | None = None
+
+    def remove_logs(self) -> None:
+        """It is forgotten: delete its logs from disk (it has none here)."""
 
     def charge_to(self, budget: MemoryBudget) -> None:
         """Charge this job's output buffers and stdin queue to the agent's memory budget

@@ -164,7 +164,14 @@ class ShellController:
                 data={"run_id": session.run.job_id},
             )
         label = f"shell {p.session_id}"
-        params = StartParams(command=p.command, label=label, timeout=p.timeout, kill_grace=p.kill_grace, tags=p.tags)
+        params = StartParams(
+            command=p.command,
+            label=label,
+            timeout=p.timeout,
+            kill_grace=p.kill_grace,
+            tags=p.tags,
+            output_cap=p.output_cap,
+        )
 
         def make(job_id: str, buffer_limit: int, on_done: Callable[[Job], None]) -> ShellRun:
             return ShellRun(job_id, params, buffer_limit, on_done, session)
@@ -248,6 +255,8 @@ class ShellController:
                 session = self._session(sid, [str(a) for a in record["argv"]])
                 self._sessions[sid] = session
                 stdin, fds = fds[0], fds[1:]
+                # Its ended runs, which the job re-adoption found: retained as this session's again.
+                session.runs.extend(self.jobs.shell_runs(sid))
                 await session.resume(record, Path(entry.path), key, stdin, self._run_maker(session))
                 restored += 1
             except (OSError, ValueError, KeyError, TypeError, RemoteExecError) as exc:
@@ -278,7 +287,9 @@ class ShellController:
                 run.started_at, run.started_boot = started_at, started_boot
                 return run
 
-            run = self.jobs.adopt(make, owner=session.session_id, job_id=str(rec["job_id"]))
+            job_id = str(rec["job_id"])
+            self.jobs.unlist(job_id)  # (found ended on disk: the record knows it as in progress)
+            run = self.jobs.adopt(make, owner=session.session_id, job_id=job_id)
             session.runs.append(run.job_id)
             return run
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..jobs.diskjob import popen_session
+from ..jobs.diskjob import JobHome, popen_session
 from ..jobs.logfile import Inotify
 from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
@@ -33,11 +33,13 @@ class ShellHome:
     :ivar keeper: holds each session's stdin and key while no agent runs (absent: sessions die
         with their agent).
     :ivar inotify: wakes the readers of the output files.
+    :ivar jobs: where a durable session's runs keep their output, as jobs do (see :mod:`.runlog`).
     """
 
     root: Path | None = None
     keeper: KeeperLink | None = None
     inotify: Inotify | None = None
+    jobs: JobHome | None = None
 
     @property
     def durable(self) -> bool:

@@ -4,21 +4,27 @@ A :class:`ShellRun` is a :class:`~remote_exec.agent.jobs.job.Job` whose output c
 session's shell instead of a process of its own. It lives in the job registry under a job id,
 so ``exec_remote_poll``, ``exec_remote_list``, ``exec_remote_kill`` and ``attach`` work on it
 unchanged, with the same cursors, long polls and back-pressure; only how it is signalled and
-how it ends differ.
+how it ends differ. A run of a durable session keeps its output in a job dir of its own
+(:mod:`.runlog`), capped and retained as a job's, and outlives the agent as a job does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from ...errors import JobNotRunningError
 from ...protocol import StartParams
+from ..buffer import StreamBuffer
+from ..jobs.diskjob import JobHome
 from ..jobs.job import Job
+from ..jobs.logfile import LogFile
+from .runlog import RunLog
 from .runstdin import RunStdin
 
 __all__ = ["RunSession", "ShellRun"]
@@ -68,6 +74,62 @@ class ShellRun(Job):
         self.pid = session.pid
         self.started_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
         self.feed: RunStdin | None = None  # its open stdin (``stdin_open``), closed when it ends
+        self.log: RunLog | None = None
+        self.files: list[LogFile] = []  # its logs on disk (a durable session's run), as a DiskJob's
+
+    def open_log(self, home: JobHome, create: bool) -> None:
+        """Keep the output in the run's own job dir (see :mod:`.runlog`) instead of memory.
+
+        ``create``: a new run (else re-adopted: its dir exists, and what it holds is not
+        written again).
+
+        :raises OSError: the dir or its files cannot be made.
+        """
+        log = RunLog(home, self.job_id, self.params.output_cap)
+        log.open(create)
+        self.log = log
+        self.files = list(log.files.values())
+        # LogFile serves StreamBuffer's read interface (read, end, eof, mark_read, wants_pause).
+        self.streams = cast("dict[int, StreamBuffer]", log.files)
+        if create:
+            log.save(self._meta())
+
+    def _meta(self) -> dict[str, Any]:
+        """Its ``job.json``, in the shape :meth:`DiskJob.restore` reads (a finished run is a
+        finished job to the next agent); ``shell`` tells the job re-adoption to leave a running
+        one to the shell controller."""
+        p = self.params
+        meta: dict[str, Any] = {
+            "v": 1,
+            "job_id": self.job_id,
+            "shell": self.session_id,
+            "command": p.command,
+            "label": p.label,
+            "encoding": p.encoding,
+            "timeout": p.timeout,
+            "kill_grace": p.kill_grace,
+            "output_cap": p.output_cap,
+            "tags": p.tags,
+            "started_at": self.started_at,
+            "pid": self.pid,
+            "starttime": None,  # not the run's own process: nothing may signal it as a job's
+            "tree_ended": True,  # its leftovers are the session's (it ends them), not a job's
+        }
+        if self._done.is_set():
+            meta["end"] = {"state": self._state, "exit_code": self.exit_code, "ended_at": self.ended_at}
+        return meta
+
+    def remove_logs(self) -> None:
+        if self.log is not None:
+            self.log.close()
+            shutil.rmtree(self.log.dir, ignore_errors=True)
+
+    def _on_data(self, fd: int, data: bytes) -> None:
+        if self.log is None:
+            super()._on_data(fd, data)
+            return
+        self.log.write(fd, data)  # no pause: the bytes go from the session's file to the run's
+        self._notify()
 
     def begin(self, transport: asyncio.SubprocessTransport, elapsed: float = 0.0) -> None:
         """The session wrote this run's frame: pause reading its shell's output when it piles up.
@@ -86,6 +148,8 @@ class ShellRun(Job):
             t.cancel()
         self._timers.clear()
         self._transport = None
+        if self.log is not None:
+            self.log.close()
 
     def finish(self, exit_code: int | None) -> None:
         """Both sentinels arrived (or the shell ended): the run is over with ``exit_code``."""
@@ -102,6 +166,11 @@ class ShellRun(Job):
             t.cancel()
         self._timers.clear()
         self._done.set()
+        if self.log is not None:
+            for stream in self.files:
+                stream.eof = True
+            self.log.save(self._meta())  # now a finished job to the next agent too
+            self.log.close()
         self._notify()
         self._on_done(self)
 

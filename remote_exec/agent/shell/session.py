@@ -16,6 +16,15 @@ idle or busy, with its cwd, variables and functions; the next agent re-adopts it
 (:meth:`ShellSession.restore`), re-reads the current run's output from its start offsets
 through the same framing (so its bytes and cursors are what they were), and serves runs again.
 
+**Disk.** A durable session's run copies its visible output into a job dir of its own
+(:mod:`.runlog`): capped as a job's, kept after the run as a finished job's. So the session's
+``out``/``err`` need to keep only what the next agent would re-read: every :data:`DROP_STEP`
+bytes of a run the record takes a *checkpoint* (the file offsets up to which the framing has
+passed everything on, and how many visible bytes the run had by then), and the files' heads
+before it are punched out; between runs the same happens at the offsets a next run's stray
+head starts at. A re-adopted run reads on from its checkpoint and skips the visible bytes its
+log holds already, so nothing is written to it twice.
+
 Output between runs (a background job writing late) is kept and handed to the next run, as a
 terminal would show it at the next prompt. Closing, idle expiry and agent *shutdown* kill the
 shell and everything left in its process group.
@@ -44,7 +53,7 @@ from ..jobs.environment import job_environment
 from ..jobs.proctree import MARKER
 from ..procfacts import proc_starttime
 from . import signals
-from .follow import ShellFiles
+from .follow import DROP_STEP, ShellFiles
 from .framing import Frame, frame_script, init_script, new_nonce, recovery_lines
 from .process import ExitWatch, ShellHome, spawn_shell
 from .run import ShellRun
@@ -125,6 +134,8 @@ class ShellSession:
         self._frame_ended = asyncio.Event()
         self._ttl_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._run_rec: dict[str, Any] | None = None  # the current run's record (its checkpoints)
+        self._kept_from = 0  # the files' offsets (summed) of the last checkpoint: what is kept
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -215,21 +226,73 @@ class ShellSession:
         if run_rec is None:
             idle = record["idle"]
             self._follow((int(idle[0]), int(idle[1])))
+            self._kept_from = int(idle[0]) + int(idle[1])
         else:
-            start, stray = run_rec["start"], run_rec["stray"]
-            self._follow((int(start[0]), int(start[1])))
-            assert self._files is not None
-            run = self.run = make_run(run_rec)
-            public = str(run_rec["public"])
-            self._frame = Frame(public, self._store.nonce(public), self._bash)
-            self._frame_ended = asyncio.Event()
+            self._resume_run(run_rec, make_run)
+        self._watch_exit()
+        self._touch()
+
+    def _resume_run(self, run_rec: dict[str, Any], make_run: Callable[[dict[str, Any]], ShellRun]) -> None:
+        """Rebuild the run in progress: from its checkpoint if it has one (its log holds what came
+        before), else from its start (its stray head re-read, its log's bytes skipped)."""
+        start, stray, ck = run_rec["start"], run_rec["stray"], run_rec.get("ck")
+        at = ck["at"] if ck is not None else start
+        self._follow((int(at[0]), int(at[1])))
+        self._kept_from = int(at[0]) + int(at[1])
+        assert self._files is not None
+        run = self.run = make_run(run_rec)
+        self._run_rec = run_rec
+        public = str(run_rec["public"])
+        self._frame = Frame(public, self._store.nonce(public), self._bash)
+        self._frame_ended = asyncio.Event()
+        if run_rec.get("log") and self.home.jobs is not None:
+            run.open_log(self.home.jobs, create=False)
+        if ck is not None:
+            assert run.log is not None
+            self._frame.resume_started()
+            logged = ck["logged"]
+            for fd in (1, 2):  # the log holds these already (written after the checkpoint)
+                run.log.skip[fd] = max(0, run.log.files[fd].end - int(logged[fd - 1]))
+        else:
             for fd in (1, 2):
                 head = self._files.replay(fd, int(stray[fd - 1]), int(start[fd - 1]))
                 if head:
                     run._on_data(fd, head)
-            run.begin(self._files, elapsed=max(0.0, time.time() - run.started_at))
-        self._watch_exit()
-        self._touch()
+        run.begin(self._files, elapsed=max(0.0, time.time() - run.started_at))
+
+    def _checkpoint(self, frame: Frame, run: ShellRun) -> None:
+        """Every :data:`DROP_STEP` bytes of a run: record how far the framing got, and punch the
+        files' heads before it (the run's log holds what they said). See the module docstring."""
+        files = self._files
+        if files is None or run.log is None or self._run_rec is None or not frame.midway:
+            return
+        at = [files.pos[fd] - frame.held(fd) for fd in (1, 2)]
+        if sum(at) - self._kept_from < DROP_STEP:
+            return
+        rec = {**self._run_rec, "ck": {"at": at, "logged": run.log.logged()}}
+        try:
+            self._save(rec)
+        except OSError:
+            return  # a full disk: the files keep their heads until a record can be written
+        self._run_rec = rec
+        self._kept_from = sum(at)
+        files.drop_before((at[0], at[1]))
+
+    def _checkpoint_idle(self) -> None:
+        """Between runs, every :data:`DROP_STEP` bytes of late output: record the offsets the
+        kept stray bytes start at, and punch the files' heads before them."""
+        files = self._files
+        if files is None or self.run is not None or self._frame is not None:
+            return
+        idle = [files.pos[fd] - len(self._stray[fd]) for fd in (1, 2)]
+        if sum(idle) - self._kept_from < DROP_STEP:
+            return
+        try:
+            self._save(None)
+        except OSError:
+            return
+        self._kept_from = sum(idle)
+        files.drop_before((idle[0], idle[1]))
 
     def _new_frame(self) -> Frame:
         public = new_nonce()
@@ -387,16 +450,23 @@ class ShellSession:
             return
         frame = self._new_frame()
         files = self._files
+        run_rec = run_record(run, frame.public, self._stray, files.pos)
         try:  # before the line is sent: an agent killed after that finds the run on disk
-            self._save(run_record(run, frame.public, self._stray, files.pos))
+            if self.home.durable and self.home.jobs is not None:
+                run.open_log(self.home.jobs, create=True)
+                run_rec["log"] = True
+            self._save(run_rec)
         except OSError as exc:
             self.run = None  # the session stays usable; the run ends without having begun
             self._remove_input(run)
             run.finish(None)
             self._touch()
             raise no_space(exc, f"the record of run {run.job_id}") from None
+        self._run_rec = run_rec
         # Nothing before this run's first stray byte is read again, by this agent or the next.
-        files.drop_before((files.pos[1] - len(self._stray[1]), files.pos[2] - len(self._stray[2])))
+        kept = (files.pos[1] - len(self._stray[1]), files.pos[2] - len(self._stray[2]))
+        files.drop_before(kept)
+        self._kept_from = sum(kept)
         for fd, stray in self._stray.items():
             if stray:
                 run._on_data(fd, bytes(stray))
@@ -448,10 +518,13 @@ class ShellSession:
         frame = self._frame
         if frame is None:
             self._keep_stray(fd, data)
+            self._checkpoint_idle()
             return
         visible, rest = frame.feed(fd, data)
         if visible:
             self._deliver(fd, visible)
+            if self.run is not None:
+                self._checkpoint(frame, self.run)
         if self._interrupt_pending and frame.started:
             self._interrupt_pending = False
             self.interrupt()
@@ -476,6 +549,7 @@ class ShellSession:
         self._frame = None
         self._frame_ended.set()
         self._interrupt_pending = False
+        self._run_rec = None
         run, self.run = self.run, None
         self._touch()
         if run is None:

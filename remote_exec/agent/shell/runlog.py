@@ -1,0 +1,111 @@
+"""A durable shell run's output on disk: its own job dir, as a job's, capped as a job's.
+
+The agent copies each run's visible bytes (what the framing lets through) from the session's
+``out``/``err`` into ``<state dir>/jobs/<run id>/stdout`` and ``stderr``, read by the same
+:class:`~remote_exec.agent.jobs.logfile.LogFile` as a job's logs: the same byte cursors, the
+same per-stream cap (``output_cap``, default the agent's 1 GiB) that punches the head out and
+reports ``*_dropped``, the same agent-wide log budget. ``job.json`` is written when the run
+begins (with ``shell``: its session; the next agent's shell controller re-adopts it, the job
+re-adoption leaves it alone) and again when it ends (with its ``end``): a finished run is then
+a finished job to the next agent, listed, readable and attachable with its exit code, kept
+and forgotten by the jobs' retention rules.
+
+So the session's own files need to keep only what the next agent would re-read: from the
+run's last checkpoint on (see :mod:`.session`), not the run's whole output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+from typing import Any
+
+from ..jobs.diskjob import JobHome
+from ..jobs.logfile import LogFile
+
+__all__ = ["RunLog"]
+
+log = logging.getLogger("remote_exec.agent")
+
+FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+class RunLog:
+    """The two log files of one run and its ``job.json``.
+
+    :ivar files: stdout's and stderr's :class:`LogFile` (what polls read).
+    :ivar skip: visible bytes per stream to drop before writing, because the log holds them
+        already (a re-adopted run re-derives what an earlier agent wrote).
+    """
+
+    def __init__(self, home: JobHome, job_id: str, cap: int | None) -> None:
+        self.dir = home.root / job_id
+        self.files = {
+            1: LogFile(os.fspath(self.dir / "stdout"), cap or home.cap),
+            2: LogFile(os.fspath(self.dir / "stderr"), cap or home.cap),
+        }
+        self.skip = {1: 0, 2: 0}
+        self._fds = {1: -1, 2: -1}
+        self._home = home
+        self._lost = False
+
+    def open(self, create: bool) -> None:
+        """Open (``create``: make) the dir and the files, and charge them to the log budget.
+
+        :raises OSError: they cannot be made or are missing.
+        """
+        if create:
+            os.mkdir(self.dir, 0o700)
+        try:
+            for fd, name in ((1, "stdout"), (2, "stderr")):
+                self._fds[fd] = os.open(self.dir / name, FLAGS, 0o600)
+        except OSError:
+            self.close()
+            raise
+        for fd in (1, 2):
+            self.files[fd] = LogFile(self.files[fd].path, self.files[fd].cap)  # (its base, if punched)
+            self.files[fd].charge_to(self._home.logs)
+        if not create:  # the bytes an earlier agent wrote are re-derived: do not write them twice
+            self.skip = {fd: self.files[fd].end for fd in (1, 2)}
+
+    def write(self, fd: int, data: bytes) -> None:
+        """Append the run's visible ``data`` of stream ``fd``, then apply the cap."""
+        skip = self.skip[fd]
+        if skip:
+            self.skip[fd] = max(0, skip - len(data))
+            data = data[skip:]
+            if not data:
+                return
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fds[fd], view) :]
+        except OSError as exc:
+            # A full disk: what is not written is not in the log. Said once, in the agent's log.
+            if not self._lost:
+                self._lost = True
+                log.warning("cannot write the output of shell run %s: %s", self.dir.name, exc)
+        self.files[fd].enforce_cap()
+
+    def logged(self) -> list[int]:
+        """The visible bytes per stream the framing has let through for the run so far."""
+        return [self.files[fd].end - self.skip[fd] for fd in (1, 2)]
+
+    def save(self, meta: dict[str, Any]) -> None:
+        """Write ``job.json`` atomically (a full disk: the older one stays)."""
+        tmp = self.dir / "job.json.tmp"
+        with contextlib.suppress(OSError):
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(meta, f)
+            os.replace(tmp, self.dir / "job.json")
+
+    def close(self) -> None:
+        """Close the files (the run ended: its logs stay for readers, as a job's)."""
+        for fd in (1, 2):
+            if self._fds[fd] >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(self._fds[fd])
+                self._fds[fd] = -1
