@@ -7,11 +7,13 @@ import builtins
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, TypeVar
 
 from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, ServerBusyError
@@ -48,7 +50,7 @@ from .proctable import scan
 from .proctree import marked_processes, signal_all
 from .ptyjob import PtyJob, not_a_tty
 from .readopt import readopt
-from .spare import SpareDir
+from .spare import SpareDir, SpareFiles
 
 __all__ = ["JobController", "JobLimits", "Watcher"]
 
@@ -330,6 +332,29 @@ class JobController:
             job.charge_to(self.budget)
         self._jobs[job.job_id] = job
         return job
+
+    def take_spare(self, dest: Path) -> SpareFiles | None:
+        """The ready-made job dir renamed to ``dest``, with its files' fds (the caller closes
+        them), or None if none is ready (then the caller makes its own); the next is made in a
+        thread."""
+        if self._spare is None:
+            return None
+        files = self._spare.take(dest)
+        self._spare.refill()
+        return files
+
+    def remove_unlisted_runs(self) -> int:
+        """Remove the dirs of shell runs that no re-adopted session took up (their session
+        could not be re-adopted, or their record was torn); return how many."""
+        if self.home is None:
+            return 0
+        gone = 0
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(self.home.root):
+                if entry.name.startswith(self.prefix + "-sh") and entry.name not in self._jobs:
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                    gone += 1
+        return gone
 
     def unlist(self, job_id: str) -> None:
         """Take a job out of the registry, its logs left on disk (a finished shell run that the

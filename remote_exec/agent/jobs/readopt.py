@@ -49,6 +49,8 @@ async def readopt(home: JobHome, prefix: str, buffer_limit: int, on_done: Callab
             kind = PtyJob if meta.get("tty") else DiskJob
             restored.append(await kind.restore(meta, buffer_limit, on_done, home, exits))
         except (OSError, ValueError, KeyError, TypeError) as exc:
+            if entry.name.startswith(prefix + "-sh"):
+                continue  # a shell run's, torn by a kill mid-write: its session's re-adoption rewrites it
             log.warning("cannot re-adopt %s: %s; ending its processes and removing it", entry.name, exc)
             if entry.name.startswith(prefix + "-"):
                 # An agent killed between the spawn and the job.json: the process runs (and the

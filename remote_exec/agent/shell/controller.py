@@ -49,6 +49,7 @@ from .process import ShellHome
 from .record import read_key, read_record
 from .run import ShellRun
 from .session import MAX_KEYS, ShellSession, default_shell
+from .store import no_space
 
 __all__ = ["ShellController", "ShellLimits"]
 
@@ -185,6 +186,13 @@ class ShellController:
             session.keys[p.idempotency_key] = run.job_id
             while len(session.keys) > MAX_KEYS:
                 session.keys.popitem(last=False)
+        home = self.jobs.home
+        if self.home.durable and home is not None:
+            try:  # its output in a job dir of its own (see runlog.py), the jobs' spare if ready
+                run.open_log(home, self.jobs.take_spare(home.root / run.job_id))
+            except OSError as exc:
+                run.finish(None)
+                raise no_space(exc, f"the output files of run {run.job_id}") from None
         await session.begin(run, p.input.encode() if p.input is not None else None, p.stdin_open)
         return StartResult(job_id=run.job_id, pid=session.pid)
 
@@ -275,6 +283,7 @@ class ShellController:
             finally:
                 for fd in fds:
                     os.close(fd)
+        self.jobs.remove_unlisted_runs()
         return restored
 
     def _run_maker(self, session: ShellSession) -> Callable[[dict[str, Any]], ShellRun]:

@@ -24,6 +24,7 @@ from ..buffer import StreamBuffer
 from ..jobs.diskjob import JobHome
 from ..jobs.job import Job
 from ..jobs.logfile import LogFile
+from ..jobs.spare import SpareFiles
 from .runlog import RunLog
 from .runstdin import RunStdin
 
@@ -77,16 +78,15 @@ class ShellRun(Job):
         self.log: RunLog | None = None
         self.files: list[LogFile] = []  # its logs on disk (a durable session's run), as a DiskJob's
 
-    def open_log(self, home: JobHome, create: bool) -> None:
-        """Keep the output in the run's own job dir (see :mod:`.runlog`) instead of memory.
+    def open_log(self, home: JobHome, spare: SpareFiles | None = None, create: bool = True) -> None:
+        """Keep the output in the run's own job dir (see :mod:`.runlog`) instead of memory:
+        ``spare``'s (renamed to it), else made (``create``), else an earlier agent's (re-adopted:
+        what it holds is not written again).
 
-        ``create``: a new run (else re-adopted: its dir exists, and what it holds is not
-        written again).
-
-        :raises OSError: the dir or its files cannot be made.
+        :raises OSError: the dir or its files cannot be made or opened.
         """
         log = RunLog(home, self.job_id, self.params.output_cap)
-        log.open(create)
+        log.open(spare, create)
         self.log = log
         self.files = list(log.files.values())
         # LogFile serves StreamBuffer's read interface (read, end, eof, mark_read, wants_pause).
@@ -122,7 +122,9 @@ class ShellRun(Job):
     def remove_logs(self) -> None:
         if self.log is not None:
             self.log.close()
-            shutil.rmtree(self.log.dir, ignore_errors=True)
+            # In a thread: three unlinks and an rmdir take milliseconds on a loaded disk, and a
+            # session past its ``retain_runs`` releases one run per run.
+            asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, self.log.dir, True)
 
     def _on_data(self, fd: int, data: bytes) -> None:
         if self.log is None:

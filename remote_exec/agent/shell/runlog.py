@@ -4,8 +4,9 @@ The agent copies each run's visible bytes (what the framing lets through) from t
 ``out``/``err`` into ``<state dir>/jobs/<run id>/stdout`` and ``stderr``, read by the same
 :class:`~remote_exec.agent.jobs.logfile.LogFile` as a job's logs: the same byte cursors, the
 same per-stream cap (``output_cap``, default the agent's 1 GiB) that punches the head out and
-reports ``*_dropped``, the same agent-wide log budget. ``job.json`` is written when the run
-begins (with ``shell``: its session; the next agent's shell controller re-adopts it, the job
+reports ``*_dropped``, the same agent-wide log budget. The dir is the jobs' ready-made spare
+(see ``agent/jobs/spare.py``), renamed: a run's path creates no file. ``job.json`` is written
+in place when the run begins (with ``shell``: its session; the next agent's shell controller re-adopts it, the job
 re-adoption leaves it alone) and again when it ends (with its ``end``): a finished run is then
 a finished job to the next agent, listed, readable and attachable with its exit code, kept
 and forgotten by the jobs' retention rules.
@@ -24,12 +25,14 @@ from typing import Any
 
 from ..jobs.diskjob import JobHome
 from ..jobs.logfile import LogFile
+from ..jobs.spare import SpareFiles
 
 __all__ = ["RunLog"]
 
 log = logging.getLogger("remote_exec.agent")
 
 FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
+META_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 class RunLog:
@@ -42,32 +45,38 @@ class RunLog:
 
     def __init__(self, home: JobHome, job_id: str, cap: int | None) -> None:
         self.dir = home.root / job_id
-        self.files = {
-            1: LogFile(os.fspath(self.dir / "stdout"), cap or home.cap),
-            2: LogFile(os.fspath(self.dir / "stderr"), cap or home.cap),
-        }
+        self.cap = cap or home.cap
+        self.files: dict[int, LogFile] = {}
         self.skip = {1: 0, 2: 0}
         self._fds = {1: -1, 2: -1}
+        self._meta = -1
         self._home = home
         self._lost = False
 
-    def open(self, create: bool) -> None:
-        """Open (``create``: make) the dir and the files, and charge them to the log budget.
+    def open(self, spare: SpareFiles | None = None, create: bool = True) -> None:
+        """Open the dir and the files, and charge them to the log budget: ``spare``'s (the jobs'
+        ready-made dir, renamed to ours already: no file to create on the run's path), else made
+        here (``create``), else an earlier agent's (re-adopted: what they hold is not written
+        again).
 
         :raises OSError: they cannot be made or are missing.
         """
-        if create:
-            os.mkdir(self.dir, 0o700)
-        try:
-            for fd, name in ((1, "stdout"), (2, "stderr")):
-                self._fds[fd] = os.open(self.dir / name, FLAGS, 0o600)
-        except OSError:
-            self.close()
-            raise
-        for fd in (1, 2):
-            self.files[fd] = LogFile(self.files[fd].path, self.files[fd].cap)  # (its base, if punched)
+        if spare is not None:
+            self._fds[1], self._fds[2], self._meta = spare
+        else:
+            try:
+                if create:
+                    os.mkdir(self.dir, 0o700)
+                for fd, name in ((1, "stdout"), (2, "stderr")):
+                    self._fds[fd] = os.open(self.dir / name, FLAGS, 0o600)
+                self._meta = os.open(self.dir / "job.json", META_FLAGS, 0o600)
+            except OSError:
+                self.close()
+                raise
+        for fd, name in ((1, "stdout"), (2, "stderr")):
+            self.files[fd] = LogFile(os.fspath(self.dir / name), self.cap)
             self.files[fd].charge_to(self._home.logs)
-        if not create:  # the bytes an earlier agent wrote are re-derived: do not write them twice
+        if spare is None and not create:  # the bytes an earlier agent wrote are re-derived: skip them
             self.skip = {fd: self.files[fd].end for fd in (1, 2)}
 
     def write(self, fd: int, data: bytes) -> None:
@@ -94,13 +103,16 @@ class RunLog:
         return [self.files[fd].end - self.skip[fd] for fd in (1, 2)]
 
     def save(self, meta: dict[str, Any]) -> None:
-        """Write ``job.json`` atomically (a full disk: the older one stays)."""
-        tmp = self.dir / "job.json.tmp"
+        """Write ``job.json`` in place (a ``pwrite`` and an ``ftruncate``: no create or rename on
+        a run's path). An agent killed mid-write leaves it torn: the job re-adoption leaves a
+        shell run's dir alone then, and the session's re-adoption writes it again (the session's
+        record names the run until the next one begins). A full disk: the older one stays."""
+        data = memoryview(json.dumps(meta).encode())
         with contextlib.suppress(OSError):
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(meta, f)
-            os.replace(tmp, self.dir / "job.json")
+            at = 0
+            while at < len(data):
+                at += os.pwrite(self._meta, data[at:], at)
+            os.ftruncate(self._meta, len(data))
 
     def close(self) -> None:
         """Close the files (the run ended: its logs stay for readers, as a job's)."""
@@ -109,3 +121,7 @@ class RunLog:
                 with contextlib.suppress(OSError):
                     os.close(self._fds[fd])
                 self._fds[fd] = -1
+        if self._meta >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._meta)
+            self._meta = -1

@@ -246,13 +246,15 @@ class ShellSession:
         self._frame = Frame(public, self._store.nonce(public), self._bash)
         self._frame_ended = asyncio.Event()
         if run_rec.get("log") and self.home.jobs is not None:
-            run.open_log(self.home.jobs, create=False)
+            # Its dir is gone if the run ended and was forgotten (retention): then what is left
+            # of it is re-read into memory, and the session lives on.
+            with contextlib.suppress(OSError):
+                run.open_log(self.home.jobs, create=False)
         if ck is not None:
-            assert run.log is not None
             self._frame.resume_started()
-            logged = ck["logged"]
             for fd in (1, 2):  # the log holds these already (written after the checkpoint)
-                run.log.skip[fd] = max(0, run.log.files[fd].end - int(logged[fd - 1]))
+                if run.log is not None:
+                    run.log.skip[fd] = max(0, run.log.files[fd].end - int(ck["logged"][fd - 1]))
         else:
             for fd in (1, 2):
                 head = self._files.replay(fd, int(stray[fd - 1]), int(start[fd - 1]))
@@ -452,9 +454,7 @@ class ShellSession:
         files = self._files
         run_rec = run_record(run, frame.public, self._stray, files.pos)
         try:  # before the line is sent: an agent killed after that finds the run on disk
-            if self.home.durable and self.home.jobs is not None:
-                run.open_log(self.home.jobs, create=True)
-                run_rec["log"] = True
+            run_rec["log"] = run.log is not None
             self._save(run_rec)
         except OSError as exc:
             self.run = None  # the session stays usable; the run ends without having begun
