@@ -221,3 +221,17 @@ async def test_a_run_that_ended_while_no_agent_ran(fresh_agent_dir: Path, tmp_pa
         assert (result.returncode, result.stdout, result.stderr) == (4, "a\nb\n", "c\n")
         assert (await sb.server_info()).pid != agent
         assert (await sh.run("echo $RX_KEPT")).stdout == "alone\n"
+
+
+async def test_a_runs_open_stdin_outlives_a_killed_agent(fresh_agent_dir: Path) -> None:
+    """The keeper holds the write end of a run's stdin FIFO: a SIGKILLed agent is no EOF, and
+    the next line goes through the next agent, at the cursor the run's dir kept."""
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        sh = await sb.shell()
+        proc = await sh.start('read a; read b; echo "$a$b"', stdin_open=True).started()
+        await proc.write_stdin("x\n")
+        await _kill_agent(_local, sb)
+        await proc.write_stdin("y\n")
+        result = await proc.wait()
+        assert (result.returncode, result.stdout) == (0, "xy\n")
+        assert (await sh.run("echo next")).stdout == "next\n"

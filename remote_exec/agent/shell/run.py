@@ -183,7 +183,10 @@ class ShellRun(Job):
                 "start it with stdin_open=True to write to it",
                 job_id=self.job_id,
             )
-        return super().write_stdin(data, offset, eof)
+        taken = super().write_stdin(data, offset, eof)
+        if self.log is not None and (taken or eof):
+            self.log.save_stdin_cursor(self.stdin.written)  # the next agent's cursor, after a crash
+        return taken
 
     def send_signal(self, sig: int) -> None:
         """SIGINT interrupts the command as Ctrl-C would; other signals go to its processes."""

@@ -114,6 +114,22 @@ class RunLog:
                 at += os.pwrite(self._meta, data[at:], at)
             os.ftruncate(self._meta, len(data))
 
+    def save_stdin_cursor(self, written: int) -> None:
+        """Keep the run's stdin cursor (bytes taken), so a writer resumes exactly after a restart."""
+        with contextlib.suppress(OSError):
+            fd = os.open(self.dir / "stdin_bytes", META_FLAGS, 0o600)
+            try:
+                os.pwrite(fd, b"%20d\n" % written, 0)
+            finally:
+                os.close(fd)
+
+    def stdin_cursor(self) -> int:
+        """The cursor :meth:`save_stdin_cursor` kept (0 if none)."""
+        try:
+            return int((self.dir / "stdin_bytes").read_bytes())
+        except (OSError, ValueError):
+            return 0
+
     def close(self) -> None:
         """Close the files (the run ended: its logs stay for readers, as a job's)."""
         for fd in (1, 2):

@@ -18,6 +18,13 @@ shell-side trick cannot help: for a builtin such as ``eval`` the shell keeps cop
 it redirects, so any writer it opened itself would stay open). So the agent keeps a writer until
 the shell holds the FIFO: it watches the shell's fds in ``/proc`` (no event exists for "another
 process opened this FIFO"), which takes a few milliseconds, and only in that race.
+
+**Outliving the agent.** In a durable session the keeper holds a dup of the FIFO's write end
+(``hold`` under the run's job id), as it holds a job's stdin pipe: the agent's death then is no
+EOF to the command, and what it wrote stays in the FIFO. The next agent takes the write end back
+(``fd``, :meth:`RunStdin.adopt`) and the stdin cursor from the run's dir (``stdin_bytes``), so a
+writer goes on at the byte it was at. EOF (``close_stdin``) and the run's end drop the keeper's
+copy: the command reads EOF once both the agent's and the keeper's ends are closed.
 """
 
 from __future__ import annotations
@@ -26,9 +33,10 @@ import asyncio
 import contextlib
 import os
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..jobs.stdin import StdinQueue
+from ..keeperlink import KeeperLink
 
 __all__ = ["RunStdin", "StdinRun", "open_run_stdin"]
 
@@ -43,8 +51,10 @@ class StdinRun(Protocol):
     feed: RunStdin | None
 
 
-async def open_run_stdin(run: StdinRun, tmpdir: str, input: bytes | None) -> str:
+async def open_run_stdin(run: StdinRun, tmpdir: str, input: bytes | None, keeper: KeeperLink | None = None) -> str:
     """Give ``run`` an open stdin (``input`` queued first); return the path its frame reads.
+    ``keeper``: holds a copy of its write end (a durable session's run), so the agent's death is
+    no EOF.
 
     :raises ServerBusyError: ``input`` does not fit the memory budget.
     :raises OSError: the FIFO cannot be made.
@@ -52,7 +62,7 @@ async def open_run_stdin(run: StdinRun, tmpdir: str, input: bytes | None) -> str
     if input:
         run.stdin.reserve_input(len(input))  # ServerBusyError before anything is made
     try:
-        run.feed = await RunStdin.open(tmpdir, run.job_id, run.stdin, run.pid)
+        run.feed = await RunStdin.open(tmpdir, run.job_id, run.stdin, run.pid, keeper)
     except BaseException:
         run.stdin.release()
         raise
@@ -93,20 +103,26 @@ def _held_by(pid: int, path: str) -> bool:
 class RunStdin:
     """The FIFO behind one run's open stdin; :meth:`close` when the run ends."""
 
-    def __init__(self, path: str, shell_pid: int) -> None:
+    def __init__(self, path: str, shell_pid: int, keeper: KeeperLink | None = None, key: str = "") -> None:
         self.path = path
         self._shell_pid = shell_pid
+        self._keeper = keeper if keeper is not None and keeper.present else None
+        self._key = key  # what the keeper holds its copy of the write end under (the run's id)
+        self._drop: asyncio.Task[Any] | None = None
         self._reader = -1
         self._pipe: asyncio.WriteTransport | None = None
         self._eof_task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, tmpdir: str, job_id: str, queue: StdinQueue, shell_pid: int) -> RunStdin:
-        """Make the FIFO ``<tmpdir>/<job_id>.fifo`` and attach its write end to ``queue``.
+    async def open(
+        cls, tmpdir: str, job_id: str, queue: StdinQueue, shell_pid: int, keeper: KeeperLink | None = None
+    ) -> RunStdin:
+        """Make the FIFO ``<tmpdir>/<job_id>.fifo`` and attach its write end to ``queue``
+        (``keeper``: give it a copy of the write end).
 
         :raises OSError: it cannot be made (a full disk, ...).
         """
-        self = cls(os.path.join(tmpdir, f"{job_id}.fifo"), shell_pid)
+        self = cls(os.path.join(tmpdir, f"{job_id}.fifo"), shell_pid, keeper, job_id)
         os.mkfifo(self.path, 0o600)
         writer = -1
         try:
@@ -122,9 +138,48 @@ class RunStdin:
             self.close()
             raise
         queue.attach(self._pipe, True)
+        if self._keeper is not None:
+            dup = os.dup(writer)
+            try:
+                await self._keeper.request({"op": "hold", "key": self._key}, dup)
+            finally:
+                os.close(dup)
         return self
 
+    @classmethod
+    async def adopt(
+        cls, path: str, fd: int, job_id: str, queue: StdinQueue, shell_pid: int, keeper: KeeperLink
+    ) -> RunStdin:
+        """Go on feeding the FIFO ``path`` an earlier agent made, through ``fd``, its write end
+        the keeper held (taken over: closed here, also on failure).
+
+        :raises OSError: the FIFO is gone.
+        """
+        self = cls(path, shell_pid, keeper, job_id)
+        try:
+            self._reader = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            os.set_blocking(fd, False)
+            self._pipe, _ = await asyncio.get_running_loop().connect_write_pipe(
+                lambda: _Feed(queue, self._closed_for_writing), os.fdopen(fd, "wb", buffering=0)
+            )
+        except BaseException:
+            if self._pipe is None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self.close()
+            raise
+        queue.attach(self._pipe, True)
+        return self
+
+    def _let_go(self) -> None:
+        """The keeper's copy of the write end goes (EOF, or the run ended): then the command
+        reads EOF once ours is closed too."""
+        keeper, self._keeper = self._keeper, None
+        if keeper is not None:
+            self._drop = asyncio.get_running_loop().create_task(keeper.request({"op": "drop", "key": self._key}))
+
     def _closed_for_writing(self) -> None:
+        self._let_go()
         if self._reader >= 0 and not _held_by(self._shell_pid, self.path):
             with contextlib.suppress(OSError):  # a writer until the shell has opened it
                 spare = os.open(self.path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -140,6 +195,7 @@ class RunStdin:
 
     def close(self) -> None:
         """The run ended: drop what is queued and what the command left unread."""
+        self._let_go()
         pipe = self._pipe
         if pipe is not None and (not pipe.is_closing() or pipe.get_write_buffer_size()):
             pipe.abort()  # (a transport closed and flushed already is gone: nothing to abort)

@@ -57,7 +57,7 @@ from .follow import DROP_STEP, ShellFiles
 from .framing import Frame, frame_script, init_script, new_nonce, recovery_lines
 from .process import ExitWatch, ShellHome, spawn_shell
 from .run import ShellRun
-from .runstdin import open_run_stdin
+from .runstdin import RunStdin, open_run_stdin
 from .store import SessionStore, no_space, run_record, write_private
 
 __all__ = ["ShellSession", "default_shell"]
@@ -228,11 +228,11 @@ class ShellSession:
             self._follow((int(idle[0]), int(idle[1])))
             self._kept_from = int(idle[0]) + int(idle[1])
         else:
-            self._resume_run(run_rec, make_run)
+            await self._resume_run(run_rec, make_run)
         self._watch_exit()
         self._touch()
 
-    def _resume_run(self, run_rec: dict[str, Any], make_run: Callable[[dict[str, Any]], ShellRun]) -> None:
+    async def _resume_run(self, run_rec: dict[str, Any], make_run: Callable[[dict[str, Any]], ShellRun]) -> None:
         """Rebuild the run in progress: from its checkpoint if it has one (its log holds what came
         before), else from its start (its stray head re-read, its log's bytes skipped)."""
         start, stray, ck = run_rec["start"], run_rec["stray"], run_rec.get("ck")
@@ -250,6 +250,8 @@ class ShellSession:
             # of it is re-read into memory, and the session lives on.
             with contextlib.suppress(OSError):
                 run.open_log(self.home.jobs, create=False)
+        if run_rec.get("stdin"):
+            await self._resume_stdin(run)
         if ck is not None:
             self._frame.resume_started()
             for fd in (1, 2):  # the log holds these already (written after the checkpoint)
@@ -261,6 +263,24 @@ class ShellSession:
                 if head:
                     run._on_data(fd, head)
         run.begin(self._files, elapsed=max(0.0, time.time() - run.started_at))
+
+    async def _resume_stdin(self, run: ShellRun) -> None:
+        """Feed the run's open stdin again through the write end the keeper held (and from the
+        cursor its dir kept). Without that copy the stdin stays closed: writes are refused."""
+        keeper, tmpdir = self.home.keeper, self._store.tmpdir
+        if keeper is None or tmpdir is None:
+            return
+        _, fds = await keeper.request({"op": "fd", "key": run.job_id})
+        for extra in fds[1:]:
+            os.close(extra)
+        if not fds:
+            return
+        if run.log is not None:
+            run.stdin.written = run.log.stdin_cursor()
+        # The path is ours to name, not the record's (a file the shell's user may write).
+        path = os.path.join(tmpdir, f"{run.job_id}.fifo")
+        with contextlib.suppress(OSError):
+            run.feed = await RunStdin.adopt(path, fds[0], run.job_id, run.stdin, self.pid, keeper)
 
     def _checkpoint(self, frame: Frame, run: ShellRun) -> None:
         """Every :data:`DROP_STEP` bytes of a run: record how far the framing got, and punch the
@@ -431,7 +451,8 @@ class ShellSession:
         if stdin_open:
             assert self._store.tmpdir is not None
             try:
-                stdin_path = await open_run_stdin(run, self._store.tmpdir, input)
+                keeper = self.home.keeper if self.home.durable else None
+                stdin_path = await open_run_stdin(run, self._store.tmpdir, input, keeper)
             except OSError as exc:
                 self.run = None  # the session stays usable; the run ends without having begun
                 run.finish(None)
@@ -455,6 +476,7 @@ class ShellSession:
         run_rec = run_record(run, frame.public, self._stray, files.pos)
         try:  # before the line is sent: an agent killed after that finds the run on disk
             run_rec["log"] = run.log is not None
+            run_rec["stdin"] = run.feed is not None
             self._save(run_rec)
         except OSError as exc:
             self.run = None  # the session stays usable; the run ends without having begun
