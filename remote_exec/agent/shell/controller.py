@@ -45,10 +45,10 @@ from ..jobs.controller import JobController
 from ..jobs.job import Job
 from ..jobs.proctable import scan
 from ..jobs.proctree import kill_tree
-from .process import ShellHome
+from .process import ShellHome, default_shell
 from .record import read_key, read_record
 from .run import ShellRun
-from .session import MAX_KEYS, ShellSession, default_shell
+from .session import MAX_KEYS, ShellSession
 from .store import no_space
 
 __all__ = ["ShellController", "ShellLimits"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from ..jobs.logfile import Inotify
 from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
 
-__all__ = ["ExitWatch", "ShellHome", "spawn_shell"]
+__all__ = ["ExitWatch", "ShellHome", "ShellStdin", "default_shell", "spawn_shell"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,21 @@ class ShellHome:
     @property
     def durable(self) -> bool:
         return self.root is not None and self.keeper is not None and self.keeper.present
+
+
+def default_shell() -> list[str]:
+    """The shell command line: bash if installed, else the POSIX sh."""
+    bash = shutil.which("bash")
+    if bash:
+        return [bash, "--norc", "--noprofile", "--noediting", "-i"]
+    return [shutil.which("sh") or "/bin/sh", "-i"]
+
+
+class ShellStdin(asyncio.Protocol):
+    """Our end of the shell's stdin: written to, never read (the shell's end cannot write)."""
+
+    def eof_received(self) -> bool:
+        return True  # the shell's end shut its writing half: keep ours open for writing
 
 
 def spawn_shell(

@@ -37,8 +37,9 @@ from typing import Any, Protocol
 
 from ..jobs.stdin import StdinQueue
 from ..keeperlink import KeeperLink
+from .runlog import RunLog
 
-__all__ = ["RunStdin", "StdinRun", "open_run_stdin"]
+__all__ = ["RunStdin", "StdinRun", "open_run_stdin", "resume_run_stdin"]
 
 
 class StdinRun(Protocol):
@@ -49,6 +50,12 @@ class StdinRun(Protocol):
     pid: int
     stdin: StdinQueue
     feed: RunStdin | None
+
+
+class ResumedRun(StdinRun, Protocol):
+    """A re-adopted run: its log (``stdin_cursor``) has its stdin cursor."""
+
+    log: RunLog | None
 
 
 async def open_run_stdin(run: StdinRun, tmpdir: str, input: bytes | None, keeper: KeeperLink | None = None) -> str:
@@ -69,6 +76,22 @@ async def open_run_stdin(run: StdinRun, tmpdir: str, input: bytes | None, keeper
     if input:
         run.stdin.write(input, offset=None, eof=False, reserved=True)
     return run.feed.path
+
+
+async def resume_run_stdin(run: ResumedRun, keeper: KeeperLink, tmpdir: str, shell_pid: int) -> None:
+    """Feed ``run``'s open stdin again through the write end the keeper held (and from the
+    cursor its dir kept). Without that copy the stdin stays closed: writes are refused."""
+    _, fds = await keeper.request({"op": "fd", "key": run.job_id})
+    for extra in fds[1:]:
+        os.close(extra)
+    if not fds:
+        return
+    if run.log is not None:
+        run.stdin.written = run.log.stdin_cursor()
+    # The path is ours to name, not the record's (a file the shell's user may write).
+    path = os.path.join(tmpdir, f"{run.job_id}.fifo")
+    with contextlib.suppress(OSError):
+        run.feed = await RunStdin.adopt(path, fds[0], run.job_id, run.stdin, shell_pid, keeper)
 
 
 OPEN_WATCH = 0.01  # seconds between looks at the shell's fds while an early EOF waits for it

@@ -10,24 +10,14 @@ and background jobs ignore it.
 
 **Outliving the agent.** The shell's stdout and stderr are files in its session dir
 (:mod:`.follow`), the keeper holds a dup of our end of its stdin and the key of its run secrets
-(:mod:`.record`), and the record names the run in progress and the offsets its output starts
-at, written before its line is sent. So an agent killed or upgraded leaves the shell running,
-idle or busy, with its cwd, variables and functions; the next agent re-adopts it
-(:meth:`ShellSession.restore`), re-reads the current run's output from its start offsets
-through the same framing (so its bytes and cursors are what they were), and serves runs again.
+(:mod:`.record`), and the record names the run in progress and where its output is read from
+(:mod:`.output`, which sorts the output and keeps the record). So an agent killed or upgraded
+leaves the shell running, idle or busy, with its cwd, variables and functions; the next agent
+re-adopts it (:meth:`ShellSession.resume`), re-reads the current run's output through the same
+framing (so its bytes and cursors are what they were), and serves runs again.
 
-**Disk.** A durable session's run copies its visible output into a job dir of its own
-(:mod:`.runlog`): capped as a job's, kept after the run as a finished job's. So the session's
-``out``/``err`` need to keep only what the next agent would re-read: every :data:`DROP_STEP`
-bytes of a run the record takes a *checkpoint* (the file offsets up to which the framing has
-passed everything on, and how many visible bytes the run had by then), and the files' heads
-before it are punched out; between runs the same happens at the offsets a next run's stray
-head starts at. A re-adopted run reads on from its checkpoint and skips the visible bytes its
-log holds already, so nothing is written to it twice.
-
-Output between runs (a background job writing late) is kept and handed to the next run, as a
-terminal would show it at the next prompt. Closing, idle expiry and agent *shutdown* kill the
-shell and everything left in its process group.
+Closing, idle expiry and agent *shutdown* kill the shell and everything left in its process
+group.
 """
 
 from __future__ import annotations
@@ -37,7 +27,6 @@ import contextlib
 import functools
 import logging
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -53,35 +42,19 @@ from ..jobs.environment import job_environment
 from ..jobs.proctree import MARKER
 from ..procfacts import proc_starttime
 from . import signals
-from .follow import DROP_STEP, ShellFiles
 from .framing import Frame, frame_script, init_script, new_nonce, recovery_lines
-from .process import ExitWatch, ShellHome, spawn_shell
+from .output import ShellOutput
+from .process import ExitWatch, ShellHome, ShellStdin, spawn_shell
 from .run import ShellRun
-from .runstdin import RunStdin, open_run_stdin
-from .store import SessionStore, no_space, run_record, write_private
+from .runstdin import open_run_stdin, resume_run_stdin
+from .store import SessionStore, no_space, write_private
 
-__all__ = ["ShellSession", "default_shell"]
+__all__ = ["ShellSession"]
 
 log = logging.getLogger("remote_exec.agent")
 
 START_TIMEOUT = 10.0  # seconds for a new shell to answer its first frame
-STRAY_LIMIT = 1 << 20  # bytes of between-runs output kept for the next run, per stream
 MAX_KEYS = 64  # idempotency keys remembered per session
-
-
-def default_shell() -> list[str]:
-    """The shell command line: bash if installed, else the POSIX sh."""
-    bash = shutil.which("bash")
-    if bash:
-        return [bash, "--norc", "--noprofile", "--noediting", "-i"]
-    return [shutil.which("sh") or "/bin/sh", "-i"]
-
-
-class _StdinProtocol(asyncio.Protocol):
-    """Our end of the shell's stdin: written to, never read (the shell's end cannot write)."""
-
-    def eof_received(self) -> bool:
-        return True  # the shell's end shut its writing half: keep ours open for writing
 
 
 class ShellSession:
@@ -120,22 +93,18 @@ class ShellSession:
         self.home = home or ShellHome()
         self.starttime: int | None = None
         self.mark: str | None = None
-        self._files: ShellFiles | None = None
         self._exit_watch: ExitWatch | None = None
         self._store = SessionStore(self.home, session_id)
         self._stdin: asyncio.WriteTransport | None = None
-        self._frame: Frame | None = None
         self._ready: asyncio.Future[None] | None = None
         self._startup_err = bytearray()
-        self._stray = {1: bytearray(), 2: bytearray()}
         self._exited = False
         self._closed = asyncio.Event()
         self._interrupt_pending = False
         self._frame_ended = asyncio.Event()
         self._ttl_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._run_rec: dict[str, Any] | None = None  # the current run's record (its checkpoints)
-        self._kept_from = 0  # the files' offsets (summed) of the last checkpoint: what is kept
+        self.output = ShellOutput(self._store, self._startup_noise, self._after_feed, self._frame_complete)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -160,7 +129,7 @@ class ShellSession:
             raise
         theirs.shutdown(socket.SHUT_WR)  # the shell's stdin is for reading only
         # Before the spawn: no await may come between the shell's start and its first frame.
-        self._stdin, _ = await loop.create_unix_connection(_StdinProtocol, sock=ours)
+        self._stdin, _ = await loop.create_unix_connection(ShellStdin, sock=ours)
         try:
             self.pid, self.starttime = spawn_shell(self.argv, theirs.fileno(), out, err, cwd, full_env)
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
@@ -174,18 +143,16 @@ class ShellSession:
             os.close(err)
         self._follow((0, 0))
         self._ready = loop.create_future()
-        self._frame = self._new_frame()
+        frame = self.output.frame = self._new_frame()
         self._frame_ended = asyncio.Event()
         self._watch_exit()  # (after the frame: a shell that dies at once fails ``_ready``)
-        self._write(
-            init_script(self._bash) + frame_script(self._frame.public, self._frame.nonce, ":", None, self._bash)
-        )
+        self._write(init_script(self._bash) + frame_script(frame.public, frame.nonce, ":", None, self._bash))
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), START_TIMEOUT)
         except TimeoutError:
             await self.close("it did not start")
             raise SpawnError(f"the shell {self.argv[0]!r} did not answer within {START_TIMEOUT:.0f} s") from None
-        self._save(None)
+        self.output.save(None)
         self._touch()
 
     def _follow(self, pos: tuple[int, int]) -> None:
@@ -194,8 +161,16 @@ class ShellSession:
         :raises OSError: a file is missing.
         """
         assert self._store.dir is not None
-        self._files = ShellFiles(self._store.dir, pos, self.pid, self._on_data, self.home.inotify)
-        self._files.open()
+        self.output.identity = {
+            "session_id": self.session_id,
+            "argv": self.argv,
+            "pid": self.pid,
+            "starttime": self.starttime,
+            "mark": self.mark,
+            "tmpdir": self._store.tmpdir,
+            "created_at": self.created_at,
+        }
+        self.output.follow(self._store.dir, pos, self.pid, self.home.inotify)
 
     def _watch_exit(self) -> None:
         self._exit_watch = ExitWatch(self.pid, self.starttime, self.home.keeper, self._on_exit)
@@ -221,12 +196,11 @@ class ShellSession:
         self.mark = record.get("mark")
         self.created_at = self.last_used_at = float(record["created_at"])
         sock = socket.socket(fileno=stdin)
-        self._stdin, _ = await asyncio.get_running_loop().create_unix_connection(_StdinProtocol, sock=sock)
+        self._stdin, _ = await asyncio.get_running_loop().create_unix_connection(ShellStdin, sock=sock)
         run_rec = record.get("run")
         if run_rec is None:
             idle = record["idle"]
             self._follow((int(idle[0]), int(idle[1])))
-            self._kept_from = int(idle[0]) + int(idle[1])
         else:
             await self._resume_run(run_rec, make_run)
         self._watch_exit()
@@ -235,110 +209,27 @@ class ShellSession:
     async def _resume_run(self, run_rec: dict[str, Any], make_run: Callable[[dict[str, Any]], ShellRun]) -> None:
         """Rebuild the run in progress: from its checkpoint if it has one (its log holds what came
         before), else from its start (its stray head re-read, its log's bytes skipped)."""
-        start, stray, ck = run_rec["start"], run_rec["stray"], run_rec.get("ck")
-        at = ck["at"] if ck is not None else start
+        ck = run_rec.get("ck")
+        at = ck["at"] if ck is not None else run_rec["start"]
         self._follow((int(at[0]), int(at[1])))
-        self._kept_from = int(at[0]) + int(at[1])
-        assert self._files is not None
         run = self.run = make_run(run_rec)
-        self._run_rec = run_rec
         public = str(run_rec["public"])
-        self._frame = Frame(public, self._store.nonce(public), self._bash)
+        frame = Frame(public, self._store.nonce(public), self._bash)
         self._frame_ended = asyncio.Event()
         if run_rec.get("log") and self.home.jobs is not None:
             # Its dir is gone if the run ended and was forgotten (retention): then what is left
             # of it is re-read into memory, and the session lives on.
             with contextlib.suppress(OSError):
                 run.open_log(self.home.jobs, create=False)
-        if run_rec.get("stdin"):
-            await self._resume_stdin(run)
-        if ck is not None:
-            self._frame.resume_started()
-            for fd in (1, 2):  # the log holds these already (written after the checkpoint)
-                if run.log is not None:
-                    run.log.skip[fd] = max(0, run.log.files[fd].end - int(ck["logged"][fd - 1]))
-        else:
-            for fd in (1, 2):
-                head = self._files.replay(fd, int(stray[fd - 1]), int(start[fd - 1]))
-                if head:
-                    run._on_data(fd, head)
-        run.begin(self._files, elapsed=max(0.0, time.time() - run.started_at))
-
-    async def _resume_stdin(self, run: ShellRun) -> None:
-        """Feed the run's open stdin again through the write end the keeper held (and from the
-        cursor its dir kept). Without that copy the stdin stays closed: writes are refused."""
-        keeper, tmpdir = self.home.keeper, self._store.tmpdir
-        if keeper is None or tmpdir is None:
-            return
-        _, fds = await keeper.request({"op": "fd", "key": run.job_id})
-        for extra in fds[1:]:
-            os.close(extra)
-        if not fds:
-            return
-        if run.log is not None:
-            run.stdin.written = run.log.stdin_cursor()
-        # The path is ours to name, not the record's (a file the shell's user may write).
-        path = os.path.join(tmpdir, f"{run.job_id}.fifo")
-        with contextlib.suppress(OSError):
-            run.feed = await RunStdin.adopt(path, fds[0], run.job_id, run.stdin, self.pid, keeper)
-
-    def _checkpoint(self, frame: Frame, run: ShellRun) -> None:
-        """Every :data:`DROP_STEP` bytes of a run: record how far the framing got, and punch the
-        files' heads before it (the run's log holds what they said). See the module docstring."""
-        files = self._files
-        if files is None or run.log is None or self._run_rec is None or not frame.midway:
-            return
-        at = [files.pos[fd] - frame.held(fd) for fd in (1, 2)]
-        if sum(at) - self._kept_from < DROP_STEP:
-            return
-        rec = {**self._run_rec, "ck": {"at": at, "logged": run.log.logged()}}
-        try:
-            self._save(rec)
-        except OSError:
-            return  # a full disk: the files keep their heads until a record can be written
-        self._run_rec = rec
-        self._kept_from = sum(at)
-        files.drop_before((at[0], at[1]))
-
-    def _checkpoint_idle(self) -> None:
-        """Between runs, every :data:`DROP_STEP` bytes of late output: record the offsets the
-        kept stray bytes start at, and punch the files' heads before them."""
-        files = self._files
-        if files is None or self.run is not None or self._frame is not None:
-            return
-        idle = [files.pos[fd] - len(self._stray[fd]) for fd in (1, 2)]
-        if sum(idle) - self._kept_from < DROP_STEP:
-            return
-        try:
-            self._save(None)
-        except OSError:
-            return
-        self._kept_from = sum(idle)
-        files.drop_before((idle[0], idle[1]))
+        self.output.resume_run(run, frame, run_rec)  # (before any await: the files are being read)
+        if run_rec.get("stdin") and self.home.keeper is not None and self._store.tmpdir is not None:
+            await resume_run_stdin(run, self.home.keeper, self._store.tmpdir, self.pid)
+        assert self.output.files is not None
+        run.begin(self.output.files, elapsed=max(0.0, time.time() - run.started_at))
 
     def _new_frame(self) -> Frame:
         public = new_nonce()
         return Frame(public, self._store.nonce(public), self._bash)
-
-    def _save(self, run: dict[str, Any] | None) -> None:
-        """Write the record (durable sessions only): where the next agent picks the session up.
-
-        :raises OSError: the disk is full.
-        """
-        if self._files is None:
-            return
-        record = {
-            "session_id": self.session_id,
-            "argv": self.argv,
-            "pid": self.pid,
-            "starttime": self.starttime,
-            "mark": self.mark,
-            "tmpdir": self._store.tmpdir,
-            "created_at": self.created_at,
-            "idle": [self._files.pos[fd] - len(self._stray[fd]) for fd in (1, 2)],
-            "run": run,
-        }
-        self._store.save(record)
 
     @property
     def open(self) -> bool:
@@ -406,9 +297,9 @@ class ShellSession:
 
         The keeper holds its stdin and key, the record says where its output is read from.
         """
-        for watcher in (self._files, self._exit_watch):
-            if watcher is not None:
-                watcher.close()
+        self.output.close()
+        if self._exit_watch is not None:
+            self._exit_watch.close()
         for timer in (self._ttl_timer,):
             if timer is not None:
                 timer.cancel()
@@ -441,7 +332,7 @@ class ShellSession:
 
         ``stdin_open``: the run's stdin is a FIFO fed by ``write_stdin`` (:mod:`.runstdin`).
         """
-        assert self._files is not None and self.run is None
+        assert self.output.files is not None and self.run is None
         self.run = run  # before any await: a concurrent shell_run now finds the session busy
         if self._ttl_timer is not None:
             self._ttl_timer.cancel()
@@ -472,30 +363,16 @@ class ShellSession:
             run.finish(self.exit_code)  # the shell died while the input was being written
             return
         frame = self._new_frame()
-        files = self._files
-        run_rec = run_record(run, frame.public, self._stray, files.pos)
         try:  # before the line is sent: an agent killed after that finds the run on disk
-            run_rec["log"] = run.log is not None
-            run_rec["stdin"] = run.feed is not None
-            self._save(run_rec)
+            self.output.begin_run(run, frame)
         except OSError as exc:
             self.run = None  # the session stays usable; the run ends without having begun
             self._remove_input(run)
             run.finish(None)
             self._touch()
             raise no_space(exc, f"the record of run {run.job_id}") from None
-        self._run_rec = run_rec
-        # Nothing before this run's first stray byte is read again, by this agent or the next.
-        kept = (files.pos[1] - len(self._stray[1]), files.pos[2] - len(self._stray[2]))
-        files.drop_before(kept)
-        self._kept_from = sum(kept)
-        for fd, stray in self._stray.items():
-            if stray:
-                run._on_data(fd, bytes(stray))
-                stray.clear()
-        self._frame = frame
         self._frame_ended = asyncio.Event()
-        run.begin(files)
+        run.begin(self.output.files)
         self._write(frame_script(frame.public, frame.nonce, run.command, stdin_path, self._bash))
 
     def interrupt(self) -> None:
@@ -503,7 +380,7 @@ class ShellSession:
 
         Returns at once; the signal goes out from a task (see :func:`.signals.interrupt`).
         """
-        frame = self._frame
+        frame = self.output.frame
         if self.run is None or frame is None or not self.open:
             return
         if not frame.started:
@@ -516,7 +393,7 @@ class ShellSession:
         # Only while ``frame`` is the current one: a recovery line written after its run ended
         # would reach the shell after the next run's line, find the guard holding that run's id,
         # and print this run's sentinels again, into the next run's output.
-        if self._frame is frame and not frame.complete:
+        if self.output.frame is frame and not frame.complete:
             self._write(recovery_lines(frame.public, frame.nonce, self._bash))
 
     def signal_run(self, run: ShellRun, sig: int) -> None:
@@ -536,42 +413,19 @@ class ShellSession:
 
     # -- pipe callbacks (event loop) --------------------------------------------------------------
 
-    def _on_data(self, fd: int, data: bytes) -> None:
-        frame = self._frame
-        if frame is None:
-            self._keep_stray(fd, data)
-            self._checkpoint_idle()
-            return
-        visible, rest = frame.feed(fd, data)
-        if visible:
-            self._deliver(fd, visible)
-            if self.run is not None:
-                self._checkpoint(frame, self.run)
+    def _startup_noise(self, fd: int, data: bytes) -> None:
+        if fd == 2 and len(self._startup_err) < 4096:
+            self._startup_err += data  # the first frame's output is startup noise, shown on failure
+
+    def _after_feed(self, frame: Frame) -> None:
         if self._interrupt_pending and frame.started:
             self._interrupt_pending = False
             self.interrupt()
-        if rest:
-            self._keep_stray(fd, rest)
-        if frame.complete:
-            self._frame_complete(frame.exit_code)
-
-    def _deliver(self, fd: int, data: bytes) -> None:
-        if self.run is not None:
-            self.run._on_data(fd, data)
-        elif fd == 2 and len(self._startup_err) < 4096:
-            self._startup_err += data  # the first frame's output is startup noise, shown on failure
-
-    def _keep_stray(self, fd: int, data: bytes) -> None:
-        stray = self._stray[fd]
-        stray += data
-        if len(stray) > STRAY_LIMIT:
-            del stray[: len(stray) - STRAY_LIMIT]
 
     def _frame_complete(self, exit_code: int | None) -> None:
-        self._frame = None
+        self.output.end_run()
         self._frame_ended.set()
         self._interrupt_pending = False
-        self._run_rec = None
         run, self.run = self.run, None
         self._touch()
         if run is None:
@@ -585,13 +439,7 @@ class ShellSession:
         self._exited = True
         self.exit_code = code
         signals.killpg(self.pid, signal.SIGKILL)  # the tab closed: what it left running in its group goes too
-        if self._files is not None:
-            self._files.drain()  # the files hold all the shell wrote: read it to the end
-        if self._frame is not None:
-            for fd in (1, 2):
-                held = self._frame.flush(fd)
-                if held:
-                    self._deliver(fd, held)
+        self.output.flush()
         self._finalize()
 
     def _finalize(self) -> None:
@@ -601,12 +449,12 @@ class ShellSession:
             self.closed_reason = f"the shell exited with code {self.exit_code}"
         if self._ttl_timer is not None:
             self._ttl_timer.cancel()
-        for watcher in (self._files, self._exit_watch):
-            if watcher is not None:
-                watcher.close()
+        self.output.close()
+        if self._exit_watch is not None:
+            self._exit_watch.close()
         if self._stdin is not None:
             self._stdin.close()
-        self._frame = None
+        self.output.end_run()
         self._frame_ended.set()
         run, self.run = self.run, None
         if run is not None:
