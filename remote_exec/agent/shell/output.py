@@ -19,10 +19,13 @@ and skips the visible bytes its log holds already, so nothing is written to it t
 
 from __future__ import annotations
 
+import contextlib
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..jobs.diskjob import JobHome
 from ..jobs.logfile import Inotify
 from .follow import DROP_STEP, ShellFiles
 from .framing import Frame
@@ -105,13 +108,19 @@ class ShellOutput:
         self.run = run
         self.frame = frame
 
-    def resume_run(self, run: ShellRun, frame: Frame, run_rec: dict[str, Any]) -> None:
+    def resume_run(self, run: ShellRun, frame: Frame, run_rec: dict[str, Any], jobs: JobHome | None) -> None:
         """Go on with the run an earlier agent recorded (the files followed from its checkpoint,
-        or its start): from its checkpoint its log holds what came before; from its start its
-        stray head is re-read and its log's bytes skipped."""
-        assert self.files is not None
+        or its start), its log in ``jobs``: from its checkpoint its log holds what came before;
+        from its start its stray head is re-read and its log's bytes skipped."""
+        files = self.files
+        assert files is not None
         start, stray, ck = run_rec["start"], run_rec["stray"], run_rec.get("ck")
         self.run, self.frame, self._run_rec = run, frame, run_rec
+        if run_rec.get("log") and jobs is not None:
+            # Its dir is gone if the run ended and was forgotten (retention): then what is left
+            # of it is re-read into memory, and the session lives on.
+            with contextlib.suppress(OSError):
+                run.open_log(jobs, create=False)
         if ck is not None:
             frame.resume_started()
             for fd in (1, 2):  # the log holds these already (written after the checkpoint)
@@ -119,9 +128,10 @@ class ShellOutput:
                     run.log.skip[fd] = max(0, run.log.files[fd].end - int(ck["logged"][fd - 1]))
         else:
             for fd in (1, 2):
-                head = self.files.replay(fd, int(stray[fd - 1]), int(start[fd - 1]))
+                head = files.replay(fd, int(stray[fd - 1]), int(start[fd - 1]))
                 if head:
                     run._on_data(fd, head)
+        run.begin(files, elapsed=max(0.0, time.time() - run.started_at))
 
     def end_run(self) -> ShellRun | None:
         """The frame is over (complete, or the shell gone): look for none; return its run."""

@@ -13,16 +13,23 @@ import asyncio
 import contextlib
 import os
 import shutil
+import socket
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ...errors import SpawnError
 from ..jobs.diskjob import JobHome, popen_session
 from ..jobs.logfile import Inotify
 from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
 
-__all__ = ["ExitWatch", "ShellHome", "ShellStdin", "default_shell", "spawn_shell"]
+if TYPE_CHECKING:
+    from .store import SessionStore  # (it imports this module: ShellHome)
+
+__all__ = ["ExitWatch", "ShellHome", "ShellStdin", "default_shell", "launch_shell", "reattach_stdin", "spawn_shell"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,46 @@ def spawn_shell(
     proc = popen_session(argv, stdin, out, err, cwd, env)
     proc.returncode = 0  # Popen must never reap it (its __del__ would): ExitWatch does
     return proc.pid, proc_starttime(proc.pid)
+
+
+async def launch_shell(
+    argv: list[str], store: SessionStore, cwd: str | None, env: dict[str, str]
+) -> tuple[int, int | None, asyncio.WriteTransport]:
+    """Make the session's files (``store``), then start the shell with its stdin on a socketpair
+    and its stdout and stderr on the files; return its pid, start time and our end of its stdin.
+    Returns right after the spawn (no await after it).
+
+    :raises NoSpaceError: the disk is full (nothing to kill: the files come first).
+    :raises SpawnError: it cannot start (what was made is removed).
+    """
+    ours, theirs = socket.socketpair()
+    try:
+        out, err = await store.create(ours)
+    except BaseException:
+        ours.close()
+        theirs.close()
+        raise
+    theirs.shutdown(socket.SHUT_WR)  # the shell's stdin is for reading only
+    stdin, _ = await asyncio.get_running_loop().create_unix_connection(ShellStdin, sock=ours)
+    try:
+        pid, starttime = spawn_shell(argv, theirs.fileno(), out, err, cwd, env)
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        store.discard()
+        stdin.close()
+        await store.release()
+        raise SpawnError(f"cannot start the shell {argv[0]!r}: {exc}") from None
+    finally:
+        theirs.close()
+        os.close(out)
+        os.close(err)
+    return pid, starttime, stdin
+
+
+async def reattach_stdin(fd: int) -> asyncio.WriteTransport:
+    """Our end of a re-adopted shell's stdin, from ``fd`` (the keeper's copy, taken over)."""
+    sock = socket.socket(fileno=fd)
+    stdin, _ = await asyncio.get_running_loop().create_unix_connection(ShellStdin, sock=sock)
+    return stdin
 
 
 class ExitWatch:

@@ -38,8 +38,9 @@ from typing import Any, Protocol
 from ..jobs.stdin import StdinQueue
 from ..keeperlink import KeeperLink
 from .runlog import RunLog
+from .store import SessionStore, no_space, write_private
 
-__all__ = ["RunStdin", "StdinRun", "open_run_stdin", "resume_run_stdin"]
+__all__ = ["RunStdin", "StdinRun", "open_run_stdin", "resume_run_stdin", "run_input"]
 
 
 class StdinRun(Protocol):
@@ -76,6 +77,33 @@ async def open_run_stdin(run: StdinRun, tmpdir: str, input: bytes | None, keeper
     if input:
         run.stdin.write(input, offset=None, eof=False, reserved=True)
     return run.feed.path
+
+
+async def run_input(
+    run: StdinRun, store: SessionStore, input: bytes | None, stdin_open: bool, keeper: KeeperLink | None
+) -> str | None:
+    """What the frame of ``run`` reads its stdin from: its open stdin's FIFO (``stdin_open``,
+    ``input`` queued first), else the private file of ``input``, else None (``/dev/null``).
+
+    :raises NoSpaceError: the disk is full (nothing is left behind).
+    :raises SpawnError: it cannot be made for another reason.
+    :raises ServerBusyError: ``input`` does not fit the memory budget.
+    """
+    assert store.tmpdir is not None
+    if stdin_open:
+        try:
+            return await open_run_stdin(run, store.tmpdir, input, keeper)
+        except OSError as exc:
+            raise no_space(exc, f"the stdin of run {run.job_id}") from None
+    if input is None:
+        return None
+    path = store.input_path(run.job_id)
+    try:
+        await asyncio.to_thread(write_private, path, input)
+    except OSError as exc:
+        store.remove_input(run.job_id)
+        raise no_space(exc, f"the input of run {run.job_id}") from None
+    return path
 
 
 async def resume_run_stdin(run: ResumedRun, keeper: KeeperLink, tmpdir: str, shell_pid: int) -> None:

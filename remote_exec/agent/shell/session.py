@@ -25,33 +25,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import os
 import signal
-import socket
-import subprocess
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...errors import SpawnError
+from ...errors import RemoteExecError, SpawnError
 from ...protocol import ShellInfo
 from ..jobs.environment import job_environment
 from ..jobs.proctree import MARKER
 from ..procfacts import proc_starttime
 from . import signals
+from .background import Background
 from .framing import Frame, frame_script, init_script, new_nonce, recovery_lines
+from .idle import IdleTimer
 from .output import ShellOutput
-from .process import ExitWatch, ShellHome, ShellStdin, spawn_shell
+from .process import ExitWatch, ShellHome, launch_shell, reattach_stdin
 from .run import ShellRun
-from .runstdin import open_run_stdin, resume_run_stdin
-from .store import SessionStore, no_space, write_private
+from .runstdin import resume_run_stdin, run_input
+from .store import SessionStore, no_space
 
 __all__ = ["ShellSession"]
-
-log = logging.getLogger("remote_exec.agent")
 
 START_TIMEOUT = 10.0  # seconds for a new shell to answer its first frame
 MAX_KEYS = 64  # idempotency keys remembered per session
@@ -77,9 +74,7 @@ class ShellSession:
     ) -> None:
         self.session_id = session_id
         self.argv = argv
-        self.ttl = ttl
-        self._clock = clock  # monotonic seconds that ``ttl`` is counted in (a test's fake clock)
-        self.idle_since = clock()
+        self.idle = IdleTimer(ttl, clock, self._is_idle, self._expire)
         self.pid = 0
         self.created_at = time.time()
         self.last_used_at = self.created_at
@@ -102,8 +97,8 @@ class ShellSession:
         self._closed = asyncio.Event()
         self._interrupt_pending = False
         self._frame_ended = asyncio.Event()
-        self._ttl_timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.background = Background(session_id)  # (its interrupts, signals and closing)
+        self._spawn = self.background.spawn
         self.output = ShellOutput(self._store, self._startup_noise, self._after_feed, self._frame_complete)
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -119,28 +114,8 @@ class ShellSession:
             full_env[MARKER] = mark
         self.mark = mark
         loop = asyncio.get_running_loop()
-        # Made before the shell: a full disk then refuses the open with nothing to kill.
-        ours, theirs = socket.socketpair()
-        try:
-            out, err = await self._store.create(ours)
-        except BaseException:
-            ours.close()
-            theirs.close()
-            raise
-        theirs.shutdown(socket.SHUT_WR)  # the shell's stdin is for reading only
-        # Before the spawn: no await may come between the shell's start and its first frame.
-        self._stdin, _ = await loop.create_unix_connection(ShellStdin, sock=ours)
-        try:
-            self.pid, self.starttime = spawn_shell(self.argv, theirs.fileno(), out, err, cwd, full_env)
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            self._store.discard()
-            self._stdin.close()
-            await self._store.release()
-            raise SpawnError(f"cannot start the shell {self.argv[0]!r}: {exc}") from None
-        finally:
-            theirs.close()
-            os.close(out)
-            os.close(err)
+        # No await from here to the first frame (launch returns right after the spawn).
+        self.pid, self.starttime, self._stdin = await launch_shell(self.argv, self._store, cwd, full_env)
         self._follow((0, 0))
         self._ready = loop.create_future()
         frame = self.output.frame = self._new_frame()
@@ -195,8 +170,7 @@ class ShellSession:
         self._store.adopt(record, path, key)
         self.mark = record.get("mark")
         self.created_at = self.last_used_at = float(record["created_at"])
-        sock = socket.socket(fileno=stdin)
-        self._stdin, _ = await asyncio.get_running_loop().create_unix_connection(ShellStdin, sock=sock)
+        self._stdin = await reattach_stdin(stdin)
         run_rec = record.get("run")
         if run_rec is None:
             idle = record["idle"]
@@ -213,22 +187,14 @@ class ShellSession:
         at = ck["at"] if ck is not None else run_rec["start"]
         self._follow((int(at[0]), int(at[1])))
         run = self.run = make_run(run_rec)
-        public = str(run_rec["public"])
-        frame = Frame(public, self._store.nonce(public), self._bash)
         self._frame_ended = asyncio.Event()
-        if run_rec.get("log") and self.home.jobs is not None:
-            # Its dir is gone if the run ended and was forgotten (retention): then what is left
-            # of it is re-read into memory, and the session lives on.
-            with contextlib.suppress(OSError):
-                run.open_log(self.home.jobs, create=False)
-        self.output.resume_run(run, frame, run_rec)  # (before any await: the files are being read)
+        frame = self._new_frame(str(run_rec["public"]))
+        self.output.resume_run(run, frame, run_rec, self.home.jobs)  # (no await before: the files are read)
         if run_rec.get("stdin") and self.home.keeper is not None and self._store.tmpdir is not None:
             await resume_run_stdin(run, self.home.keeper, self._store.tmpdir, self.pid)
-        assert self.output.files is not None
-        run.begin(self.output.files, elapsed=max(0.0, time.time() - run.started_at))
 
-    def _new_frame(self) -> Frame:
-        public = new_nonce()
+    def _new_frame(self, public: str | None = None) -> Frame:
+        public = public or new_nonce()
         return Frame(public, self._store.nonce(public), self._bash)
 
     @property
@@ -258,39 +224,17 @@ class ShellSession:
 
     def _touch(self) -> None:
         self.last_used_at = time.time()
-        self.idle_since = self._clock()
-        if self._ttl_timer is not None:
-            self._ttl_timer.cancel()
-            self._ttl_timer = None
-        if self.ttl > 0 and self.run is None and self.open:
-            self._ttl_timer = asyncio.get_running_loop().call_later(self.ttl, self._expire)
+        self.idle.touch()
+
+    def _is_idle(self) -> bool:
+        return self.run is None and self.open
 
     def expire_idle(self) -> bool:
-        """Close the session (in the background) if it sat idle for ``ttl`` by its clock.
-
-        The TTL timer calls this; a test with a fake clock calls it after advancing the clock.
-        """
-        if self.ttl <= 0 or self.run is not None or not self.open or self._clock() - self.idle_since < self.ttl:
-            return False
-        self._spawn(self.close(f"idle for {self.ttl:g} s"))
-        return True
+        """Close the session (in the background) if it sat idle for its TTL by its clock."""
+        return self.idle.check()
 
     def _expire(self) -> None:
-        self._ttl_timer = None
-        if not self.expire_idle() and self.ttl > 0 and self.run is None and self.open:
-            # Not due by the clock yet (a timer may fire a hair early): check again when it is.
-            left = max(self.idle_since + self.ttl - self._clock(), 0.001)
-            self._ttl_timer = asyncio.get_running_loop().call_later(left, self._expire)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("shell %s: %s failed", self.session_id, task.get_coro(), exc_info=task.exception())
+        self._spawn(self.close(f"idle for {self.idle.ttl:g} s"))
 
     def detach(self) -> None:
         """Leave the shell to the next agent (a handover): stop reading, kill nothing.
@@ -300,9 +244,7 @@ class ShellSession:
         self.output.close()
         if self._exit_watch is not None:
             self._exit_watch.close()
-        for timer in (self._ttl_timer,):
-            if timer is not None:
-                timer.cancel()
+        self.idle.cancel()
         if self._stdin is not None:
             self._stdin.close()  # (the keeper's dup keeps the socket open)
         if self.run is not None:
@@ -334,31 +276,14 @@ class ShellSession:
         """
         assert self.output.files is not None and self.run is None
         self.run = run  # before any await: a concurrent shell_run now finds the session busy
-        if self._ttl_timer is not None:
-            self._ttl_timer.cancel()
-            self._ttl_timer = None
+        self.idle.cancel()
         self.last_used_at = time.time()
-        stdin_path = None
-        if stdin_open:
-            assert self._store.tmpdir is not None
-            try:
-                keeper = self.home.keeper if self.home.durable else None
-                stdin_path = await open_run_stdin(run, self._store.tmpdir, input, keeper)
-            except OSError as exc:
-                self.run = None  # the session stays usable; the run ends without having begun
-                run.finish(None)
-                self._touch()
-                raise no_space(exc, f"the stdin of run {run.job_id}") from None
-        elif input is not None:
-            stdin_path = self._store.input_path(run.job_id)
-            try:
-                await asyncio.to_thread(write_private, stdin_path, input)
-            except OSError as exc:
-                self.run = None  # the session stays usable; the run ends without having begun
-                self._remove_input(run)
-                run.finish(None)
-                self._touch()
-                raise no_space(exc, f"the input of run {run.job_id}") from None
+        try:
+            keeper = self.home.keeper if self.home.durable else None
+            stdin_path = await run_input(run, self._store, input, stdin_open, keeper)
+        except RemoteExecError:
+            self._abort(run)
+            raise
         if not self.open:
             run.finish(self.exit_code)  # the shell died while the input was being written
             return
@@ -366,14 +291,18 @@ class ShellSession:
         try:  # before the line is sent: an agent killed after that finds the run on disk
             self.output.begin_run(run, frame)
         except OSError as exc:
-            self.run = None  # the session stays usable; the run ends without having begun
-            self._remove_input(run)
-            run.finish(None)
-            self._touch()
+            self._abort(run)
             raise no_space(exc, f"the record of run {run.job_id}") from None
         self._frame_ended = asyncio.Event()
         run.begin(self.output.files)
         self._write(frame_script(frame.public, frame.nonce, run.command, stdin_path, self._bash))
+
+    def _abort(self, run: ShellRun) -> None:
+        """``run`` ends without having begun; the session stays usable."""
+        self.run = None
+        self._remove_input(run)
+        run.finish(None)
+        self._touch()
 
     def interrupt(self) -> None:
         """Ctrl-C: SIGINT to the running command; the shell survives. Nothing runs: nothing to do.
@@ -447,8 +376,7 @@ class ShellSession:
             return
         if self.closed_reason is None:
             self.closed_reason = f"the shell exited with code {self.exit_code}"
-        if self._ttl_timer is not None:
-            self._ttl_timer.cancel()
+        self.idle.cancel()
         self.output.close()
         if self._exit_watch is not None:
             self._exit_watch.close()
