@@ -84,7 +84,9 @@ class SpareDir:
             os.mkdir(self._making, 0o700)
             for name in ("stdout", "stderr"):
                 fds.append(os.open(self._making / name, _FLAGS, 0o600))
-            fds.append(os.open(self._making / "job.json", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600))
+            fds.append(
+                os.open(self._making / "job.json", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            )
             os.rename(self._making, self.path)
         except OSError:
             self._discard(fds)
