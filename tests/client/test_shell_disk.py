@@ -5,6 +5,7 @@ kill with every byte once. Real agent and keeper on ``local://``."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import anyio
@@ -126,3 +127,25 @@ async def test_a_long_run_read_on_from_its_checkpoint(fresh_agent_dir: Path, tmp
         text = "".join(got)
         assert len(text) == 2 * big and text == "a" * big + "b" * big
         assert (await sh.run("echo next")).stdout == "next\n"
+
+
+async def test_a_forged_record_takes_no_other_job(fresh_agent_dir: Path) -> None:
+    """The session record is a file the shell's user may write: one naming another job as its
+    run in progress gets the session ended by the next agent, and the job keeps its entry."""
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        job = await sb.exec_remote(["sleep", "300"]).started()
+        sh = await sb.shell()
+        run = await sh.start("sleep 300").started()
+        home = fresh_agent_dir / "shells" / sh.session_id
+        slots = [json.loads(p.read_text()) for p in sorted(home.glob("session.*.json")) if p.stat().st_size]
+        record = max(slots, key=lambda r: int(r["seq"]))
+        assert record["run"]["job_id"] == run.job_id
+        record["run"]["job_id"] = job.job_id
+        record["seq"] += 10
+        (home / "session.0.json").write_text(json.dumps(record))
+        await _kill_agent(sb)
+        listed = {j.job_id: j for j in await sb.jobs()}
+        assert listed[job.job_id or ""].command == ["sleep", "300"] and listed[job.job_id or ""].state == "running"
+        with pytest.raises(rx.AgentLostError):
+            await sh.run("true")
+        await job.kill()

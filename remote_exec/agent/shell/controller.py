@@ -297,6 +297,10 @@ class ShellController:
                 return run
 
             job_id = str(rec["job_id"])
+            # The record is a file the shell's user may write: it may name only a run of its own
+            # session (not take another job's id, its registry entry or its stdin from the keeper).
+            if not job_id.startswith(session.session_id + "-") or not job_id.rpartition("-")[2].isdigit():
+                raise ValueError(f"{job_id!r} is not a run of shell {session.session_id}")
             self.jobs.unlist(job_id)  # (found ended on disk: the record knows it as in progress)
             run = self.jobs.adopt(make, owner=session.session_id, job_id=job_id)
             session.runs.append(run.job_id)

@@ -70,7 +70,10 @@ class ShellOutput:
         """Read the output files in ``path`` from ``pos`` on (from the next turn of the loop).
 
         :raises OSError: a file is missing.
+        :raises ValueError: ``pos`` is no offset (a record's, which the shell's user may write).
         """
+        if min(pos) < 0:
+            raise ValueError(f"offsets {pos} are not a file's")
         self.files = ShellFiles(path, pos, pid, self._on_data, inotify)
         self.files.open()
         self._kept_from = pos[0] + pos[1]
