@@ -30,9 +30,9 @@ from ..jobs.logfile import Inotify
 from .follow import DROP_STEP, ShellFiles
 from .framing import Frame
 from .run import ShellRun
-from .store import SessionStore, run_record
+from .store import SessionStore
 
-__all__ = ["STRAY_LIMIT", "ShellOutput"]
+__all__ = ["STRAY_LIMIT", "ShellOutput", "run_record"]
 
 STRAY_LIMIT = 1 << 20  # bytes of between-runs output kept for the next run, per stream
 
@@ -222,3 +222,17 @@ class ShellOutput:
             return
         self._kept_from = sum(idle)
         files.drop_before((idle[0], idle[1]))
+
+
+def run_record(run: ShellRun, public: str, stray: dict[int, bytearray], pos: dict[int, int]) -> dict[str, Any]:
+    """What the next agent needs of a run about to begin: who it is and where its output starts
+    (its stray head at ``stray``, its frame at ``start``); its secret is *not* here."""
+    return {
+        "job_id": run.job_id,
+        "params": run.params.model_dump(mode="json", exclude_none=True),
+        "public": public,
+        "stray": [pos[fd] - len(stray[fd]) for fd in (1, 2)],
+        "start": [pos[1], pos[2]],
+        "started_at": run.started_at,
+        "started_boot": run.started_boot,
+    }

@@ -18,16 +18,13 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ...errors import SpawnError
 from ..jobs.diskjob import JobHome, popen_session
 from ..jobs.logfile import Inotify
 from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
-
-if TYPE_CHECKING:
-    from .store import SessionStore  # (it imports this module: ShellHome)
 
 __all__ = ["ExitWatch", "ShellHome", "ShellStdin", "default_shell", "launch_shell", "reattach_stdin", "spawn_shell"]
 
@@ -81,8 +78,19 @@ def spawn_shell(
     return proc.pid, proc_starttime(proc.pid)
 
 
+class ShellFilesMaker(Protocol):
+    """What :func:`launch_shell` uses of a :class:`~.store.SessionStore` (named here: that module
+    imports this one)."""
+
+    async def create(self, ours: socket.socket) -> tuple[int, int]: ...
+
+    def discard(self) -> None: ...
+
+    async def release(self) -> None: ...
+
+
 async def launch_shell(
-    argv: list[str], store: SessionStore, cwd: str | None, env: dict[str, str]
+    argv: list[str], store: ShellFilesMaker, cwd: str | None, env: dict[str, str]
 ) -> tuple[int, int | None, asyncio.WriteTransport]:
     """Make the session's files (``store``), then start the shell with its stdin on a socketpair
     and its stdout and stderr on the files; return its pid, start time and our end of its stdin.
