@@ -13,7 +13,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import pytest
@@ -21,6 +21,9 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 import remote_exec as rx
 from remote_exec.client.channel import PipeProcess
+
+if TYPE_CHECKING:
+    from .faults.suite import RunIn, Target
 
 CHANNELS = ["socket", "stdio"]
 
@@ -148,3 +151,53 @@ async def sigkilled_client(url: str) -> tuple[str, str, float]:
         client.kill()  # SIGKILL
         await client.wait()
         return keep_id, kill_id, time.monotonic()
+
+
+def runner(prefix: list[str], env: dict[str, str] | None = None) -> RunIn:
+    """Runs an argv after ``prefix`` (``docker exec NAME``, or nothing for ``local://``): a
+    :class:`~tests.faults.suite.Target`'s way into its sandbox."""
+
+    async def run_in(argv: list[str]) -> tuple[int, bytes, bytes]:
+        done = await anyio.run_process([*prefix, *argv], env=env, check=False)
+        return done.returncode, done.stdout, done.stderr
+
+    return run_in
+
+
+@pytest.fixture(params=["local", "jail", "docker"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    """A sandbox of each kind whose agent a test kills or hands over (the fault suite, durable
+    shells): ``local://`` with its own state dir, a real bubblewrap jail, a container of a real
+    dockerd (named after the test module). ``ours`` picks the state dir's processes and the fault
+    workload's (its commands say ``rxfault``)."""
+    from remote_exec.sandboxes.jailbox import JailBox, JailConfig, exec_argv
+
+    from .faults.suite import Target
+    from .sandboxes.backend_docker import docker_or_skip, image_or_skip
+    from .sandboxes.backend_jail import require_jail
+
+    if request.param == "local":
+        state = tmp_path / "state"
+        yield Target("local", f"local://?dir={state}", runner([]), lambda args: str(state) in args or "rxfault" in args)
+        stop_agent(state)  # the keeper and the agent: ended, and waited for
+    elif request.param == "jail":
+        work = tmp_path / "work"
+        work.mkdir()
+        require_jail(work)
+        box = JailBox.start(JailConfig(work))  # from pytest's main thread: --die-with-parent follows it
+        try:
+
+            async def run_in(argv: list[str]) -> tuple[int, bytes, bytes]:
+                return await runner([])(exec_argv(box.pid, argv))
+
+            yield Target("jail", box.url, run_in, lambda args: True)
+        finally:
+            box.kill()
+    else:
+        d = docker_or_skip()
+        name = d.run(f"rx-{request.module.__name__.rsplit('.', 1)[-1]}", image_or_skip(d, "usr"), "-v", "/usr:/usr:ro")
+        try:
+            env = {**os.environ, "DOCKER_HOST": d.host}
+            yield Target("docker", f"docker://{name}", runner(["docker", "exec", name], env), lambda args: True)
+        finally:
+            d.docker("rm", "-f", name, check=False)

@@ -125,7 +125,7 @@ def build_app(config: ServerConfig) -> web.Application:
     started_at = time.time()
     dispatcher = Dispatcher()
     dispatcher.register(job_methods(jobs))
-    shell_home = ShellHome(config.state_dir / "shells", keeper, home.inotify, trash)
+    shell_home = ShellHome(config.state_dir / "shells", keeper, home.inotify, home)
     shells = ShellController(jobs, config.shell_limits, home=shell_home)
     dispatcher.register(shell_methods(shells))
     ports = PortController(instance_id, config.port_limits)

@@ -240,6 +240,7 @@ class BlockingShellSession(_Handle):
         kill_grace: float = 5.0,
         tags: dict[str, str] | None = None,
         stdin_open: bool = False,
+        output_cap: int | None = None,
     ) -> BlockingExecRemoteProcess:
         """Start ``command`` in the shell; returns once the agent confirmed it (see the async twin).
 
@@ -249,7 +250,7 @@ class BlockingShellSession(_Handle):
         :raises ShellBusyError: another run is in progress in this session.
         :raises ShellClosedError: the shell has ended.
         """
-        proc = self._call(self._start, command, timeout, input, kill_grace, tags, stdin_open)
+        proc = self._call(self._start, command, timeout, input, kill_grace, tags, stdin_open, output_cap)
         return BlockingExecRemoteProcess(self._portal, proc, sandbox=self._sandbox)
 
     async def _start(
@@ -260,9 +261,16 @@ class BlockingShellSession(_Handle):
         kill_grace: float,
         tags: dict[str, str] | None,
         stdin_open: bool,
+        output_cap: int | None,
     ) -> ExecRemoteProcess:
         run = self.async_session.start(
-            command, timeout=timeout, input=input, kill_grace=kill_grace, tags=tags, stdin_open=stdin_open
+            command,
+            timeout=timeout,
+            input=input,
+            kill_grace=kill_grace,
+            tags=tags,
+            stdin_open=stdin_open,
+            output_cap=output_cap,
         )
         return await run.started()
 

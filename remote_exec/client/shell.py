@@ -98,6 +98,7 @@ class ShellSession:
         kill_grace: float = 5.0,
         tags: dict[str, str] | None = None,
         stdin_open: bool = False,
+        output_cap: int | None = None,
     ) -> ExecRemoteProcess:
         """Run ``command`` in the shell, streaming: the same events as ``exec_remote``.
 
@@ -111,7 +112,9 @@ class ShellSession:
         ``kill_grace``), keeps the shell, and makes the process raise
         :class:`~remote_exec.ExecTimeoutError`. Cancelling the iteration or ``wait()`` kills the
         run the same way; the shell survives. ``tags`` are stored with the run's job, as
-        ``exec_remote``'s are (``jobs()`` returns them).
+        ``exec_remote``'s are (``jobs()`` returns them). ``output_cap``: per stream, the bytes
+        of the run's output the agent keeps on disk, as ``exec_remote``'s (None: the agent's
+        default, 1 GiB); past it the head is dropped and counted (``*_dropped``).
         """
         rpc = self._core.rpc
         text = input.decode() if isinstance(input, bytes) else input  # the wire carries text
@@ -124,6 +127,7 @@ class ShellSession:
             kill_grace=kill_grace,
             idempotency_key=secrets.token_hex(8),
             tags=tags,
+            output_cap=output_cap,
         )
         opts = ExecRemoteOptions(
             timeout=timeout,
@@ -132,6 +136,7 @@ class ShellSession:
             input=text,
             stdin_open=stdin_open,
             tags=tags,
+            output_cap=output_cap,
         )
         return self._core.track(starting(rpc, self._start(rpc, params), opts, self._core.response_margin))
 

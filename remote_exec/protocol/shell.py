@@ -62,7 +62,9 @@ class ShellRunParams(WireModel):
     ``timeout`` interrupts the command (SIGINT, then SIGKILL after ``kill_grace``) and keeps
     the shell. ``idempotency_key`` makes a retried call return the run the first one started.
     ``tags`` are stored with the run's job as with ``exec_remote_start`` (e.g. the notebook and
-    kernel that ran a ``%%exec_remote --shell`` cell).
+    kernel that ran a ``%%exec_remote --shell`` cell). ``output_cap``: as ``exec_remote_start``'s,
+    the bytes per stream of the run's output kept on disk (a durable session's run; default the
+    agent's, 1 GiB), the head dropped and counted past it.
     """
 
     session_id: SessionId
@@ -73,6 +75,7 @@ class ShellRunParams(WireModel):
     kill_grace: Annotated[float, Field(ge=0, le=3600)] = 5.0
     idempotency_key: Annotated[str, Field(max_length=128)] | None = None
     tags: Tags | None = None
+    output_cap: Annotated[int, Field(ge=64 * 1024)] | None = None
 
     @field_validator("command")
     @classmethod

@@ -218,7 +218,7 @@ async def test_an_interrupted_run_that_ends_late_never_leaks_into_the_next_runs(
         gate.set()
         await asyncio.gather(*tasks)
     session = ctl._sessions[sid]
-    await asyncio.gather(*session._tasks)  # the interrupt is over
+    await session.background.wait()  # the interrupt is over
     assert await follow(ctl, second.job_id) == ("completed", 0, "two\n", "")
     assert await run(ctl, sid, "echo three") == ("completed", 0, "three\n", "")
 

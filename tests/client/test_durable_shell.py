@@ -6,9 +6,7 @@ run works. Real agent and keeper on ``local://``, real bubblewrap, a real docker
 from __future__ import annotations
 
 import json
-import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -16,13 +14,10 @@ import pytest
 
 import remote_exec as rx
 from remote_exec.agent.keeperlink import keeper_call
-from remote_exec.sandboxes.jailbox import JailBox, JailConfig, exec_argv
 
 from ..agent.rawhttp import rpc
-from ..conftest import stop_agent, wait_exit
-from ..faults.suite import RunIn, Target
-from ..sandboxes.backend_docker import docker_or_skip, image_or_skip
-from ..sandboxes.backend_jail import require_jail
+from ..conftest import runner, wait_exit
+from ..faults.suite import Target
 
 pytestmark = pytest.mark.anyio
 
@@ -30,43 +25,6 @@ LINES = 30
 # Prints over about three seconds, on both streams, and ends with a status of its own.
 PRINTER = f"for i in $(seq 1 {LINES}); do echo line $i; echo err $i >&2; sleep 0.1; done; (exit 3)"
 WHERE = 'echo "$PWD $RX_KEPT"'
-
-
-def _runner(prefix: list[str], env: dict[str, str] | None = None) -> RunIn:
-    async def run_in(argv: list[str]) -> tuple[int, bytes, bytes]:
-        done = await anyio.run_process([*prefix, *argv], env=env, check=False)
-        return done.returncode, done.stdout, done.stderr
-
-    return run_in
-
-
-@pytest.fixture(params=["local", "jail", "docker"])
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
-    if request.param == "local":
-        state = tmp_path / "state"
-        yield Target("local", f"local://?dir={state}", _runner([]), lambda args: True)
-        stop_agent(state)
-    elif request.param == "jail":
-        work = tmp_path / "work"
-        work.mkdir()
-        require_jail(work)
-        box = JailBox.start(JailConfig(work))  # from pytest's main thread: --die-with-parent follows it
-        try:
-
-            async def run_in(argv: list[str]) -> tuple[int, bytes, bytes]:
-                return await _runner([])(exec_argv(box.pid, argv))
-
-            yield Target("jail", box.url, run_in, lambda args: True)
-        finally:
-            box.kill()
-    else:
-        d = docker_or_skip()
-        name = d.run("rx-shellsurv", image_or_skip(d, "usr"), "-v", "/usr:/usr:ro")
-        try:
-            env = {**os.environ, "DOCKER_HOST": d.host}
-            yield Target("docker", f"docker://{name}", _runner(["docker", "exec", name], env), lambda args: True)
-        finally:
-            d.docker("rm", "-f", name, check=False)
 
 
 async def _kill_agent(target: Target, sb: rx.AsyncSandbox) -> None:
@@ -195,7 +153,7 @@ async def test_the_session_record_holds_no_secret(fresh_agent_dir: Path, tmp_pat
         assert (await sh.run("echo next")).stdout == "next\n"
 
 
-_local = Target("local", "", _runner([]), lambda args: True)
+_local = Target("local", "", runner([]), lambda args: True)
 
 
 async def test_a_run_that_ended_while_no_agent_ran(fresh_agent_dir: Path, tmp_path: Path) -> None:
@@ -221,3 +179,17 @@ async def test_a_run_that_ended_while_no_agent_ran(fresh_agent_dir: Path, tmp_pa
         assert (result.returncode, result.stdout, result.stderr) == (4, "a\nb\n", "c\n")
         assert (await sb.server_info()).pid != agent
         assert (await sh.run("echo $RX_KEPT")).stdout == "alone\n"
+
+
+async def test_a_runs_open_stdin_outlives_a_killed_agent(fresh_agent_dir: Path) -> None:
+    """The keeper holds the write end of a run's stdin FIFO: a SIGKILLed agent is no EOF, and
+    the next line goes through the next agent, at the cursor the run's dir kept."""
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        sh = await sb.shell()
+        proc = await sh.start('read a; read b; echo "$a$b"', stdin_open=True).started()
+        await proc.write_stdin("x\n")
+        await _kill_agent(_local, sb)
+        await proc.write_stdin("y\n")
+        result = await proc.wait()
+        assert (result.returncode, result.stdout) == (0, "xy\n")
+        assert (await sh.run("echo next")).stdout == "next\n"

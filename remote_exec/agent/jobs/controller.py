@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
+import os
 import signal
 import time
+from pathlib import Path
 
 from ...errors import InvalidParamsError
 from ...protocol import (
@@ -42,7 +45,7 @@ from .proctree import marked_processes, signal_all
 from .ptyjob import PtyJob, not_a_tty
 from .readopt import readopt
 from .registry import JobLimits, JobRegistry, Watcher, seq
-from .spare import SpareDir
+from .spare import SpareDir, SpareFiles
 
 __all__ = ["JobController", "JobLimits", "Watcher"]
 
@@ -276,6 +279,42 @@ class JobController(JobRegistry):
         self._expire()
         return len(restored)
 
+    def take_spare(self, dest: Path) -> SpareFiles | None:
+        """The ready-made job dir renamed to ``dest``, with its files' fds (the caller closes
+        them), or None if none is ready (then the caller makes its own); the next is made in a
+        thread."""
+        if self._spare is None:
+            return None
+        files = self._spare.take(dest)
+        self._spare.refill()
+        return files
+
+    def remove_unlisted_runs(self) -> int:
+        """Remove the dirs of shell runs that no re-adopted session took up (their session
+        could not be re-adopted, or their record was torn); return how many."""
+        if self.home is None:
+            return 0
+        gone = 0
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(self.home.root):
+                if entry.name.startswith(self.prefix + "-sh") and entry.name not in self._jobs:
+                    self.home.discard(Path(entry.path))
+                    gone += 1
+        return gone
+
+    def unlist(self, job_id: str) -> None:
+        """Take a job out of the registry, its logs left on disk (a finished shell run that the
+        job re-adoption found, whose session re-adopts it as its run in progress)."""
+        job = self._jobs.pop(job_id, None)
+        self._finished.pop(job_id, None)
+        if job is not None:
+            for stream in job.files:
+                stream.charge_to(None)
+
+    def shell_runs(self, session_id: str) -> builtins.list[str]:
+        """Ids of the ended jobs that are runs of shell ``session_id``, oldest first."""
+        return sorted((i for i in self._finished if i.startswith(session_id + "-")), key=seq)
+
     async def end_dead_shells(self, adopted: set[str] | frozenset[str] = frozenset()) -> int:
         """End the shells (and their runs) an earlier agent of this state dir left behind and
         this one did not re-adopt (their markers are not in ``adopted``).
@@ -299,7 +338,7 @@ class JobController(JobRegistry):
         if self._spare is not None:
             self._spare.refill()
         for job in self._jobs.values():
-            if job.running and isinstance(job, DiskJob):
+            if job.running:
                 for stream in job.files:
                     stream.enforce_cap()
         self.enforce_log_budget()

@@ -116,6 +116,9 @@ class DiskJob(Job):
     def charge_to(self, budget: MemoryBudget) -> None:
         self.stdin.budget = budget  # output is on disk: only the stdin queue holds memory
 
+    def remove_logs(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     # -- metadata --------------------------------------------------------------------------
 
     def _meta(self) -> dict[str, Any]:

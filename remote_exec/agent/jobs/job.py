@@ -85,6 +85,9 @@ class Job(JobOutput):
         # is reported, so the final poll, ``ExecResult`` and ``JobInfo`` carry every hit.
         self.before_end: Callable[[], None] | None = None
 
+    def remove_logs(self) -> None:
+        """It is forgotten: delete its logs from disk (it has none here)."""
+
     def charge_to(self, budget: MemoryBudget) -> None:
         """Charge this job's output buffers and stdin queue to the agent's memory budget
         (the controller calls it before the job starts)."""

@@ -15,6 +15,7 @@ import time
 from ...protocol import MAX_HITS_KEPT, MAX_WAIT, JobState, PollParams, PollResult, StartParams, WatchHit
 from ..buffer import Slice, StreamBuffer
 from ..rpc import WithPayload, dump_json
+from .logfile import LogFile
 
 __all__ = ["UNWATCHED_TICK", "WATCH_TTL", "JobOutput"]
 
@@ -31,6 +32,7 @@ class JobOutput:
         self.encoding = params.encoding
         self.exit_code: int | None = None
         self.streams = {1: StreamBuffer(buffer_limit), 2: StreamBuffer(buffer_limit)}
+        self.files: list[LogFile] = []  # its logs on disk, where it has some (a disk job, a shell run)
         self._state: JobState = "running"
         self._transport: asyncio.SubprocessTransport | None = None
         self._done = asyncio.Event()

@@ -2,8 +2,10 @@
 
 Each job dir's ``job.json`` is read back and its job rebuilt as a :class:`DiskJob`: running
 ones (same pid and start time) are watched again, those that ended meanwhile get the exit the
-keeper recorded. A dir that cannot be read back is ended and removed. Registering the jobs is
-the :class:`~remote_exec.agent.jobs.controller.JobController`'s.
+keeper recorded. A dir that cannot be read back is ended and removed. A shell run's dir (see
+``agent/shell/runlog.py``) is a finished job once it ended; one in progress is left to the
+shell controller. Registering the jobs is the
+:class:`~remote_exec.agent.jobs.controller.JobController`'s.
 """
 
 from __future__ import annotations
@@ -42,9 +44,13 @@ async def readopt(home: JobHome, prefix: str, buffer_limit: int, on_done: Callab
             meta = _load_meta(entry.path)
             if meta.get("job_id") != entry.name or not entry.name.startswith(prefix + "-"):
                 raise ValueError("not a job of this state dir")
+            if meta.get("shell") is not None and meta.get("end") is None:
+                continue  # a shell run in progress: its session's re-adoption takes it up
             kind = PtyJob if meta.get("tty") else DiskJob
             restored.append(await kind.restore(meta, buffer_limit, on_done, home, exits))
         except (OSError, ValueError, KeyError, TypeError) as exc:
+            if entry.name.startswith(prefix + "-sh"):
+                continue  # a shell run's, torn by a kill mid-write: its session's re-adoption rewrites it
             log.warning("cannot re-adopt %s: %s; ending its processes and removing it", entry.name, exc)
             if entry.name.startswith(prefix + "-"):
                 # An agent killed between the spawn and the job.json: the process runs (and the

@@ -20,7 +20,7 @@ from typing import Protocol, TypeVar
 from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, ServerBusyError
 from ...protocol import JobInfo, StartParams
 from ..budget import MemoryBudget
-from .diskjob import DiskJob, JobHome
+from .diskjob import JobHome
 from .job import Job
 from .logbudget import evict
 
@@ -183,10 +183,9 @@ class JobRegistry:
                 buf.discard()  # gives its bytes back to the memory budget
             if job.params.idempotency_key is not None:
                 self._by_key.pop(job.params.idempotency_key, None)
-            if isinstance(job, DiskJob):
-                for stream in job.files:
-                    stream.charge_to(None)  # its bytes leave the log budget with its dir
-                job.home.discard(job.dir)
+            for stream in job.files:
+                stream.charge_to(None)  # its bytes leave the log budget with its dir
+            job.remove_logs()
 
     def _reclaim(self, n: int) -> int:
         """Free ``n`` bytes of the memory budget by dropping finished jobs' output, oldest job
@@ -212,8 +211,8 @@ class JobRegistry:
         logs = self.home.logs if self.home is not None else None
         if logs is None or logs.over <= 0:
             return 0
-        finished = [j.files for j in map(self._jobs.get, self._finished) if isinstance(j, DiskJob)]
-        running = [s for j in self._jobs.values() if j.running and isinstance(j, DiskJob) for s in j.files]
+        finished = [j.files for j in map(self._jobs.get, self._finished) if j is not None and j.files]
+        running = [s for j in self._jobs.values() if j.running for s in j.files]
         dropped = evict(logs, finished, running)
         if dropped:
             log.info("log budget (%d bytes): dropped the head of %d bytes of logs", logs.limit, dropped)

@@ -12,7 +12,6 @@ import builtins
 import contextlib
 import logging
 import os
-import shutil
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -45,10 +44,11 @@ from ..jobs.controller import JobController
 from ..jobs.job import Job
 from ..jobs.proctable import scan
 from ..jobs.proctree import kill_tree
-from .process import ShellHome
+from .process import ShellHome, default_shell
 from .record import read_key, read_record
 from .run import ShellRun
-from .session import MAX_KEYS, ShellSession, default_shell
+from .session import MAX_KEYS, ShellSession
+from .store import no_space
 
 __all__ = ["ShellController", "ShellLimits"]
 
@@ -164,7 +164,14 @@ class ShellController:
                 data={"run_id": session.run.job_id},
             )
         label = f"shell {p.session_id}"
-        params = StartParams(command=p.command, label=label, timeout=p.timeout, kill_grace=p.kill_grace, tags=p.tags)
+        params = StartParams(
+            command=p.command,
+            label=label,
+            timeout=p.timeout,
+            kill_grace=p.kill_grace,
+            tags=p.tags,
+            output_cap=p.output_cap,
+        )
 
         def make(job_id: str, buffer_limit: int, on_done: Callable[[Job], None]) -> ShellRun:
             return ShellRun(job_id, params, buffer_limit, on_done, session)
@@ -178,6 +185,13 @@ class ShellController:
             session.keys[p.idempotency_key] = run.job_id
             while len(session.keys) > MAX_KEYS:
                 session.keys.popitem(last=False)
+        home = self.jobs.home
+        if self.home.durable and home is not None:
+            try:  # its output in a job dir of its own (see runlog.py), the jobs' spare if ready
+                run.open_log(home, self.jobs.take_spare(home.root / run.job_id))
+            except OSError as exc:
+                run.finish(None)
+                raise no_space(exc, f"the output files of run {run.job_id}") from None
         await session.begin(run, p.input.encode() if p.input is not None else None, p.stdin_open)
         return StartResult(job_id=run.job_id, pid=session.pid)
 
@@ -248,6 +262,8 @@ class ShellController:
                 session = self._session(sid, [str(a) for a in record["argv"]])
                 self._sessions[sid] = session
                 stdin, fds = fds[0], fds[1:]
+                # Its ended runs, which the job re-adoption found: retained as this session's again.
+                session.runs.extend(self.jobs.shell_runs(sid))
                 await session.resume(record, Path(entry.path), key, stdin, self._run_maker(session))
                 restored += 1
             except (OSError, ValueError, KeyError, TypeError, RemoteExecError) as exc:
@@ -262,13 +278,11 @@ class ShellController:
                     await scan(kill_tree, f"{self.jobs.prefix}-{sid}")
                     await keeper.request({"op": "drop", "key": sid})
                     await keeper.request({"op": "drop", "key": f"{sid}.key"})
-                if self.home.trash is not None:
-                    self.home.trash.discard(Path(entry.path))
-                else:
-                    shutil.rmtree(entry.path, ignore_errors=True)
+                self.home.discard(Path(entry.path))
             finally:
                 for fd in fds:
                     os.close(fd)
+        self.jobs.remove_unlisted_runs()
         return restored
 
     def _run_maker(self, session: ShellSession) -> Callable[[dict[str, Any]], ShellRun]:
@@ -281,7 +295,13 @@ class ShellController:
                 run.started_at, run.started_boot = started_at, started_boot
                 return run
 
-            run = self.jobs.adopt(make, owner=session.session_id, job_id=str(rec["job_id"]))
+            job_id = str(rec["job_id"])
+            # The record is a file the shell's user may write: it may name only a run of its own
+            # session (not take another job's id, its registry entry or its stdin from the keeper).
+            if not job_id.startswith(session.session_id + "-") or not job_id.rpartition("-")[2].isdigit():
+                raise ValueError(f"{job_id!r} is not a run of shell {session.session_id}")
+            self.jobs.unlist(job_id)  # (found ended on disk: the record knows it as in progress)
+            run = self.jobs.adopt(make, owner=session.session_id, job_id=job_id)
             session.runs.append(run.job_id)
             return run
 

@@ -164,6 +164,11 @@ class MarkerScanner:
         self.found: list[bytes] = []
 
     @property
+    def held(self) -> int:
+        """Bytes fed but neither shown nor matched yet (a marker's possible beginning)."""
+        return len(self._held)
+
+    @property
     def done(self) -> bool:
         """True once every marker was found."""
         return len(self.found) == len(self._markers)
@@ -249,6 +254,19 @@ class Frame:
     def started(self) -> bool:
         """The shell began running the command: an interrupt now reaches it."""
         return bool(self._err.found)
+
+    @property
+    def midway(self) -> bool:
+        """Started, and no end sentinel seen yet: all it holds back is :meth:`held`."""
+        return self.started and not self._out.done and not self._err.done
+
+    def held(self, fd: int) -> int:
+        """Bytes of stream ``fd`` fed but held back (a sentinel's possible beginning)."""
+        return (self._out if fd == 1 else self._err).held
+
+    def resume_started(self) -> None:
+        """Go on from a checkpoint taken :attr:`midway`: GO was seen (by an earlier agent)."""
+        self._err.found.append(_marker("GO", self.public))
 
     @property
     def complete(self) -> bool:

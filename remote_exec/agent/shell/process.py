@@ -12,17 +12,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
+import socket
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
+from ...errors import SpawnError
+from ..jobs.diskjob import JobHome
 from ..jobs.logfile import Inotify
 from ..jobs.spawn import popen_session
 from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
-from ..trash import Trash
 
-__all__ = ["ExitWatch", "ShellHome", "spawn_shell"]
+__all__ = ["ExitWatch", "ShellHome", "ShellStdin", "default_shell", "launch_shell", "reattach_stdin", "spawn_shell"]
 
 
 @dataclass(frozen=True)
@@ -34,17 +39,40 @@ class ShellHome:
     :ivar keeper: holds each session's stdin and key while no agent runs (absent: sessions die
         with their agent).
     :ivar inotify: wakes the readers of the output files.
-    :ivar trash: deletes ended sessions' dirs off the event loop.
+    :ivar jobs: where a durable session's runs keep their output, as jobs do (see :mod:`.runlog`);
+        its trash also takes ended sessions' dirs, deleted off the event loop.
     """
 
     root: Path | None = None
     keeper: KeeperLink | None = None
     inotify: Inotify | None = None
-    trash: Trash | None = None
+    jobs: JobHome | None = None
+
+    def discard(self, path: Path) -> None:
+        """Remove a session's dir without blocking the event loop on the unlink of its files."""
+        if self.jobs is not None:
+            self.jobs.discard(path)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
 
     @property
     def durable(self) -> bool:
         return self.root is not None and self.keeper is not None and self.keeper.present
+
+
+def default_shell() -> list[str]:
+    """The shell command line: bash if installed, else the POSIX sh."""
+    bash = shutil.which("bash")
+    if bash:
+        return [bash, "--norc", "--noprofile", "--noediting", "-i"]
+    return [shutil.which("sh") or "/bin/sh", "-i"]
+
+
+class ShellStdin(asyncio.Protocol):
+    """Our end of the shell's stdin: written to, never read (the shell's end cannot write)."""
+
+    def eof_received(self) -> bool:
+        return True  # the shell's end shut its writing half: keep ours open for writing
 
 
 def spawn_shell(
@@ -57,6 +85,57 @@ def spawn_shell(
     proc = popen_session(argv, stdin, out, err, cwd, env)
     proc.returncode = 0  # Popen must never reap it (its __del__ would): ExitWatch does
     return proc.pid, proc_starttime(proc.pid)
+
+
+class ShellFilesMaker(Protocol):
+    """What :func:`launch_shell` uses of a :class:`~.store.SessionStore` (named here: that module
+    imports this one)."""
+
+    async def create(self, ours: socket.socket) -> tuple[int, int]: ...
+
+    def discard(self) -> None: ...
+
+    async def release(self) -> None: ...
+
+
+async def launch_shell(
+    argv: list[str], store: ShellFilesMaker, cwd: str | None, env: dict[str, str]
+) -> tuple[int, int | None, asyncio.WriteTransport]:
+    """Make the session's files (``store``), then start the shell with its stdin on a socketpair
+    and its stdout and stderr on the files; return its pid, start time and our end of its stdin.
+    Returns right after the spawn (no await after it).
+
+    :raises NoSpaceError: the disk is full (nothing to kill: the files come first).
+    :raises SpawnError: it cannot start (what was made is removed).
+    """
+    ours, theirs = socket.socketpair()
+    try:
+        out, err = await store.create(ours)
+    except BaseException:
+        ours.close()
+        theirs.close()
+        raise
+    theirs.shutdown(socket.SHUT_WR)  # the shell's stdin is for reading only
+    stdin, _ = await asyncio.get_running_loop().create_unix_connection(ShellStdin, sock=ours)
+    try:
+        pid, starttime = spawn_shell(argv, theirs.fileno(), out, err, cwd, env)
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        store.discard()
+        stdin.close()
+        await store.release()
+        raise SpawnError(f"cannot start the shell {argv[0]!r}: {exc}") from None
+    finally:
+        theirs.close()
+        os.close(out)
+        os.close(err)
+    return pid, starttime, stdin
+
+
+async def reattach_stdin(fd: int) -> asyncio.WriteTransport:
+    """Our end of a re-adopted shell's stdin, from ``fd`` (the keeper's copy, taken over)."""
+    sock = socket.socket(fileno=fd)
+    stdin, _ = await asyncio.get_running_loop().create_unix_connection(ShellStdin, sock=sock)
+    return stdin
 
 
 class ExitWatch:

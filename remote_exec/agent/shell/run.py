@@ -4,21 +4,28 @@ A :class:`ShellRun` is a :class:`~remote_exec.agent.jobs.job.Job` whose output c
 session's shell instead of a process of its own. It lives in the job registry under a job id,
 so ``exec_remote_poll``, ``exec_remote_list``, ``exec_remote_kill`` and ``attach`` work on it
 unchanged, with the same cursors, long polls and back-pressure; only how it is signalled and
-how it ends differ.
+how it ends differ. A run of a durable session keeps its output in a job dir of its own
+(:mod:`.runlog`), capped and retained as a job's, and outlives the agent as a job does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
 import signal
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 from ...errors import JobNotRunningError
 from ...protocol import StartParams
+from ..buffer import StreamBuffer
+from ..jobs.diskjob import JobHome
 from ..jobs.job import Job
+from ..jobs.logfile import LogFile
+from ..jobs.spare import SpareFiles
+from .runlog import RunLog
 from .runstdin import RunStdin
 
 __all__ = ["RunSession", "ShellRun"]
@@ -68,6 +75,63 @@ class ShellRun(Job):
         self.pid = session.pid
         self.started_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
         self.feed: RunStdin | None = None  # its open stdin (``stdin_open``), closed when it ends
+        self.log: RunLog | None = None
+        self.files: list[LogFile] = []  # its logs on disk (a durable session's run), as a DiskJob's
+
+    def open_log(self, home: JobHome, spare: SpareFiles | None = None, create: bool = True) -> None:
+        """Keep the output in the run's own job dir (see :mod:`.runlog`) instead of memory:
+        ``spare``'s (renamed to it), else made (``create``), else an earlier agent's (re-adopted:
+        what it holds is not written again).
+
+        :raises OSError: the dir or its files cannot be made or opened.
+        """
+        log = RunLog(home, self.job_id, self.params.output_cap)
+        log.open(spare, create)
+        self.log = log
+        self.files = list(log.files.values())
+        # LogFile serves StreamBuffer's read interface (read, end, eof, mark_read, wants_pause).
+        self.streams = cast("dict[int, StreamBuffer]", log.files)
+        if create:
+            log.save(self._meta())
+
+    def _meta(self) -> dict[str, Any]:
+        """Its ``job.json``, in the shape :meth:`DiskJob.restore` reads (a finished run is a
+        finished job to the next agent); ``shell`` tells the job re-adoption to leave a running
+        one to the shell controller."""
+        p = self.params
+        meta: dict[str, Any] = {
+            "v": 1,
+            "job_id": self.job_id,
+            "shell": self.session_id,
+            "command": p.command,
+            "label": p.label,
+            "encoding": p.encoding,
+            "timeout": p.timeout,
+            "kill_grace": p.kill_grace,
+            "output_cap": p.output_cap,
+            "tags": p.tags,
+            "started_at": self.started_at,
+            "pid": self.pid,
+            "starttime": None,  # not the run's own process: nothing may signal it as a job's
+            "tree_ended": True,  # its leftovers are the session's (it ends them), not a job's
+        }
+        if self._done.is_set():
+            meta["end"] = {"state": self._state, "exit_code": self.exit_code, "ended_at": self.ended_at}
+        return meta
+
+    def remove_logs(self) -> None:
+        if self.log is not None:
+            self.log.close()
+            # In a thread: three unlinks and an rmdir take milliseconds on a loaded disk, and a
+            # session past its ``retain_runs`` releases one run per run.
+            asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, self.log.dir, True)
+
+    def _on_data(self, fd: int, data: bytes) -> None:
+        if self.log is None:
+            super()._on_data(fd, data)
+            return
+        self.log.write(fd, data)  # no pause: the bytes go from the session's file to the run's
+        self._notify()
 
     def begin(self, transport: asyncio.SubprocessTransport, elapsed: float = 0.0) -> None:
         """The session wrote this run's frame: pause reading its shell's output when it piles up.
@@ -86,6 +150,8 @@ class ShellRun(Job):
             t.cancel()
         self._timers.clear()
         self._transport = None
+        if self.log is not None:
+            self.log.close()
 
     def finish(self, exit_code: int | None) -> None:
         """Both sentinels arrived (or the shell ended): the run is over with ``exit_code``."""
@@ -102,6 +168,11 @@ class ShellRun(Job):
             t.cancel()
         self._timers.clear()
         self._done.set()
+        if self.log is not None:
+            for stream in self.files:
+                stream.eof = True
+            self.log.save(self._meta())  # now a finished job to the next agent too
+            self.log.close()
         self._notify()
         self._on_done(self)
 
@@ -112,7 +183,10 @@ class ShellRun(Job):
                 "start it with stdin_open=True to write to it",
                 job_id=self.job_id,
             )
-        return super().write_stdin(data, offset, eof)
+        taken = super().write_stdin(data, offset, eof)
+        if self.log is not None and (taken or eof):
+            self.log.save_stdin_cursor(self.stdin.written)  # the next agent's cursor, after a crash
+        return taken
 
     def send_signal(self, sig: int) -> None:
         """SIGINT interrupts the command as Ctrl-C would; other signals go to its processes."""

@@ -10,15 +10,14 @@ and background jobs ignore it.
 
 **Outliving the agent.** The shell's stdout and stderr are files in its session dir
 (:mod:`.follow`), the keeper holds a dup of our end of its stdin and the key of its run secrets
-(:mod:`.record`), and the record names the run in progress and the offsets its output starts
-at, written before its line is sent. So an agent killed or upgraded leaves the shell running,
-idle or busy, with its cwd, variables and functions; the next agent re-adopts it
-(:meth:`ShellSession.restore`), re-reads the current run's output from its start offsets
-through the same framing (so its bytes and cursors are what they were), and serves runs again.
+(:mod:`.record`), and the record names the run in progress and where its output is read from
+(:mod:`.output`, which sorts the output and keeps the record). So an agent killed or upgraded
+leaves the shell running, idle or busy, with its cwd, variables and functions; the next agent
+re-adopts it (:meth:`ShellSession.resume`), re-reads the current run's output through the same
+framing (so its bytes and cursors are what they were), and serves runs again.
 
-Output between runs (a background job writing late) is kept and handed to the next run, as a
-terminal would show it at the next prompt. Closing, idle expiry and agent *shutdown* kill the
-shell and everything left in its process group.
+Closing, idle expiry and agent *shutdown* kill the shell and everything left in its process
+group.
 """
 
 from __future__ import annotations
@@ -26,53 +25,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import os
-import shutil
 import signal
-import socket
-import subprocess
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ...errors import SpawnError
+from ...errors import RemoteExecError, SpawnError
 from ...protocol import ShellInfo
 from ..jobs.environment import job_environment
 from ..jobs.proctree import MARKER
 from ..procfacts import proc_starttime
 from . import signals
-from .follow import ShellFiles
+from .background import Background
 from .framing import Frame, frame_script, init_script, new_nonce, recovery_lines
-from .process import ExitWatch, ShellHome, spawn_shell
+from .idle import IdleTimer
+from .output import ShellOutput
+from .process import ExitWatch, ShellHome, launch_shell, reattach_stdin
 from .run import ShellRun
-from .runstdin import open_run_stdin
-from .store import SessionStore, no_space, run_record, write_private
+from .runstdin import resume_run_stdin, run_input
+from .store import SessionStore, no_space
 
-__all__ = ["ShellSession", "default_shell"]
-
-log = logging.getLogger("remote_exec.agent")
+__all__ = ["ShellSession"]
 
 START_TIMEOUT = 10.0  # seconds for a new shell to answer its first frame
-STRAY_LIMIT = 1 << 20  # bytes of between-runs output kept for the next run, per stream
 MAX_KEYS = 64  # idempotency keys remembered per session
-
-
-def default_shell() -> list[str]:
-    """The shell command line: bash if installed, else the POSIX sh."""
-    bash = shutil.which("bash")
-    if bash:
-        return [bash, "--norc", "--noprofile", "--noediting", "-i"]
-    return [shutil.which("sh") or "/bin/sh", "-i"]
-
-
-class _StdinProtocol(asyncio.Protocol):
-    """Our end of the shell's stdin: written to, never read (the shell's end cannot write)."""
-
-    def eof_received(self) -> bool:
-        return True  # the shell's end shut its writing half: keep ours open for writing
 
 
 class ShellSession:
@@ -95,9 +74,7 @@ class ShellSession:
     ) -> None:
         self.session_id = session_id
         self.argv = argv
-        self.ttl = ttl
-        self._clock = clock  # monotonic seconds that ``ttl`` is counted in (a test's fake clock)
-        self.idle_since = clock()
+        self.idle = IdleTimer(ttl, clock, self._is_idle, self._expire)
         self.pid = 0
         self.created_at = time.time()
         self.last_used_at = self.created_at
@@ -111,20 +88,18 @@ class ShellSession:
         self.home = home or ShellHome()
         self.starttime: int | None = None
         self.mark: str | None = None
-        self._files: ShellFiles | None = None
         self._exit_watch: ExitWatch | None = None
         self._store = SessionStore(self.home, session_id)
         self._stdin: asyncio.WriteTransport | None = None
-        self._frame: Frame | None = None
         self._ready: asyncio.Future[None] | None = None
         self._startup_err = bytearray()
-        self._stray = {1: bytearray(), 2: bytearray()}
         self._exited = False
         self._closed = asyncio.Event()
         self._interrupt_pending = False
         self._frame_ended = asyncio.Event()
-        self._ttl_timer: asyncio.TimerHandle | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.background = Background(session_id)  # (its interrupts, signals and closing)
+        self._spawn = self.background.spawn
+        self.output = ShellOutput(self._store, self._startup_noise, self._after_feed, self._frame_complete)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -139,42 +114,20 @@ class ShellSession:
             full_env[MARKER] = mark
         self.mark = mark
         loop = asyncio.get_running_loop()
-        # Made before the shell: a full disk then refuses the open with nothing to kill.
-        ours, theirs = socket.socketpair()
-        try:
-            out, err = await self._store.create(ours)
-        except BaseException:
-            ours.close()
-            theirs.close()
-            raise
-        theirs.shutdown(socket.SHUT_WR)  # the shell's stdin is for reading only
-        # Before the spawn: no await may come between the shell's start and its first frame.
-        self._stdin, _ = await loop.create_unix_connection(_StdinProtocol, sock=ours)
-        try:
-            self.pid, self.starttime = spawn_shell(self.argv, theirs.fileno(), out, err, cwd, full_env)
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            self._store.discard()
-            self._stdin.close()
-            await self._store.release()
-            raise SpawnError(f"cannot start the shell {self.argv[0]!r}: {exc}") from None
-        finally:
-            theirs.close()
-            os.close(out)
-            os.close(err)
+        # No await from here to the first frame (launch returns right after the spawn).
+        self.pid, self.starttime, self._stdin = await launch_shell(self.argv, self._store, cwd, full_env)
         self._follow((0, 0))
         self._ready = loop.create_future()
-        self._frame = self._new_frame()
+        frame = self.output.frame = self._new_frame()
         self._frame_ended = asyncio.Event()
         self._watch_exit()  # (after the frame: a shell that dies at once fails ``_ready``)
-        self._write(
-            init_script(self._bash) + frame_script(self._frame.public, self._frame.nonce, ":", None, self._bash)
-        )
+        self._write(init_script(self._bash) + frame_script(frame.public, frame.nonce, ":", None, self._bash))
         try:
             await asyncio.wait_for(asyncio.shield(self._ready), START_TIMEOUT)
         except TimeoutError:
             await self.close("it did not start")
             raise SpawnError(f"the shell {self.argv[0]!r} did not answer within {START_TIMEOUT:.0f} s") from None
-        self._save(None)
+        self.output.save(None)
         self._touch()
 
     def _follow(self, pos: tuple[int, int]) -> None:
@@ -183,8 +136,16 @@ class ShellSession:
         :raises OSError: a file is missing.
         """
         assert self._store.dir is not None
-        self._files = ShellFiles(self._store.dir, pos, self.pid, self._on_data, self.home.inotify)
-        self._files.open()
+        self.output.identity = {
+            "session_id": self.session_id,
+            "argv": self.argv,
+            "pid": self.pid,
+            "starttime": self.starttime,
+            "mark": self.mark,
+            "tmpdir": self._store.tmpdir,
+            "created_at": self.created_at,
+        }
+        self.output.follow(self._store.dir, pos, self.pid, self.home.inotify)
 
     def _watch_exit(self) -> None:
         self._exit_watch = ExitWatch(self.pid, self.starttime, self.home.keeper, self._on_exit)
@@ -209,51 +170,32 @@ class ShellSession:
         self._store.adopt(record, path, key)
         self.mark = record.get("mark")
         self.created_at = self.last_used_at = float(record["created_at"])
-        sock = socket.socket(fileno=stdin)
-        self._stdin, _ = await asyncio.get_running_loop().create_unix_connection(_StdinProtocol, sock=sock)
+        self._stdin = await reattach_stdin(stdin)
         run_rec = record.get("run")
         if run_rec is None:
             idle = record["idle"]
             self._follow((int(idle[0]), int(idle[1])))
         else:
-            start, stray = run_rec["start"], run_rec["stray"]
-            self._follow((int(start[0]), int(start[1])))
-            assert self._files is not None
-            run = self.run = make_run(run_rec)
-            public = str(run_rec["public"])
-            self._frame = Frame(public, self._store.nonce(public), self._bash)
-            self._frame_ended = asyncio.Event()
-            for fd in (1, 2):
-                head = self._files.replay(fd, int(stray[fd - 1]), int(start[fd - 1]))
-                if head:
-                    run._on_data(fd, head)
-            run.begin(self._files, elapsed=max(0.0, time.time() - run.started_at))
+            await self._resume_run(run_rec, make_run)
         self._watch_exit()
         self._touch()
 
-    def _new_frame(self) -> Frame:
-        public = new_nonce()
+    async def _resume_run(self, run_rec: dict[str, Any], make_run: Callable[[dict[str, Any]], ShellRun]) -> None:
+        """Rebuild the run in progress: from its checkpoint if it has one (its log holds what came
+        before), else from its start (its stray head re-read, its log's bytes skipped)."""
+        ck = run_rec.get("ck")
+        at = ck["at"] if ck is not None else run_rec["start"]
+        self._follow((int(at[0]), int(at[1])))
+        run = self.run = make_run(run_rec)
+        self._frame_ended = asyncio.Event()
+        frame = self._new_frame(str(run_rec["public"]))
+        self.output.resume_run(run, frame, run_rec, self.home.jobs)  # (no await before: the files are read)
+        if run_rec.get("stdin") and self.home.keeper is not None and self._store.tmpdir is not None:
+            await resume_run_stdin(run, self.home.keeper, self._store.tmpdir, self.pid)
+
+    def _new_frame(self, public: str | None = None) -> Frame:
+        public = public or new_nonce()
         return Frame(public, self._store.nonce(public), self._bash)
-
-    def _save(self, run: dict[str, Any] | None) -> None:
-        """Write the record (durable sessions only): where the next agent picks the session up.
-
-        :raises OSError: the disk is full.
-        """
-        if self._files is None:
-            return
-        record = {
-            "session_id": self.session_id,
-            "argv": self.argv,
-            "pid": self.pid,
-            "starttime": self.starttime,
-            "mark": self.mark,
-            "tmpdir": self._store.tmpdir,
-            "created_at": self.created_at,
-            "idle": [self._files.pos[fd] - len(self._stray[fd]) for fd in (1, 2)],
-            "run": run,
-        }
-        self._store.save(record)
 
     @property
     def open(self) -> bool:
@@ -282,51 +224,27 @@ class ShellSession:
 
     def _touch(self) -> None:
         self.last_used_at = time.time()
-        self.idle_since = self._clock()
-        if self._ttl_timer is not None:
-            self._ttl_timer.cancel()
-            self._ttl_timer = None
-        if self.ttl > 0 and self.run is None and self.open:
-            self._ttl_timer = asyncio.get_running_loop().call_later(self.ttl, self._expire)
+        self.idle.touch()
+
+    def _is_idle(self) -> bool:
+        return self.run is None and self.open
 
     def expire_idle(self) -> bool:
-        """Close the session (in the background) if it sat idle for ``ttl`` by its clock.
-
-        The TTL timer calls this; a test with a fake clock calls it after advancing the clock.
-        """
-        if self.ttl <= 0 or self.run is not None or not self.open or self._clock() - self.idle_since < self.ttl:
-            return False
-        self._spawn(self.close(f"idle for {self.ttl:g} s"))
-        return True
+        """Close the session (in the background) if it sat idle for its TTL by its clock."""
+        return self.idle.check()
 
     def _expire(self) -> None:
-        self._ttl_timer = None
-        if not self.expire_idle() and self.ttl > 0 and self.run is None and self.open:
-            # Not due by the clock yet (a timer may fire a hair early): check again when it is.
-            left = max(self.idle_since + self.ttl - self._clock(), 0.001)
-            self._ttl_timer = asyncio.get_running_loop().call_later(left, self._expire)
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._task_done)
-
-    def _task_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("shell %s: %s failed", self.session_id, task.get_coro(), exc_info=task.exception())
+        self._spawn(self.close(f"idle for {self.idle.ttl:g} s"))
 
     def detach(self) -> None:
         """Leave the shell to the next agent (a handover): stop reading, kill nothing.
 
         The keeper holds its stdin and key, the record says where its output is read from.
         """
-        for watcher in (self._files, self._exit_watch):
-            if watcher is not None:
-                watcher.close()
-        for timer in (self._ttl_timer,):
-            if timer is not None:
-                timer.cancel()
+        self.output.close()
+        if self._exit_watch is not None:
+            self._exit_watch.close()
+        self.idle.cancel()
         if self._stdin is not None:
             self._stdin.close()  # (the keeper's dup keeps the socket open)
         if self.run is not None:
@@ -356,62 +274,42 @@ class ShellSession:
 
         ``stdin_open``: the run's stdin is a FIFO fed by ``write_stdin`` (:mod:`.runstdin`).
         """
-        assert self._files is not None and self.run is None
+        assert self.output.files is not None and self.run is None
         self.run = run  # before any await: a concurrent shell_run now finds the session busy
-        if self._ttl_timer is not None:
-            self._ttl_timer.cancel()
-            self._ttl_timer = None
+        self.idle.cancel()
         self.last_used_at = time.time()
-        stdin_path = None
-        if stdin_open:
-            assert self._store.tmpdir is not None
-            try:
-                stdin_path = await open_run_stdin(run, self._store.tmpdir, input)
-            except OSError as exc:
-                self.run = None  # the session stays usable; the run ends without having begun
-                run.finish(None)
-                self._touch()
-                raise no_space(exc, f"the stdin of run {run.job_id}") from None
-        elif input is not None:
-            stdin_path = self._store.input_path(run.job_id)
-            try:
-                await asyncio.to_thread(write_private, stdin_path, input)
-            except OSError as exc:
-                self.run = None  # the session stays usable; the run ends without having begun
-                self._remove_input(run)
-                run.finish(None)
-                self._touch()
-                raise no_space(exc, f"the input of run {run.job_id}") from None
+        try:
+            keeper = self.home.keeper if self.home.durable else None
+            stdin_path = await run_input(run, self._store, input, stdin_open, keeper)
+        except RemoteExecError:
+            self._abort(run)
+            raise
         if not self.open:
             run.finish(self.exit_code)  # the shell died while the input was being written
             return
         frame = self._new_frame()
-        files = self._files
         try:  # before the line is sent: an agent killed after that finds the run on disk
-            self._save(run_record(run, frame.public, self._stray, files.pos))
+            self.output.begin_run(run, frame)
         except OSError as exc:
-            self.run = None  # the session stays usable; the run ends without having begun
-            self._remove_input(run)
-            run.finish(None)
-            self._touch()
+            self._abort(run)
             raise no_space(exc, f"the record of run {run.job_id}") from None
-        # Nothing before this run's first stray byte is read again, by this agent or the next.
-        files.drop_before((files.pos[1] - len(self._stray[1]), files.pos[2] - len(self._stray[2])))
-        for fd, stray in self._stray.items():
-            if stray:
-                run._on_data(fd, bytes(stray))
-                stray.clear()
-        self._frame = frame
         self._frame_ended = asyncio.Event()
-        run.begin(files)
+        run.begin(self.output.files)
         self._write(frame_script(frame.public, frame.nonce, run.command, stdin_path, self._bash))
+
+    def _abort(self, run: ShellRun) -> None:
+        """``run`` ends without having begun; the session stays usable."""
+        self.run = None
+        self._remove_input(run)
+        run.finish(None)
+        self._touch()
 
     def interrupt(self) -> None:
         """Ctrl-C: SIGINT to the running command; the shell survives. Nothing runs: nothing to do.
 
         Returns at once; the signal goes out from a task (see :func:`.signals.interrupt`).
         """
-        frame = self._frame
+        frame = self.output.frame
         if self.run is None or frame is None or not self.open:
             return
         if not frame.started:
@@ -424,7 +322,7 @@ class ShellSession:
         # Only while ``frame`` is the current one: a recovery line written after its run ended
         # would reach the shell after the next run's line, find the guard holding that run's id,
         # and print this run's sentinels again, into the next run's output.
-        if self._frame is frame and not frame.complete:
+        if self.output.frame is frame and not frame.complete:
             self._write(recovery_lines(frame.public, frame.nonce, self._bash))
 
     def signal_run(self, run: ShellRun, sig: int) -> None:
@@ -444,36 +342,17 @@ class ShellSession:
 
     # -- pipe callbacks (event loop) --------------------------------------------------------------
 
-    def _on_data(self, fd: int, data: bytes) -> None:
-        frame = self._frame
-        if frame is None:
-            self._keep_stray(fd, data)
-            return
-        visible, rest = frame.feed(fd, data)
-        if visible:
-            self._deliver(fd, visible)
+    def _startup_noise(self, fd: int, data: bytes) -> None:
+        if fd == 2 and len(self._startup_err) < 4096:
+            self._startup_err += data  # the first frame's output is startup noise, shown on failure
+
+    def _after_feed(self, frame: Frame) -> None:
         if self._interrupt_pending and frame.started:
             self._interrupt_pending = False
             self.interrupt()
-        if rest:
-            self._keep_stray(fd, rest)
-        if frame.complete:
-            self._frame_complete(frame.exit_code)
-
-    def _deliver(self, fd: int, data: bytes) -> None:
-        if self.run is not None:
-            self.run._on_data(fd, data)
-        elif fd == 2 and len(self._startup_err) < 4096:
-            self._startup_err += data  # the first frame's output is startup noise, shown on failure
-
-    def _keep_stray(self, fd: int, data: bytes) -> None:
-        stray = self._stray[fd]
-        stray += data
-        if len(stray) > STRAY_LIMIT:
-            del stray[: len(stray) - STRAY_LIMIT]
 
     def _frame_complete(self, exit_code: int | None) -> None:
-        self._frame = None
+        self.output.end_run()
         self._frame_ended.set()
         self._interrupt_pending = False
         run, self.run = self.run, None
@@ -489,13 +368,7 @@ class ShellSession:
         self._exited = True
         self.exit_code = code
         signals.killpg(self.pid, signal.SIGKILL)  # the tab closed: what it left running in its group goes too
-        if self._files is not None:
-            self._files.drain()  # the files hold all the shell wrote: read it to the end
-        if self._frame is not None:
-            for fd in (1, 2):
-                held = self._frame.flush(fd)
-                if held:
-                    self._deliver(fd, held)
+        self.output.flush()
         self._finalize()
 
     def _finalize(self) -> None:
@@ -503,14 +376,13 @@ class ShellSession:
             return
         if self.closed_reason is None:
             self.closed_reason = f"the shell exited with code {self.exit_code}"
-        if self._ttl_timer is not None:
-            self._ttl_timer.cancel()
-        for watcher in (self._files, self._exit_watch):
-            if watcher is not None:
-                watcher.close()
+        self.idle.cancel()
+        self.output.close()
+        if self._exit_watch is not None:
+            self._exit_watch.close()
         if self._stdin is not None:
             self._stdin.close()
-        self._frame = None
+        self.output.end_run()
         self._frame_ended.set()
         run, self.run = self.run, None
         if run is not None:

@@ -16,16 +16,13 @@ import socket
 import stat
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...errors import NoSpaceError, SpawnError
 from .process import ShellHome
 from .record import RecordFile, derive_nonce, key_memfd, session_dir
 
-if TYPE_CHECKING:
-    from .run import ShellRun
-
-__all__ = ["SessionStore", "no_space", "run_record", "write_private"]
+__all__ = ["SessionStore", "no_space", "write_private"]
 
 OUTPUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -142,10 +139,7 @@ class SessionStore:
         if self.tmpdir is not None:
             shutil.rmtree(self.tmpdir, ignore_errors=True)  # small: input files and FIFOs
         if self.dir is not None and str(self.dir) != self.tmpdir:
-            if self.home.trash is not None:  # its output files may be large: unlinked off the loop
-                self.home.trash.discard(Path(self.dir))
-            else:
-                shutil.rmtree(self.dir, ignore_errors=True)
+            self.home.discard(Path(self.dir))  # its output files may be large: unlinked off the loop
 
 
 def no_space(exc: OSError, what: str) -> Exception:
@@ -159,17 +153,3 @@ def write_private(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
-
-
-def run_record(run: ShellRun, public: str, stray: dict[int, bytearray], pos: dict[int, int]) -> dict[str, Any]:
-    """What the next agent needs of a run about to begin: who it is and where its output starts
-    (its stray head at ``stray``, its frame at ``start``); its secret is *not* here."""
-    return {
-        "job_id": run.job_id,
-        "params": run.params.model_dump(mode="json", exclude_none=True),
-        "public": public,
-        "stray": [pos[fd] - len(stray[fd]) for fd in (1, 2)],
-        "start": [pos[1], pos[2]],
-        "started_at": run.started_at,
-        "started_boot": run.started_boot,
-    }
