@@ -32,6 +32,7 @@ from .jobs.logfile import DEFAULT_CAP, Inotify
 from .jobs.methods import job_methods
 from .jobs.policy import PolicyWatcher
 from .keeperlink import KeeperLink
+from .listener import private_listener
 from .metrics import MetricsController, metrics_methods
 from .ports.controller import PortController, PortLimits
 from .ports.methods import port_methods
@@ -288,23 +289,16 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> bool:
     for stale in (sock, stream_sock):  # ensure_server holds the lock and found nobody accepting
         if stale.exists():
             stale.unlink()
-    old_umask = os.umask(0o177)  # the sockets are born 0600: no window where others can connect
-    try:
-        # The frame stream first: the HTTP socket is what clients wait for, so once it accepts
-        # both do. A deep backlog: a burst of connections (1000 clients starting jobs at once)
-        # must queue, not fail with EAGAIN, which asyncio does not retry for Unix sockets.
-        streams = await asyncio.start_unix_server(
-            lambda r, w: serve_frames(r, w, app[HANDLE_FRAME], MAX_REQUEST, app[INTAKE], app[PEERS]),
-            os.fspath(stream_sock),
-            limit=LINE_PIECE,  # longer lines are read (and charged to the budget) piece by piece
-            backlog=4096,
-        )
-        site = web.UnixSite(runner, os.fspath(sock), backlog=4096)
-        await site.start()
-    finally:
-        os.umask(old_umask)
-    os.chmod(sock, 0o600)
-    os.chmod(stream_sock, 0o600)
+    # The frame stream first: the HTTP socket is what clients wait for, so once it accepts
+    # both do. A deep backlog: a burst of connections (1000 clients starting jobs at once)
+    # must queue, not fail with EAGAIN, which asyncio does not retry for Unix sockets.
+    streams = await asyncio.start_unix_server(
+        lambda r, w: serve_frames(r, w, app[HANDLE_FRAME], MAX_REQUEST, app[INTAKE], app[PEERS]),
+        sock=private_listener(stream_sock, backlog=4096),
+        limit=LINE_PIECE,  # longer lines are read (and charged to the budget) piece by piece
+    )
+    site = web.SockSite(runner, private_listener(sock, backlog=4096))
+    await site.start()
     stop: asyncio.Event = app[STOP]
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

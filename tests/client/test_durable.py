@@ -317,6 +317,9 @@ async def test_the_next_jobs_dir_is_made_ahead(fresh_agent_dir: Path) -> None:
     spare = fresh_agent_dir / "jobs.spare"
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
         await wait_until("a spare is ready", spare.exists)
+        # Made in a thread while the agent binds its sockets: 0700 (a umask lowered around the
+        # bind once made it 0600 some of the time).
+        assert oct(os.stat(spare).st_mode & 0o777) == "0o700"
         ino = os.stat(spare).st_ino
         proc = sb.exec_remote(["echo", "hi"])
         await proc.wait()
