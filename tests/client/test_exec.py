@@ -323,3 +323,23 @@ def test_blocking_second_iteration_raises(agent_dir: Path) -> None:
         with pytest.raises(RuntimeError, match="consumed already"):
             list(proc)
         proc.close_stdin()
+
+
+async def test_a_held_back_character_does_not_freeze_the_agent(url: str) -> None:
+    """A running job's output that ends in the first byte of a UTF-8 character: the poll holds
+    that byte back, and must then wait, not spin (a spin froze the whole agent until the job
+    wrote again: here, never, since only a later call feeds it)."""
+    async with rx.open_sandbox(url) as sb:
+        proc = sb.exec_remote(["sh", "-c", r"printf 'a\303'; read x; printf '\251\n'"], stdin_open=True)
+        assert await anext(aiter(proc)) == rx.StdoutChunk("a")
+        results: list[rx.ExecResult] = []
+
+        async def finish() -> None:
+            results.append(await proc.wait())  # its poll finds the held-back byte and waits
+
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(finish)
+                await sb.server_info()  # a round trip: the waiting poll was sent meanwhile
+                await proc.write_stdin("go\n")  # answered only by an agent that is not spinning
+        assert results[0].stdout == "a\u00e9\n"

@@ -103,6 +103,11 @@ class JobOutput:
         while True:
             self._last_poll = time.monotonic()
             changed = self._changed
+            # The ends as they were before the reads: a read may hold back the end (an
+            # incomplete UTF-8 character of a running job), so "the stream is longer than what
+            # the read gave" is no news; only growth past these is (else this loop would spin
+            # without ever yielding, and freeze the agent, until the job wrote again).
+            ends = (self.streams[1].end, self.streams[2].end)
             out = self.streams[1].read(p.stdout_offset, p.max_bytes, self.encoding, raw=p.binary)
             err = self.streams[2].read(p.stderr_offset, p.max_bytes, self.encoding, raw=p.binary)
             if self._paused and not any(self.streams[fd].wants_pause() for fd in self._paused):
@@ -119,7 +124,7 @@ class JobOutput:
             try:
                 # Armed only now: bytes that landed between the read above and the arming woke
                 # nobody (an inotify watch reports writes after it exists, not before). Look again.
-                if self.streams[1].end > out.end or self.streams[2].end > err.end:
+                if self.streams[1].end > ends[0] or self.streams[2].end > ends[1]:
                     continue
                 if not woken:  # nothing will tell us of new output: look again now and then
                     remaining = min(remaining, UNWATCHED_TICK)
