@@ -19,6 +19,12 @@ const UP = new Set(["idle", "busy"]);
 // A JSON string is a valid Python str literal: the only way a value from the file reaches code.
 const py = (value) => JSON.stringify(String(value));
 
+// A notebook file is not to be trusted (it need not have passed our saver): a record is acted on
+// only with a job id of the agent's form and a sandbox URL of a sane length, as the saver writes.
+const JOB_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+const MAX_URL = 2048;
+const usable = (rec) => JOB_ID.test(rec.job_id) && rec.sandbox.length > 0 && rec.sandbox.length <= MAX_URL;
+
 // What the probe asks: True only when remote_exec is loaded and holds an open view of the job.
 const probe = (jobId) =>
   `__import__("sys").modules.get("remote_exec.jupyter.job_view") is not None and ` +
@@ -58,6 +64,11 @@ class RecordRenderer extends Widget {
       label: String(rec.label ?? ""),
       state: String(rec.state ?? ""),
     };
+    if (!usable(this._record)) this._record.job_id = ""; // shown, never acted on
+    // An untrusted notebook (not signed by this user's server: e.g. downloaded) names on the
+    // button itself the sandbox a click connects the kernel to, and is not asked about on render.
+    this._trusted = Boolean(model.trusted);
+    this._button.textContent = this._trusted ? "Reconnect" : `Reconnect to ${this._record.sandbox}`;
     this._button.title = `A live view of job ${this._record.job_id} (${this._record.label}) from ${this._record.sandbox}, in this notebook's kernel`;
     const o = this._options;
     await renderHTML({
@@ -102,7 +113,7 @@ class RecordRenderer extends Widget {
     if (this.isDisposed || !this._record) return;
     const kernel = this._kernel();
     this._button.hidden = !kernel || !this._record.job_id;
-    if (kernel && this._record.job_id && !this._probed) {
+    if (kernel && this._record.job_id && this._trusted && !this._probed) {
       this._probed = true; // once per rendering: a kernel that holds no view now will not later
       this._probe(kernel);
     }
@@ -191,7 +202,7 @@ const plugin = {
     document.addEventListener("remote-exec:reconnect", (event) => onWidgetReconnect(app, event));
     rendermime.addFactory(
       {
-        safe: true, // it renders sanitized HTML and runs nothing unless clicked
+        safe: true, // sanitized HTML; in the kernel only the probe (a trusted notebook's) and a click run
         mimeTypes: [RECORD_MIME],
         createRenderer: (options) => new RecordRenderer(options, app),
       },

@@ -82,10 +82,11 @@ def read_trees(wanted: frozenset[int]) -> dict[int, TreeReading]:
     ``wanted``, by session id.
 
     CPU is the whole tree's, exited descendants included: each process's own time plus
-    ``cutime``/``cstime`` (the time of the children it waited for, theirs included), zombies
-    too (a child exited but not yet waited for is in nobody's ``cutime``). A process's time
-    moves into its parent's ``cutime`` as the parent reaps it, so nothing is counted twice and
-    a job that burns CPU in short-lived children is seen doing so. Orphans reaped by the keeper
+    ``cutime``/``cstime`` (the time of the children it waited for, theirs included). A
+    process's time moves into its parent's ``cutime`` as the parent reaps it, so a job that
+    burns CPU in short-lived children is seen doing so. Zombies are not counted (their time is
+    about to move to their reaper: counting them could count it twice, and a CPU limit acts on
+    one reading), so a reading may briefly fall short, never over. Orphans reaped by the keeper
     (the subreaper) are added by :func:`add_orphans`."""
     acc: dict[int, list[int]] = {}
     leaders: dict[int, int] = {}
@@ -110,9 +111,13 @@ def read_trees(wanted: frozenset[int]) -> dict[int, TreeReading]:
         a = acc.setdefault(sid, [0, 0, 0, 0, 0, 0])
         if int(name) == sid:
             leaders[sid] = int(fields[19])
-        a[0] += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
         if fields[0] == b"Z":
-            continue  # gone but for its CPU time: no process, memory or I/O of its own
+            # Not counted: its time moves into its reaper's cutime, or (an orphan) into the
+            # keeper's tally, and either may happen while this walk runs; counting it here too
+            # could count it twice, and a CPU limit kills on one reading. A transient undercount
+            # instead: the next reading has it.
+            continue
+        a[0] += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
         r, w = _io(name)
         a[1] += 1
         a[2] += int(fields[17])

@@ -7,6 +7,7 @@ The process table is read directly."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -152,3 +153,23 @@ async def test_the_end_is_told_once_the_tree_is_gone(agent_dir: Path, how: str) 
             with pytest.raises(rx.ExecTimeoutError):
                 await proc.wait()
         assert procs_with(f"sleep 1.{t}") == []  # without the hold: the lingering child, still there
+
+
+async def test_an_agent_killed_while_a_kill_ends_the_tree_leaves_the_true_end(fresh_agent_dir: Path) -> None:
+    """The leader is gone (reaped) and its end held while its lingering child is ended: an agent
+    SIGKILLed then has already written that end down, and the next one reports "killed", not a
+    "completed" with no exit code."""
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        proc = sb.exec_remote(["sh", "-c", LINGERING_CHILD.format(t=4630)], kill_grace=30)
+        assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
+        leader = proc.pid
+
+        async def kill() -> None:
+            with contextlib.suppress(rx.RemoteExecError):
+                await proc.kill()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(kill)
+            await wait_until("the leader is reaped", lambda: not Path(f"/proc/{leader}").exists())
+            await _agent_killed(sb)  # the child lingers 1.46 s after its SIGTERM: the kill is under way
+        assert [j.state for j in await sb.jobs() if j.job_id == proc.job_id] == ["killed"]

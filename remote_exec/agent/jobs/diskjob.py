@@ -146,6 +146,9 @@ class DiskJob(Job):
         }
         if self._done.is_set():
             meta["end"] = {"state": self._state, "exit_code": self.exit_code, "ended_at": self.ended_at}
+        elif self._held_exit is not None:  # told once the tree is gone; on disk now (see _leader_exited)
+            code, at = self._held_exit
+            meta["end"] = {"state": self._ending or "completed", "exit_code": code, "ended_at": at}
         if self.tree_ended:
             meta["tree_ended"] = True
         meta.update(dump_hits(self))
@@ -319,7 +322,10 @@ class DiskJob(Job):
         self._exited = True
         self._exit_event.set()
         if self._ending_tree:
+            # The leader is reaped: its exit exists only here now. On disk at once, so an agent
+            # that dies before the tree is gone leaves the true end to the next one.
             self._held_exit = (code, time.time())
+            self.save()
             return
         self._finish(self._ending or "completed", code, time.time())
 

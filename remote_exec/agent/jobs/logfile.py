@@ -104,7 +104,8 @@ class LogFile:
             st = os.stat(self.path)
             size = st.st_size
             if size != self._size:
-                self.mtime = st.st_mtime if size else None
+                # The job can set its log's mtime (touch its own fd 1): only a sane one is kept.
+                self.mtime = st.st_mtime if size and 0 <= st.st_mtime < 1e11 else None
                 self._moved(size, self.base)
         return self._size
 

@@ -62,10 +62,19 @@ async def readopt(home: JobHome, prefix: str, buffer_limit: int, on_done: Callab
     return restored
 
 
+MAX_RECORD = 4 << 20  # a job.json is a few kB; one this big was not written by an agent
+
+
 def _load_meta(job_dir: str) -> dict[str, object]:
-    """A job dir's ``job.json`` (small; read once per job when an agent starts)."""
+    """A job dir's ``job.json`` (small; read once per job when an agent starts).
+
+    :raises ValueError: it is larger than :data:`MAX_RECORD` or not a JSON object.
+    """
     with open(os.path.join(job_dir, "job.json"), "rb") as f:
-        meta = json.load(f)
+        raw = f.read(MAX_RECORD + 1)
+    if len(raw) > MAX_RECORD:
+        raise ValueError(f"job.json is over {MAX_RECORD} bytes")
+    meta = json.loads(raw)
     if not isinstance(meta, dict):
         raise ValueError("job.json is not an object")
     return meta

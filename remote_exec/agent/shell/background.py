@@ -26,8 +26,10 @@ class Background:
         task.add_done_callback(self._done)
 
     async def wait(self) -> None:
-        """Wait for the tasks running now to end; cancelling it leaves them running."""
-        await asyncio.gather(*self._tasks)
+        """Wait for the tasks running now to end; cancelling it leaves them running (``gather``
+        would cancel them with it)."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks))
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)

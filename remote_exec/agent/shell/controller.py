@@ -266,7 +266,10 @@ class ShellController:
                 session.runs.extend(self.jobs.shell_runs(sid))
                 await session.resume(record, Path(entry.path), key, stdin, self._run_maker(session))
                 restored += 1
-            except (OSError, ValueError, KeyError, TypeError, RemoteExecError) as exc:
+            # The record is a file the shell's user may write: anything in it may be hostile,
+            # and a session it cannot describe is ended (IndexError, OverflowError: a short
+            # list, a number no file offset can be).
+            except (OSError, ValueError, KeyError, TypeError, IndexError, OverflowError, RemoteExecError) as exc:
                 log.warning("cannot re-adopt shell %s: %s; ending it", sid, exc)
                 half = self._sessions.pop(sid, None)
                 if half is not None:  # stopped part-way: let go of what it opened, end its run

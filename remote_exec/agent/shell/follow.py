@@ -135,11 +135,19 @@ class ShellFiles(asyncio.SubprocessTransport):
             while not self.closed and self._read(fd):
                 pass
 
-    def replay(self, fd: int, start: int, stop: int) -> bytes:
-        """The bytes of stream ``fd`` in ``[start, stop)`` (a run's stray head, re-read)."""
+    def replay(self, fd: int, start: int, stop: int, limit: int) -> bytes:
+        """The bytes of stream ``fd`` in ``[start, stop)`` (a run's stray head, re-read), at
+        most the last ``limit`` of them: the span comes from a record the shell's user may have
+        written, and a huge one must not become a huge allocation.
+
+        :raises ValueError: a negative offset.
+        """
+        if start < 0 or stop < 0:
+            raise ValueError(f"offsets {start}, {stop} are not a file's")
+        start = max(start, stop - limit)
         try:
             return os.pread(self._fds[fd], max(0, stop - start), start)
-        except OSError:
+        except (OSError, OverflowError):
             return b""
 
     def drop_before(self, offsets: tuple[int, int]) -> None:

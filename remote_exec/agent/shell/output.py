@@ -127,11 +127,14 @@ class ShellOutput:
         if ck is not None:
             frame.resume_started()
             for fd in (1, 2):  # the log holds these already (written after the checkpoint)
+                logged = int(ck["logged"][fd - 1])
+                if logged < 0:
+                    raise ValueError(f"a checkpoint at {logged} is not a log's")
                 if run.log is not None:
-                    run.log.skip[fd] = max(0, run.log.files[fd].end - int(ck["logged"][fd - 1]))
+                    run.log.skip[fd] = max(0, run.log.files[fd].end - logged)
         else:
             for fd in (1, 2):
-                head = files.replay(fd, int(stray[fd - 1]), int(start[fd - 1]))
+                head = files.replay(fd, int(stray[fd - 1]), int(start[fd - 1]), STRAY_LIMIT)
                 if head:
                     run._on_data(fd, head)
         run.begin(files, elapsed=max(0.0, time.time() - run.started_at))

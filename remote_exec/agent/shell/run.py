@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import signal
 import time
 from collections.abc import Callable
@@ -122,9 +121,9 @@ class ShellRun(Job):
     def remove_logs(self) -> None:
         if self.log is not None:
             self.log.close()
-            # In a thread: three unlinks and an rmdir take milliseconds on a loaded disk, and a
-            # session past its ``retain_runs`` releases one run per run.
-            asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, self.log.dir, True)
+            # Through the jobs' trash, off the event loop: unlinks take milliseconds on a loaded
+            # disk (seconds for a big log), and a session past ``retain_runs`` releases one run per run.
+            self.log.discard()
 
     def _on_data(self, fd: int, data: bytes) -> None:
         if self.log is None:

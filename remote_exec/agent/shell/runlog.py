@@ -53,6 +53,10 @@ class RunLog:
         self._home = home
         self._lost = False
 
+    def discard(self) -> None:
+        """Delete the run's dir (it was forgotten) without blocking the event loop."""
+        self._home.discard(self.dir)
+
     def open(self, spare: SpareFiles | None = None, create: bool = True) -> None:
         """Open the dir and the files, and charge them to the log budget: ``spare``'s (the jobs'
         ready-made dir, renamed to ours already: no file to create on the run's path), else made
