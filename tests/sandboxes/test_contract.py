@@ -100,8 +100,11 @@ async def test_timeout_enforced_in_sandbox_with_host_gone(sandbox_url: str) -> N
         job_id, pid = proc.detach(), proc.pid
     async with rx.open_sandbox(sandbox_url) as sb:  # a new client; nobody watched in between
         await sb.run(["sh", "-c", f"while kill -0 {pid} 2>/dev/null; do sleep 0.05; done"], timeout=30)
-        rows = {j.job_id: j for j in await sb.jobs()}
-        assert rows[job_id or ""].state == "timed_out"
+        # The end is told once the whole tree is gone, a moment after its leader.
+        with anyio.fail_after(30):
+            while (state := {j.job_id: j.state for j in await sb.jobs()}[job_id or ""]) == "running":  # noqa: ASYNC110
+                await anyio.sleep(0.05)
+        assert state == "timed_out"
 
 
 async def test_shell_sessions(sandbox_url: str) -> None:
