@@ -101,9 +101,37 @@ def jupyterlab(root: Path, nodelay: bool = True) -> Iterator[str]:
             server.wait(15)
 
 
-def measure(keys: int, nodelay: bool) -> dict[str, Any]:
+def typed_in_browser(root: Path, setup: str, last: str, nodelay: bool, keys: int, measure_js: str = MEASURE) -> Any:
+    """Run ``setup`` (it shows a TerminalView of a ``cat`` job) in a notebook in JupyterLab in
+    Chromium, type ``keys`` keys into the terminal with ``measure_js`` (after 20 to warm up),
+    then run ``last`` (it ends the job and the agent); return what ``measure_js`` returned."""
     from playwright.sync_api import sync_playwright
 
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(setup), nbformat.v4.new_code_cell(last)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nbformat.write(nb, root / "bench.ipynb")
+    with jupyterlab(root, nodelay) as url, sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(90_000)
+        page.goto(url)
+        page.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for()
+        cells = page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-Cell")
+        cells.nth(0).locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Shift+Enter")
+        page.locator(".rx-term-screen .xterm-screen").wait_for()
+        page.locator(".rx-badge", has_text="running").wait_for()
+        page.locator(".rx-term-screen .xterm-screen").click()  # a view sends input while it has the focus
+        page.evaluate(measure_js, 20)  # warm up: the first keys pay for connections and JIT
+        result = page.evaluate(measure_js, keys)
+        cells.nth(1).locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Shift+Enter")
+        page.locator(".jp-NotebookPanel:visible .jp-Cell").nth(1).locator(".jp-InputPrompt", has_text="[2]").wait_for()
+        browser.close()
+    return result
+
+
+def measure(keys: int, nodelay: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="rx-bench-term-") as tmp:
         root = Path(tmp)
         setup = (
@@ -111,36 +139,8 @@ def measure(keys: int, nodelay: bool) -> dict[str, Any]:
             f"sb = rx.connect('local://?dir={root}/agent')\n"
             "proc = sb.exec_remote(['cat'], tty=True)\nTerminalView(proc)"
         )
-        nb = nbformat.v4.new_notebook(
-            cells=[
-                nbformat.v4.new_code_cell(setup),
-                nbformat.v4.new_code_cell(
-                    "proc.kill(); pid = sb.info.pid; sb.close(); import os, signal; os.kill(pid, signal.SIGTERM)"
-                ),
-            ]
-        )
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-        nbformat.write(nb, root / "bench.ipynb")
-        with jupyterlab(root, nodelay) as url, sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(90_000)
-            page.goto(url)
-            page.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for()
-            cells = page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-Cell")
-            cells.nth(0).locator(".jp-InputArea-editor").click()
-            page.keyboard.press("Shift+Enter")
-            page.locator(".rx-term-screen .xterm-screen").wait_for()
-            page.locator(".rx-badge", has_text="running").wait_for()
-            page.locator(".rx-term-screen .xterm-screen").click()  # a view sends input while it has the focus
-            page.evaluate(MEASURE, 20)  # warm up: the first keys pay for connections and JIT
-            result: dict[str, list[float]] = page.evaluate(MEASURE, keys)
-            cells.nth(1).locator(".jp-InputArea-editor").click()
-            page.keyboard.press("Shift+Enter")
-            page.locator(".jp-NotebookPanel:visible .jp-Cell").nth(1).locator(
-                ".jp-InputPrompt", has_text="[2]"
-            ).wait_for()
-            browser.close()
+        last = "proc.kill(); pid = sb.info.pid; sb.close(); import os, signal; os.kill(pid, signal.SIGTERM)"
+        result: dict[str, list[float]] = typed_in_browser(root, setup, last, nodelay, keys)
     return {name: summary(values) for name, values in result.items()}
 
 

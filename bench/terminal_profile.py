@@ -21,8 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import nbformat
-from terminal import CHROMIUM, jupyterlab
+from terminal import typed_in_browser
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "terminal_profile.json"
 
@@ -96,8 +95,6 @@ SEGMENTS = {
 
 
 def profile(keys: int) -> dict[str, Any]:
-    from playwright.sync_api import sync_playwright
-
     with tempfile.TemporaryDirectory(prefix="rx-bench-prof-") as tmp:
         root = Path(tmp)
         stamps_file = root / "stamps.json"
@@ -105,31 +102,9 @@ def profile(keys: int) -> dict[str, Any]:
             f"open({str(stamps_file)!r}, 'w').write(json.dumps(STAMPS)); proc.kill(); pid = sb.info.pid; "
             "sb.close(); import os, signal; os.kill(pid, signal.SIGTERM)"
         )
-        nb = nbformat.v4.new_notebook(
-            cells=[nbformat.v4.new_code_cell(SETUP.replace("ROOT", str(root))), nbformat.v4.new_code_cell(last)]
+        rows: list[list[float]] = typed_in_browser(
+            root, SETUP.replace("ROOT", str(root)), last, nodelay=True, keys=keys, measure_js=MEASURE
         )
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-        nbformat.write(nb, root / "bench.ipynb")
-        with jupyterlab(root) as url, sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox"])
-            page = browser.new_page(viewport={"width": 1400, "height": 1000})
-            page.set_default_timeout(90_000)
-            page.goto(url)
-            page.locator(".jp-StatusBar-TextItem", has_text="(ipykernel) | Idle").wait_for()
-            cells = page.locator(".jp-NotebookPanel:visible .jp-Notebook .jp-Cell")
-            cells.nth(0).locator(".jp-InputArea-editor").click()
-            page.keyboard.press("Shift+Enter")
-            page.locator(".rx-term-screen .xterm-screen").wait_for()
-            page.locator(".rx-badge", has_text="running").wait_for()
-            page.locator(".rx-term-screen .xterm-screen").click()
-            page.evaluate(MEASURE, 20)  # warm up
-            rows: list[list[float]] = page.evaluate(MEASURE, keys)
-            cells.nth(1).locator(".jp-InputArea-editor").click()
-            page.keyboard.press("Shift+Enter")
-            page.locator(".jp-NotebookPanel:visible .jp-Cell").nth(1).locator(
-                ".jp-InputPrompt", has_text="[2]"
-            ).wait_for()
-            browser.close()
         kernel = json.loads(stamps_file.read_text())
     return breakdown(rows, kernel)
 

@@ -201,3 +201,12 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
             yield Target("docker", f"docker://{name}", runner(["docker", "exec", name], env), lambda args: True)
         finally:
             d.docker("rm", "-f", name, check=False)
+
+
+async def agent_killed(sb: rx.AsyncSandbox) -> None:
+    """SIGKILL ``sb``'s agent (not its keeper) and wait, up to 30 s, for the keeper's next one to
+    answer: the call reconnects to it."""
+    old = sb.info.pid
+    os.kill(old, signal.SIGKILL)
+    with anyio.fail_after(30):
+        assert (await sb.server_info()).pid != old

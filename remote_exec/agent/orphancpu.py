@@ -16,29 +16,18 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
-from .procfacts import proc_starttime
+from .procfacts import proc_session, proc_starttime
 
 if TYPE_CHECKING:
     from resource import struct_rusage
 
-__all__ = ["MAX_KEYS", "MAX_SESSIONS", "OrphanCpu", "proc_session"]
+__all__ = ["MAX_KEYS", "MAX_SESSIONS", "OrphanCpu"]
 
 MAX_SESSIONS = 4096
 """Jobs whose orphans' time the keeper keeps (the oldest are forgotten: ended long ago)."""
 
 MAX_KEYS = 1024
 """Jobs one ``cpu`` request may ask about."""
-
-
-def proc_session(pid: int) -> int | None:
-    """The session id of ``pid`` (``/proc/PID/stat`` field 6; readable while it is a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return int(fields[3]) if len(fields) > 3 else None
 
 
 class OrphanCpu:

@@ -7,7 +7,19 @@ from __future__ import annotations
 import contextlib
 import signal
 
-__all__ = ["proc_starttime", "reset_signals"]
+__all__ = ["proc_session", "proc_starttime", "reset_signals"]
+
+
+def _stat_field(pid: int, field: int) -> int | None:
+    """Field ``field + 3`` of ``/proc/PID/stat`` (counted after the command name, which may hold
+    spaces and parentheses), or None if there is no such process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return int(fields[field]) if len(fields) > field else None
 
 
 def proc_starttime(pid: int) -> int | None:
@@ -15,13 +27,12 @@ def proc_starttime(pid: int) -> int | None:
 
     With the pid it names one process for good: a recycled pid has another start time.
     """
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return int(fields[19]) if len(fields) > 19 else None
+    return _stat_field(pid, 19)
+
+
+def proc_session(pid: int) -> int | None:
+    """The session id of ``pid`` (``/proc/PID/stat`` field 6; readable while it is a zombie)."""
+    return _stat_field(pid, 3)
 
 
 def reset_signals() -> None:

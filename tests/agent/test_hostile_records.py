@@ -3,7 +3,6 @@ session record's replay span, a job's oversized ``job.json``, a log's forged mti
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 
@@ -14,11 +13,6 @@ from remote_exec.agent.jobs.readopt import MAX_RECORD, _load_meta
 from remote_exec.agent.shell.follow import ShellFiles
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
 
 
 async def test_a_replay_span_from_a_record_is_capped(tmp_path: Path) -> None:
@@ -33,7 +27,6 @@ async def test_a_replay_span_from_a_record_is_capped(tmp_path: Path) -> None:
             files.replay(1, -5, 10, limit=10)
     finally:
         files.close()
-        await asyncio.sleep(0)  # the close's callbacks
 
 
 def test_an_oversized_job_record_is_refused_unread(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ job's state and exit, the ``reason`` in the result and in ``jobs()``, the record
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import textwrap
 import time
@@ -19,7 +18,7 @@ import pytest
 import remote_exec as rx
 from remote_exec.agent.jobs.policy import TICK
 
-from ..conftest import sigkilled_client
+from ..conftest import agent_killed, sigkilled_client
 from .rawhttp import rpc
 
 pytestmark = pytest.mark.anyio
@@ -281,16 +280,7 @@ async def test_a_restarted_agent_enforces_the_policy(fresh_agent_dir: Path, tmp_
         )
         await proc.started()
         assert proc.job_id is not None
-        old = sb.info.instance_id
-        os.kill(sb.info.pid, signal.SIGKILL)
-        with anyio.fail_after(60):
-            while True:  # the next agent: server_info reconnects to it
-                try:
-                    if (await sb.server_info()).instance_id != old:
-                        break
-                except rx.RemoteExecError:
-                    pass
-                await anyio.sleep(0.1)  # a moment for the keeper to start it; the deadline bounds it
+        await agent_killed(sb)
         go.touch()
         info = await _until(sb, proc.job_id, "killed", lambda i: i.state != "running")
     assert info.state == "killed" and info.policy == policy
@@ -323,16 +313,7 @@ async def test_watch_hits_outlive_a_sigkilled_agent(fresh_agent_dir: Path, tmp_p
             with anyio.fail_after(60):
                 await two.wait()  # the waiting poll brings them
             assert proc.job_id is not None
-            old = sb.info.instance_id
-            os.kill(sb.info.pid, signal.SIGKILL)
-            with anyio.fail_after(60):
-                while True:  # the next agent: server_info reconnects to it
-                    try:
-                        if (await sb.server_info()).instance_id != old:
-                            break
-                    except rx.RemoteExecError:
-                        pass
-                    await anyio.sleep(0.1)  # a moment for the keeper to start it; the deadline bounds it
+            await agent_killed(sb)
             before = await _info(sb, proc.job_id)
             assert [h.line for h in before.hits] == ["hit 1", "hit 2"] and before.hits_total == 2
             go.touch()

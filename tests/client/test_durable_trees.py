@@ -8,8 +8,6 @@ The process table is read directly."""
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import sys
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 
 import remote_exec as rx
 
+from ..conftest import agent_killed
 from .test_durable import procs_with, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -39,19 +38,11 @@ async def _started_tree(sb: rx.AsyncSandbox, t: int, mark: Path, timeout: float 
     return proc
 
 
-async def _agent_killed(sb: rx.AsyncSandbox) -> None:
-    """SIGKILL the agent (not the keeper) and wait for the keeper's next one to answer."""
-    old = sb.info.pid
-    os.kill(old, signal.SIGKILL)
-    with anyio.fail_after(30):
-        assert (await sb.server_info()).pid != old  # the call reconnects to the restarted agent
-
-
 async def test_kill_ends_a_readopted_jobs_whole_tree(fresh_agent_dir: Path, tmp_path: Path) -> None:
     mark = tmp_path / "trapped"
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
         proc = await _started_tree(sb, 4610, mark)
-        await _agent_killed(sb)
+        await agent_killed(sb)
         assert [j.state for j in await sb.jobs() if j.job_id == proc.job_id] == ["running"]
         await proc.kill()
         assert procs_with("sleep 4610") == []
@@ -62,7 +53,7 @@ async def test_timeout_ends_a_readopted_jobs_whole_tree(fresh_agent_dir: Path, t
     mark = tmp_path / "trapped"
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
         proc = await _started_tree(sb, 4620, mark, timeout=4.0)
-        await _agent_killed(sb)  # the new agent re-arms the timeout from the job's start time
+        await agent_killed(sb)  # the new agent re-arms the timeout from the job's start time
         with anyio.fail_after(30), pytest.raises(rx.ExecTimeoutError):
             await proc.wait()
         assert procs_with("sleep 4620") == []
@@ -125,7 +116,7 @@ async def test_a_readopted_finished_jobs_leftovers_end_at_its_timeout(fresh_agen
     mark = tmp_path / "termed"
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
         proc = await _finished_with_leftovers(sb, 4670, mark, timeout=6.0)
-        await _agent_killed(sb)  # the next agent finds the job completed and re-arms its timeout
+        await agent_killed(sb)  # the next agent finds the job completed and re-arms its timeout
         assert procs_with("sleep 46701")  # the deadline is still ahead
         await wait_until("leftovers gone", lambda: not procs_with("sleep 4670") and not procs_with("sleep 0.04670"), 30)
         assert [j.state for j in await sb.jobs() if j.job_id == proc.job_id] == ["completed"]
@@ -171,5 +162,5 @@ async def test_an_agent_killed_while_a_kill_ends_the_tree_leaves_the_true_end(fr
         async with anyio.create_task_group() as tg:
             tg.start_soon(kill)
             await wait_until("the leader is reaped", lambda: not Path(f"/proc/{leader}").exists())
-            await _agent_killed(sb)  # the child lingers 1.46 s after its SIGTERM: the kill is under way
+            await agent_killed(sb)  # the child lingers 1.46 s after its SIGTERM: the kill is under way
         assert [j.state for j in await sb.jobs() if j.job_id == proc.job_id] == ["killed"]
