@@ -5,23 +5,32 @@ its command, start time, output and the tags the notebook gave it (``notebook``,
 ``name``: the cell's ``--name``). A job is found by id, else by name, newest first, this
 notebook's before others'.
 
-A view whose kernel went away offers Reconnect once a kernel runs again: the button runs
-:func:`reconnect` in that kernel, which is ``%exec_remote_attach`` on the view's sandbox and job.
+:func:`attach_job` is the implementation, on arguments already parsed: the magic calls it, and
+so does :func:`reconnect`, what a disconnected view's Reconnect (and a saved record's, in the
+JupyterLab extension) runs in the kernel running now. Nothing here goes through IPython's
+``{var}`` expansion, and the handle is bound only to a name the user gave (``--name``, or the
+name they typed to find the job), never to a name the agent reports.
 """
 
 from __future__ import annotations
 
-import shlex
+import keyword
 from typing import Any, cast
 
-from ..blocking import Sandbox
-from ..errors import JobNotFoundError
-from ..protocol import JobInfo
-from .background import BackgroundJob
-from .job_view import SHOWN, JobView
-from .terminal_view import TerminalView
+from IPython.core.error import UsageError
 
-__all__ = ["attach_view", "find_job", "live_view", "reconnect", "show_again"]
+from ..blocking import Sandbox
+from ..errors import JobNotFoundError, RemoteExecError, SandboxError
+from ..protocol import JobInfo
+from ..protocol.names import check_job_id, is_job_id, is_name
+from .background import BackgroundJob
+from .display import RemoteCommandError, widgets_enabled
+from .job_view import SHOWN, JobView
+from .kernel_state import KernelState, notebook_tags
+from .terminal_view import TerminalView
+from .trust import attach_hint, one_click
+
+__all__ = ["attach_job", "attach_view", "find_job", "live_view", "reconnect", "refusal", "show_again"]
 
 
 def find_job(sb: Sandbox, key: str, notebook: str | None) -> JobInfo:
@@ -42,42 +51,117 @@ def find_job(sb: Sandbox, key: str, notebook: str | None) -> JobInfo:
     return found[-1]
 
 
-def attach_view(sb: Sandbox, info: JobInfo, *, show: bool) -> BackgroundJob:
-    """A :class:`BackgroundJob` on ``info`` with a live view (replaying the output the agent kept).
+def attach_view(sb: Sandbox, info: JobInfo, *, show: bool, name: str | None = None) -> BackgroundJob:
+    """A :class:`BackgroundJob` on ``info`` with a live view (replaying the output the agent kept),
+    called ``name`` (the user's word; never the agent's tags).
 
     :raises JobNotFoundError: the job was released meanwhile.
+    :raises ProtocolError: the job id is not of the safe form.
     """
-    proc, watcher, control = (sb.attach(info.job_id) for _ in range(3))
+    job_id = check_job_id(info.job_id)
+    proc, watcher, control = (sb.attach(job_id) for _ in range(3))
     kind = TerminalView if info.tty else JobView  # a PTY job: the same screen, and a keyboard
     # %remote_shell's job shows as what was typed, not its login-shell wrapper
     command = info.label if info.label == "%remote_shell" else None
     view = kind(watcher, command=command, sandbox=sb.url, control=control) if show else None
     if view is not None:
         view.show()
-    return BackgroundJob(proc, control, watcher, view, (info.tags or {}).get("name"))
+    return BackgroundJob(proc, control, watcher, view, name)
 
 
-def reconnect(url: str, job_id: str) -> None:
-    """What a disconnected view's Reconnect button runs in the kernel running now: load the
-    extension if needed, then ``%exec_remote_attach --sandbox URL JOB`` (the live view is the
-    display this request gets back; the handle goes to the cell's ``--name`` as the magic does).
+def _variable(name: str | None) -> str | None:
+    if name is not None and (not is_name(name) or keyword.iskeyword(name)):
+        raise UsageError(f"--name needs a Python variable name, got {name!r}")
+    return name
+
+
+def attach_job(state: KernelState, shell: Any, key: str, url: str | None, name: str | None) -> BackgroundJob:
+    """``%exec_remote_attach``'s work: find ``key`` in ``url`` (default: the kernel's sandbox),
+    show a live view where widgets render, and store the handle in ``shell.user_ns[name]``.
+
+    With no ``name``, the handle is stored under ``key`` only when ``key`` is the job's
+    ``--name`` (the user typed it, to find that job); the agent's tags never choose a variable.
+
+    :raises UsageError: a bad URL or ``name``.
+    :raises RemoteCommandError: no such job, or the agent failed or lied.
+    """
+    name = _variable(name)
+    try:
+        sb = state.sandbox(url or state.defaults.sandbox)
+    except SandboxError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        info = find_job(sb, key, notebook_tags().get("notebook"))
+        check_job_id(info.job_id)
+        if name is None and (info.tags or {}).get("name") == key and is_name(key) and not keyword.iskeyword(key):
+            name = key
+        bg = attach_view(sb, info, show=widgets_enabled(), name=name)
+    except RemoteExecError as exc:
+        raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc
+    if not widgets_enabled():
+        print(f"attached to job {info.job_id} ({info.state})")
+    if name is not None:
+        shell.user_ns[name] = bg
+        if (info.tags or {}).get("name") == name:  # the running --bg job of that name (--replace)
+            state.named[name] = bg
+    return bg
+
+
+def _kernel_state(shell: Any) -> KernelState:
+    cast(Any, shell).extension_manager.load_extension("remote_exec")  # after a restart nothing is loaded
+    # by name: magics.py imports this module
+    state = getattr(shell.magics_manager.registry.get("RemoteExecMagics"), "state", None)
+    if not isinstance(state, KernelState):
+        raise RuntimeError("remote_exec's magics are not loaded in this kernel")
+    return state
+
+
+def reconnect(url: str, job_id: str, name: str | None = None) -> None:
+    """What a Reconnect button runs in the kernel running now: a live view of ``job_id`` in
+    ``url`` (the display this request gets back), the handle stored in ``name`` if given (the
+    cell's own ``--name``, which the front end passes for a trusted notebook only).
+
+    ``url`` and ``job_id`` come from a notebook, which may be a stranger's: a job id not of the
+    safe form is refused; a URL not on :data:`~remote_exec.jupyter.trust.ONE_CLICK_URLS` and not
+    already opened in this kernel is not opened: the exact magic to run is printed instead.
 
     :raises RuntimeError: not in IPython.
+    :raises UsageError: an unsafe job id or ``name``.
+    :raises RemoteCommandError: no such job, or the agent failed.
     """
     from IPython.core.getipython import get_ipython
 
     shell = get_ipython()
     if shell is None:
         raise RuntimeError("Reconnect runs in an IPython kernel")
-    cast(Any, shell).extension_manager.load_extension("remote_exec")  # after a restart nothing is loaded
-    shell.run_line_magic("exec_remote_attach", f"--sandbox {shlex.quote(url)} {shlex.quote(job_id)}")
+    if not is_job_id(job_id):
+        raise UsageError(f"Reconnect refused: the notebook names a job id of an unsafe form: {job_id[:80]!r}")
+    state = _kernel_state(shell)
+    if not (one_click(url) or state.is_open(url)):
+        print(refusal(url, job_id))
+        return
+    attach_job(state, shell, job_id, url, _variable(name))  # no value: the request would print it
+
+
+def refusal(url: str, job_id: str) -> str:
+    """What a Reconnect that did not open ``url`` says: why, and the magic that would."""
+    hint = attach_hint(job_id, url)
+    how = (
+        f"If you trust it, run:\n    {hint}"
+        if hint
+        else "Its URL cannot be shown on one line: type %exec_remote_attach JOB --sandbox URL yourself."
+    )
+    return (
+        "Not opened: a notebook's Reconnect opens only local://, or docker:// or podman:// NAME, with no "
+        f"options, or a sandbox this kernel already opened; this record names {url[:200]!r}.\n{how}"
+    )
 
 
 def live_view(job_id: str) -> bool:
     """Whether this kernel holds an open view of ``job_id``: what the JupyterLab extension asks
     (as a silent ``user_expressions`` query, cheap, starting nothing) when a page shows the job's
     saved record while the kernel still runs, e.g. after a reload."""
-    view = SHOWN.get(job_id)
+    view = SHOWN.get(job_id) if is_job_id(job_id) else None
     return view is not None and view.comm is not None
 
 
@@ -89,5 +173,7 @@ def show_again(job_id: str) -> None:
     :raises JobNotFoundError: no open view of that job here (closed meanwhile).
     """
     if not live_view(job_id):
-        raise JobNotFoundError(f"this kernel shows no view of job {job_id!r} (%exec_remote_attach gives a new one)")
+        raise JobNotFoundError(
+            f"this kernel shows no view of job {job_id[:80]!r} (%exec_remote_attach gives a new one)"
+        )
     SHOWN[job_id].show()

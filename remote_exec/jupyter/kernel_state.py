@@ -84,6 +84,11 @@ class KernelState:
             sb = self._sandboxes[url] = connect(url)
         return sb
 
+    def is_open(self, url: str) -> bool:
+        """Whether this kernel has opened ``url`` (with a magic its user ran): a Reconnect may
+        open it again whatever it names (see :mod:`~remote_exec.jupyter.trust`)."""
+        return url in self._sandboxes
+
     @property
     def sandboxes(self) -> list[Sandbox]:
         """The sandboxes this kernel has open."""

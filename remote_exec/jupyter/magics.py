@@ -14,11 +14,11 @@ import dataclasses
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
-from IPython.core.magic import magics_class
+from IPython.core.magic import magics_class, no_var_expand
 
 from ..client.policyopts import POLICY_OPTIONS, policy_from_args
 from ..errors import RemoteExecError, SandboxError
-from .attach import attach_view, find_job
+from .attach import attach_job
 from .dashboard import Dashboard
 from .dashboard_view import STATE_FILTERS
 from .display import RemoteCommandError, show, widgets_enabled
@@ -282,24 +282,15 @@ class RemoteExecMagics(StateMagics):
         "job", metavar="JOB|NAME", help="a job id, or the --name of a --bg cell (the newest; this notebook's first)"
     )
     @_argument("--sandbox", metavar="URL", help="the sandbox (default: %%exec_remote_config's)")
-    @_argument("--name", metavar="VAR", help="store the BackgroundJob in VAR (default: the job's --name)")
+    @_argument("--name", metavar="VAR", help="store the BackgroundJob in VAR (default: NAME, if a --name was given)")
+    @no_var_expand  # its line may be a pasted hint: a notebook's URL, which {…} would run as code
     @_line_magic
     def exec_remote_attach(self, line: str) -> None:
         """A live view of a running or finished job, e.g. after a kernel restart: its whole kept
-        output, true command and elapsed time, Interrupt and Kill."""
+        output, true command and elapsed time, Interrupt and Kill. The line is taken as typed:
+        no ``{var}`` or ``$var`` expansion."""
         args = _parse(self.exec_remote_attach, line)
-        sb = self._sandbox(args.sandbox or self.state.defaults.sandbox)
-        try:
-            info = find_job(sb, args.job, notebook_tags().get("notebook"))
-            bg = attach_view(sb, info, show=widgets_enabled())
-        except RemoteExecError as exc:
-            raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc
-        if not widgets_enabled():
-            print(f"attached to job {info.job_id} ({info.state})")
-        name = _variable(args.name, "--name") or (bg.name if bg.name and bg.name.isidentifier() else None)
-        self._store(name, bg)
-        if name is not None and bg.name == name:
-            self.state.named[name] = bg
+        attach_job(self.state, self.shell, args.job, args.sandbox, args.name)
 
     @_magic_arguments()
     @_argument("--sandbox", metavar="URL", help="where to open the shell (default: %%exec_remote_config's)")

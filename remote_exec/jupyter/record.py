@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .display import format_duration
+from .trust import attach_hint
 
 __all__ = [
     "RECORD_LINES",
@@ -151,8 +152,9 @@ class JobRecord:
             if tail:
                 more = f", {hidden} earlier lines hidden" if hidden else ""
                 lines += [f"--- {stream}{more} ---", tail]
-        if self.state == "running":
-            lines.append(f"(recorded while running; in a live kernel: %exec_remote_attach {self.job_id})")
+        hint = attach_hint(self.job_id, self.sandbox)
+        if self.state == "running" and hint is not None:
+            lines.append(f"(recorded while running; in a live kernel: {hint})")
         return "\n".join(lines)
 
     def html(self) -> str:
@@ -181,11 +183,11 @@ class JobRecord:
                 f'<pre style="{mono};margin:0;padding:4px;background:#f7f7f7;white-space:pre-wrap;'
                 f'max-height:30em;overflow:auto">{ansi_to_html(tail)}</pre>'
             )
-        if self.state == "running":
+        hint = attach_hint(self.job_id, self.sandbox)
+        if self.state == "running" and hint is not None:
             parts.append(
                 '<div style="color:#666;font-size:12px;margin-top:4px">Recorded while running. '
-                f"To follow it live from a running kernel: <code>%exec_remote_attach {html.escape(self.job_id)}"
-                "</code></div>"
+                f"To follow it live from a running kernel: <code>{html.escape(hint)}</code></div>"
             )
         parts.append("</div>")
         return "".join(parts)

@@ -28,8 +28,9 @@ remote_exec in the server's environment too when the kernel runs elsewhere).
 
 from __future__ import annotations
 
-import re
 from typing import Any
+
+from ..protocol.names import is_job_id
 
 __all__ = ["RECORD_META", "RECORD_MIME", "WIDGET_MIME", "keep_records", "load_jupyter_server_extension"]
 
@@ -44,7 +45,6 @@ RECORD_MIME = "application/vnd.remote-exec.record+json"
 MAX_RECORD_HTML = 256 * 1024
 """Characters of record HTML the saver copies (a record is ~20 kB: 40 lines of 400 per stream)."""
 
-_JOB_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 _STATES = {"running", "completed", "failed", "killed", "timed out", "error", "disconnected"}
 
 
@@ -58,7 +58,7 @@ def job_record(mark: object, html: object) -> dict[str, str] | None:
     if not isinstance(mark, dict) or not isinstance(html, str) or len(html) > MAX_RECORD_HTML:
         return None
     job_id = mark.get("job_id")
-    if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
+    if not is_job_id(job_id):  # the safe form (protocol/names.py): data in every hint and call
         return None
     state = mark.get("state")
     return {

@@ -189,7 +189,9 @@ def test_a_saved_notebook_keeps_the_record_in_place_of_the_widget(
     [
         ({"jobs": True}, "<div></div>", "a dashboard: no job to reconnect"),
         ({"job_id": "x'); import os #", "state": "running"}, "<div></div>", "not a job id"),
-        ({"job_id": "a" * 65, "state": "running"}, "<div></div>", "too long an id"),
+        ({"job_id": "a" * 129, "state": "running"}, "<div></div>", "too long an id"),
+        ({"job_id": "j{__import__('os')}", "state": "running"}, "<div></div>", "an id IPython would expand"),
+        ({"job_id": "-j", "state": "running"}, "<div></div>", "an id that reads as an option"),
         ({"job_id": "j-1", "state": "running"}, "x" * (256 * 1024 + 1), "too much HTML"),
         ({"job_id": "j-1", "state": "running"}, ["not", "text"], "HTML that is not text"),
     ],
@@ -252,8 +254,10 @@ def test_the_wheel_enables_the_server_extension_that_saves_records() -> None:
 def test_reconnect_loads_the_extension_and_attaches_where_the_view_pointed(
     ip: InteractiveShell, front: HeadlessFrontEnd, jurl: str
 ) -> None:
-    """What a disconnected view's Reconnect button runs in a fresh kernel (nothing loaded, no
-    default sandbox): a live view of its job in its sandbox, the handle under the cell's --name."""
+    """What a disconnected view's Reconnect button runs in a fresh kernel (nothing loaded): a
+    live view of its job in its sandbox, the handle under the cell's --name the front end passes.
+    The sandbox is not on the one-click list (``local://?dir=``): the kernel opens it only once
+    the user has (here: the notebook's config cell, run again); before, it prints the magic."""
     from remote_exec.jupyter.attach import reconnect
 
     with capture_output():
@@ -262,8 +266,13 @@ def test_reconnect_loads_the_extension_and_attaches_where_the_view_pointed(
     ip.magics_manager.registry["RemoteExecMagics"].state.close(keep_background=True)
     ip.run_line_magic("unload_ext", "remote_exec")
     with capture_output() as cap:
-        reconnect(jurl, old.job_id or "")
+        reconnect(jurl, old.job_id or "", "again")
     assert "RemoteExecMagics" in ip.magics_manager.registry
+    assert "Not opened" in cap.stdout and f"%exec_remote_attach {old.job_id} --sandbox '{jurl}'" in cap.stdout
+    assert "again" not in ip.user_ns and not cap.outputs
+    ip.run_line_magic("exec_remote_config", f"--sandbox {jurl}")
+    with capture_output() as cap:
+        reconnect(jurl, old.job_id or "", "again")
     job: BackgroundJob = ip.user_ns["again"]
     view = job.view
     assert view is not None and front.widget(cap.outputs[0]) is view
