@@ -174,7 +174,8 @@ export default {
       interrupt.disabled = kill.disabled = !running;
       term.options.disableStdin = !running || !model.get("stdin_open");
       error.textContent = disconnected
-        ? `The kernel that showed this view is gone; the job goes on in the sandbox. In a running kernel: %exec_remote_attach ${model.get("job_id")}`
+        ? "The kernel that showed this view is gone; the job goes on in the sandbox." +
+          (model.get("hint") ? ` In a running kernel: ${model.get("hint")}` : "")
         : model.get("error");
     };
 

@@ -3,6 +3,8 @@ kill outcome, named --bg jobs, and attaching from a later kernel — headless, o
 
 from __future__ import annotations
 
+import html
+import shlex
 import time
 from pathlib import Path
 
@@ -60,8 +62,9 @@ def test_a_running_record_says_how_to_reconnect(sb: rx.Sandbox, front: HeadlessF
     wait_for(lambda: view.text("stdout") == "hi\n", what="output")
     data = view._repr_mimebundle_()
     data = data[0] if isinstance(data, tuple) else data
-    assert f"%exec_remote_attach {proc.job_id}" in data["text/html"]
-    assert f"%exec_remote_attach {proc.job_id}" in data["text/plain"]
+    hint = f"%exec_remote_attach {proc.job_id} --sandbox {shlex.quote(sb.url)}"  # pasted: these values exactly
+    assert html.escape(hint) in data["text/html"] and hint in data["text/plain"]
+    assert view.hint == hint  # what the view says once its kernel is gone
     view.kill()
     assert gone(proc.pid)
 

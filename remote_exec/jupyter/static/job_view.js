@@ -194,7 +194,8 @@ export default {
       renderHealth(running);
       if (reconnect.button.textContent !== "Reconnect") return; // its own message stands
       error.textContent = disconnected
-        ? `The kernel that showed this view is gone; the job goes on in the sandbox. Reconnect, or in a running kernel: %exec_remote_attach ${model.get("job_id")}`
+        ? "The kernel that showed this view is gone; the job goes on in the sandbox. Reconnect" +
+          (model.get("hint") ? `, or in a running kernel: ${model.get("hint")}` : "")
         : model.get("error");
     };
     // -- health -----------------------------------------------------------------------------
