@@ -123,10 +123,10 @@ def reconnect(url: str, job_id: str, name: str | None = None) -> None:
 
     ``url`` and ``job_id`` come from a notebook, which may be a stranger's: a job id not of the
     safe form is refused; a URL not on :data:`~remote_exec.jupyter.trust.ONE_CLICK_URLS` and not
-    already opened in this kernel is not opened: the exact magic to run is printed instead.
+    already opened in this kernel is not opened: the error names the exact magic to run.
 
     :raises RuntimeError: not in IPython.
-    :raises UsageError: an unsafe job id or ``name``.
+    :raises UsageError: an unsafe job id or ``name``, or a URL it does not open (see above).
     :raises RemoteCommandError: no such job, or the agent failed.
     """
     from IPython.core.getipython import get_ipython
@@ -138,8 +138,8 @@ def reconnect(url: str, job_id: str, name: str | None = None) -> None:
         raise UsageError(f"Reconnect refused: the notebook names a job id of an unsafe form: {job_id[:80]!r}")
     state = _kernel_state(shell)
     if not (one_click(url) or state.is_open(url)):
-        print(refusal(url, job_id))
-        return
+        # an error, not output: the front end keeps the record it showed, this message below it
+        raise UsageError(refusal(url, job_id))
     attach_job(state, shell, job_id, url, _variable(name))  # no value: the request would print it
 
 

@@ -159,20 +159,19 @@ def test_the_agents_tags_never_choose_a_kernel_variable(
 def test_a_records_url_that_runs_a_host_program_is_not_opened(
     shell: InteractiveShell, tmp_path: Path, adversary: Adversary
 ) -> None:
-    """A saved record's ``k8s://ns/pod?kubectl=./run-me``: Reconnect prints the magic to type
-    and opens nothing (the script would write the marker the moment kubectl is run)."""
+    """A saved record's ``k8s://ns/pod?kubectl=./run-me``: Reconnect refuses with the magic to
+    type and opens nothing (the script would write the marker the moment kubectl is run)."""
     marker = tmp_path / "ran"
     script = tmp_path / "run-me"
     script.write_text(f"#!/bin/sh\ntouch {shlex.quote(str(marker))}\nexit 1\n")
     script.chmod(0o755)
     url = f"k8s://ns/pod?kubectl={script}"
-    with capture_output() as cap:
+    hint = f"%exec_remote_attach j-1 --sandbox {shlex.quote(url)}"
+    with pytest.raises(UsageError, match="Not opened") as refusal:
         reconnect(url, "j-1")
     refused = not marker.exists()
     adversary.tried(AREA, "Reconnect to k8s://…?kubectl=<script beside the notebook>", refused=refused)
-    assert refused
-    hint = f"%exec_remote_attach j-1 --sandbox {shlex.quote(url)}"
-    assert "Not opened" in cap.stdout and hint in cap.stdout
+    assert refused and hint in str(refusal.value)
 
 
 @pytest.mark.parametrize(

@@ -260,7 +260,7 @@ def test_reconnect_loads_the_extension_and_attaches_where_the_view_pointed(
     """What a disconnected view's Reconnect button runs in a fresh kernel (nothing loaded): a
     live view of its job in its sandbox, the handle under the cell's --name the front end passes.
     The sandbox is not on the one-click list (``local://?dir=``): the kernel opens it only once
-    the user has (here: the notebook's config cell, run again); before, it prints the magic."""
+    the user has (here: the notebook's config cell, run again); before, it names the magic."""
     from remote_exec.jupyter.attach import reconnect
 
     with capture_output():
@@ -268,11 +268,11 @@ def test_reconnect_loads_the_extension_and_attaches_where_the_view_pointed(
     old: BackgroundJob = ip.user_ns.pop("again")
     ip.magics_manager.registry["RemoteExecMagics"].state.close(keep_background=True)
     ip.run_line_magic("unload_ext", "remote_exec")
-    with capture_output() as cap:
+    with pytest.raises(UsageError, match="Not opened") as refusal:
         reconnect(jurl, old.job_id or "", "again")
     assert "RemoteExecMagics" in ip.magics_manager.registry
-    assert "Not opened" in cap.stdout and f"%exec_remote_attach {old.job_id} --sandbox '{jurl}'" in cap.stdout
-    assert "again" not in ip.user_ns and not cap.outputs
+    assert f"%exec_remote_attach {old.job_id} --sandbox '{jurl}'" in str(refusal.value)
+    assert "again" not in ip.user_ns
     ip.run_line_magic("exec_remote_config", f"--sandbox {jurl}")
     with capture_output() as cap:
         reconnect(jurl, old.job_id or "", "again")
