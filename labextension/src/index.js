@@ -10,6 +10,10 @@
 // page was reloaded), the view comes back by itself: a silent user_expressions query asks, which
 // imports nothing into a kernel that never used remote_exec and starts nothing. A live view's own
 // Reconnect (after a kernel restart) is routed the same way when this extension is there.
+//
+// A notebook is a stranger's document: an untrusted one gets the button only for a sandbox URL
+// one click may open (ONE_CLICK below), otherwise the exact magic to type, quoted. The kernel's
+// reconnect() checks again (remote_exec/jupyter/trust.py): the authority is there.
 import { IRenderMimeRegistry, renderHTML } from "@jupyterlab/rendermime";
 import { Widget } from "@lumino/widgets";
 
@@ -20,10 +24,32 @@ const UP = new Set(["idle", "busy"]);
 const py = (value) => JSON.stringify(String(value));
 
 // A notebook file is not to be trusted (it need not have passed our saver): a record is acted on
-// only with a job id of the agent's form and a sandbox URL of a sane length, as the saver writes.
-const JOB_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+// only with a job id of the safe form (remote_exec/protocol/names.py) and a sandbox URL of a sane
+// length, as the saver writes.
+const JOB_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const MAX_URL = 2048;
 const usable = (rec) => JOB_ID.test(rec.job_id) && rec.sandbox.length > 0 && rec.sandbox.length <= MAX_URL;
+
+// The sandbox URLs one click may open (remote_exec/jupyter/trust.py's ONE_CLICK_URLS, which the
+// kernel checks again): forms that can run no host program, mount or choose no host path and
+// create no sandbox. Any other URL in an untrusted notebook gets no button: the magic to type.
+const ONE_CLICK = [/^local:\/\/(?:\?scope=(?:project|user))?$/, /^(?:docker|podman):\/\/[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$/];
+const oneClick = (url) => ONE_CLICK.some((re) => re.test(url));
+
+// shlex.quote's rule: a word of safe characters as is, anything else in single quotes.
+const shellQuote = (s) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'"'"'`)}'`);
+// attach_hint (trust.py): the magic, quoted; none for a URL that is not one plain printable line
+// (quoting keeps a value in one word, not in one line: pasted, the rest would be Python).
+const attachHint = (jobId, url) =>
+  /^[\x21-\x7e]{1,2048}$/.test(url) ? `%exec_remote_attach ${shellQuote(jobId)} --sandbox ${shellQuote(url)}` : null;
+
+// The --name a cell's own %%exec_remote line gives (passed to Reconnect for a trusted cell only:
+// an untrusted one is a stranger's text, which must not choose a kernel variable).
+function cellName(cell) {
+  const first = String(cell.model.sharedModel.getSource()).split("\n", 1)[0];
+  const found = /^%%exec_remote\s.*--name[ =]([A-Za-z_][A-Za-z0-9_]{0,63})(?:\s|$)/.exec(first);
+  return found && cell.model.trusted ? [found[1]] : [];
+}
 
 // What the probe asks: True only when remote_exec is loaded and holds an open view of the job.
 const probe = (jobId) =>
@@ -49,8 +75,15 @@ class RecordRenderer extends Widget {
     this._button.className = "rx-record-reconnect jp-mod-styled jp-mod-accept";
     this._button.textContent = "Reconnect";
     this._button.hidden = true;
-    this._button.addEventListener("click", () => this._run("reconnect", this._record.sandbox, this._record.job_id));
-    this._bar.append(this._button);
+    this._button.addEventListener("click", () =>
+      this._run("reconnect", this._record.sandbox, this._record.job_id, ...(this._cell ? cellName(this._cell) : [])),
+    );
+    // In place of the button, for a URL one click may not open: the exact magic, for the user to
+    // read and run (or not).
+    this._hint = document.createElement("div");
+    this._hint.className = "rx-record-hint";
+    this._hint.hidden = true;
+    this._bar.append(this._button, this._hint);
     this._html = document.createElement("div");
     this.node.append(this._bar, this._html);
   }
@@ -68,6 +101,18 @@ class RecordRenderer extends Widget {
     // An untrusted notebook (not signed by this user's server: e.g. downloaded) names on the
     // button itself the sandbox a click connects the kernel to, and is not asked about on render.
     this._trusted = Boolean(model.trusted);
+    this._oneClick = this._trusted || oneClick(this._record.sandbox);
+    if (this._record.job_id && !this._oneClick) {
+      const hint = attachHint(this._record.job_id, this._record.sandbox);
+      this._hint.textContent =
+        "This notebook is not trusted, and its record names a sandbox that Reconnect does not open" +
+        (hint ? ". If you trust it, run: " : ` (its URL cannot be shown on one line): ${JSON.stringify(this._record.sandbox)}`);
+      if (hint) {
+        const code = document.createElement("code");
+        code.textContent = hint;
+        this._hint.append(code);
+      }
+    }
     this._button.textContent = this._trusted ? "Reconnect" : `Reconnect to ${this._record.sandbox}`;
     this._button.title = `A live view of job ${this._record.job_id} (${this._record.label}) from ${this._record.sandbox}, in this notebook's kernel`;
     const o = this._options;
@@ -112,7 +157,8 @@ class RecordRenderer extends Widget {
   _update() {
     if (this.isDisposed || !this._record) return;
     const kernel = this._kernel();
-    this._button.hidden = !kernel || !this._record.job_id;
+    this._button.hidden = !kernel || !this._record.job_id || !this._oneClick;
+    this._hint.hidden = !this._record.job_id || this._oneClick;
     if (kernel && this._record.job_id && this._trusted && !this._probed) {
       this._probed = true; // once per rendering: a kernel that holds no view now will not later
       this._probe(kernel);
@@ -190,7 +236,8 @@ function onWidgetReconnect(app, event) {
   const detail = event.detail || {};
   if (!kernel || typeof detail.sandbox !== "string" || typeof detail.job_id !== "string") return;
   event.preventDefault();
-  runInCell(kernel, found.cell.outputArea, call("reconnect", detail.sandbox, detail.job_id));
+  // The kernel refuses an unsafe id and opens only a one-click URL or one it already opened.
+  runInCell(kernel, found.cell.outputArea, call("reconnect", detail.sandbox, detail.job_id, ...cellName(found.cell)));
 }
 
 const plugin = {
