@@ -37,6 +37,7 @@ from ..blocking import BlockingExecRemoteProcess, Sandbox
 from ..client.link import LinkStatus
 from ..client.types import ExecResult
 from ..errors import JobNotFoundError, JobNotRunningError, RemoteExecError
+from ..protocol.names import check_job_id
 from ._assets import css, esm
 from .base import StreamWidget
 from .display import widgets_enabled
@@ -134,7 +135,8 @@ class JobView(StreamWidget):
         control: BlockingExecRemoteProcess | None = None,
         **traits: Any,
     ) -> None:
-        job_id = proc.job_id or ""
+        # the id ends up in the view, its record, its hint and its Reconnect: the safe form only
+        job_id = check_job_id(proc.job_id, source="the job's handle") if proc.job_id else ""
         info = proc.async_process.info  # an attached handle knows the job's true command and start
         if command is None and info is not None:
             command = info.command
@@ -171,8 +173,10 @@ class JobView(StreamWidget):
         """A view of a job started elsewhere (a previous kernel, another client).
 
         :raises JobNotFoundError: no such job.
+        :raises ProtocolError: ``job_id`` is not of the safe form (``protocol/names.py``).
         """
-        proc = sandbox.attach(job_id)  # the agent's record: the view shows its command and start
+        # the agent's record: the view shows its command and start
+        proc = sandbox.attach(check_job_id(job_id, source="JobView.attach"))
         kwargs.setdefault("sandbox", sandbox.url)
         kwargs.setdefault("control", sandbox.attach(job_id))
         return cls(proc, **kwargs)

@@ -17,6 +17,7 @@ import traitlets
 from ..blocking import BlockingShellSession, Sandbox
 from ..client.process import ExecRemoteProcess
 from ..errors import RemoteExecError
+from ..protocol.names import check_job_id
 from ._assets import css, esm
 from .base import StreamWidget
 from .follow import follow, loop_of
@@ -62,7 +63,7 @@ class ShellView(StreamWidget):
         super().__init__(
             loop_of(session),
             tail_lines=tail_lines,
-            session_id=info.session_id,
+            session_id=check_job_id(info.session_id, source="the shell session"),  # shown, pasted: data
             sandbox=session.url,
             cwd=info.cwd or "",
             state=info.state,
@@ -141,6 +142,7 @@ class ShellView(StreamWidget):
             return
         try:
             session = await self.session.async_session.reattach_shell(session_id)
+            check_job_id(session.session_id, source="the shell session")  # shown, pasted: data
         except RemoteExecError as exc:
             self._emit("info", f"reattach failed: {exc}\n")
             return

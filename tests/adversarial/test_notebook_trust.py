@@ -23,7 +23,9 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 from traitlets.config import Config
 
-from remote_exec.jupyter import RemoteCommandError
+import remote_exec as rx
+from remote_exec.errors import ProtocolError
+from remote_exec.jupyter import JobView, RemoteCommandError, ShellView
 from remote_exec.jupyter.attach import reconnect
 from remote_exec.jupyter.record import JobRecord
 from remote_exec.jupyter.trust import attach_hint, one_click
@@ -234,3 +236,39 @@ def test_a_pasted_hint_is_taken_as_typed(shell: InteractiveShell, tmp_path: Path
         shell.run_cell(hint, store_history=False).raise_error()
     adversary.tried(AREA, "pasted hint whose URL holds {expr}", refused=not marker.exists())
     assert not marker.exists()
+
+
+def _shell(session_id: str) -> dict[str, Any]:
+    now = time.time()
+    return {
+        "session_id": session_id,
+        "pid": 1,
+        "program": "bash",
+        "state": "open",
+        "cwd": "/",
+        "busy": False,
+        "run_id": None,
+        "run_command": None,
+        "created_at": now,
+        "last_used_at": now,
+    }
+
+
+def test_views_refuse_an_unsafe_job_or_session_id(hostile: HostileAgent, tmp_path: Path, adversary: Adversary) -> None:
+    """A JobView (also the dashboard's Open) and a ShellView show their id and offer it to paste:
+    an id of another form from the agent is refused before the view exists."""
+    marker = tmp_path / "ran"
+    evil = evil_id(marker)
+    hostile.handlers["exec_remote_list"] = lambda p, _: {"jobs": [_job(evil)]}
+    hostile.handlers["shell_list"] = lambda p, _: {"shells": [_shell(evil)]}
+    with rx.connect(hostile.url) as sb:
+        with pytest.raises(ProtocolError, match="unsafe form"):
+            JobView.attach(sb, evil)
+        handle = sb.attach(evil)  # what a client that does not check would give a view
+        with pytest.raises(ProtocolError, match="unsafe form"):
+            JobView(handle)
+        with pytest.raises(ProtocolError, match="unsafe form"):
+            ShellView(sb, session_id="s-1")
+    refused = not marker.exists()
+    adversary.tried(AREA, "JobView/ShellView on an id holding {expr}", refused=refused)
+    assert refused and "exec_remote_poll" not in hostile.calls
