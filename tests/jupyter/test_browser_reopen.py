@@ -277,7 +277,10 @@ def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
     cells = [
         f"%load_ext remote_exec\n%exec_remote_config --sandbox {url}",
         f"%%exec_remote --bg --name ticker\n{TICKS}",
-        f"%load_ext remote_exec\n%exec_remote_config --sandbox {url}\n%exec_remote_attach ticker",
+        # Reconnect stored the handle under the cell's own --name (the extension passes it: a cell
+        # run in this page is trusted)
+        f'print("reconnect bound:", type(ticker).__name__)\n%load_ext remote_exec\n'
+        f"%exec_remote_config --sandbox {url}\n%exec_remote_attach ticker",
     ]
     with failure_shot(page, "browser-restart"):
         open_notebook(page, lab, "restart.ipynb", cells)
@@ -320,6 +323,8 @@ def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
         # the same from the magic, in a new cell of the new kernel
         attached = run_cell(page, 2)
         wait_done(attached)
+        said = attached.locator(".jp-OutputArea-output").first.inner_text()
+        assert said.startswith("reconnect bound: BackgroundJob\n"), said
         view = attached.locator(".rx-job")
         assert_live_and_whole(view, started, frozen_at)
         shot(page, "browser-restart-3-attached", attached)
