@@ -150,3 +150,32 @@ async def test_a_sparse_log_does_not_evict_other_jobs(fresh_agent_dir: Path, adv
             kept.append(got.dropped == 0 and got.data == str(i).encode() * 65536)
     adversary.tried("log budget", "a sparse 20 GB stdout evicts other jobs' output", refused=all(kept))
     assert all(kept), kept
+
+
+async def test_a_job_cannot_point_the_running_agents_trash_outside(
+    fresh_agent_dir: Path, tmp_path: Path, adversary: Adversary
+) -> None:
+    """A job replaces ``trash`` by a symlink to an outside dir while the agent runs; then a job
+    is forgotten (its dir goes to the trash, and the trash is emptied)."""
+    d = fresh_agent_dir
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "canary").write_text("keep me")
+    async with rx.open_sandbox(f"local://?dir={d}") as sb:
+        old = await sb.run(["echo", "old"])
+        await sb.run(["sh", "-c", f"rm -rf {d}/trash && ln -s {outside} {d}/trash"])
+        await sb.forget(old.job_id or "")
+        assert not (d / "jobs" / (old.job_id or "")).exists()
+
+        def anywhere() -> list[str]:
+            """Where the forgotten dir still is (renamed ``<id>.<pid>.<n>``), inside or outside."""
+            places = [p for p in (d / "trash", outside) if p.is_dir()]
+            return [n for p in places for n in os.listdir(p) if n.startswith(f"{old.job_id}.")]
+
+        with anyio.fail_after(30):
+            while anywhere():  # noqa: ASYNC110 (a thread of the agent deletes it: no event reaches us)
+                await anyio.sleep(0.02)
+    log = (d / "agent.log").read_text(errors="replace")
+    refused = os.listdir(outside) == ["canary"] and f"skipped {d / 'trash'}: a symlink" in log
+    adversary.tried("state files", "trash -> an outside dir, swapped while the agent runs", refused=refused)
+    assert refused, (os.listdir(outside), log[-2000:])
