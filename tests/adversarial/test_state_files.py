@@ -179,3 +179,34 @@ async def test_a_job_cannot_point_the_running_agents_trash_outside(
     refused = os.listdir(outside) == ["canary"] and f"skipped {d / 'trash'}: a symlink" in log
     adversary.tried("state files", "trash -> an outside dir, swapped while the agent runs", refused=refused)
     assert refused, (os.listdir(outside), log[-2000:])
+
+
+async def test_a_forged_session_record_names_no_outside_process(
+    fresh_agent_dir: Path, victim: subprocess.Popen[bytes], adversary: Adversary
+) -> None:
+    """A shell session's record names an outside process (pid and its true start time) as its
+    shell: the next agent neither re-adopts the session with it nor signals it."""
+    from remote_exec.agent.shell.record import SLOTS, read_record
+
+    d, url = fresh_agent_dir, f"local://?dir={fresh_agent_dir}"
+    async with rx.open_sandbox(url) as sb:
+        sh = await sb.shell()
+        assert (await sh.run("echo hi")).stdout == "hi\n"
+        agent = sb.info.pid
+    await anyio.to_thread.run_sync(rpc, d / "agent.sock", "server_handover")
+    assert await anyio.to_thread.run_sync(wait_exit, agent, 30.0)
+    path = d / "shells" / sh.session_id
+    record = read_record(path)
+    record.update(pid=victim.pid, starttime=proc_starttime(victim.pid), seq=int(record["seq"]) + 1)
+    for slot in SLOTS:
+        (path / slot).write_text(json.dumps(record))
+    async with rx.open_sandbox(url) as sb:
+        adopted = [s.session_id for s in await sb.shells()]
+    log = (d / "agent.log").read_text(errors="replace")
+    refused = (
+        sh.session_id not in adopted
+        and victim.poll() is None
+        and f"skipped {path} (shell {sh.session_id}): pid {victim.pid} is not a process the keeper started" in log
+    )
+    adversary.tried("state files", "a forged session record names an outside process", refused=refused)
+    assert refused, (adopted, log[-2000:])
