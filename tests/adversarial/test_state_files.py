@@ -210,3 +210,25 @@ async def test_a_forged_session_record_names_no_outside_process(
     )
     adversary.tried("state files", "a forged session record names an outside process", refused=refused)
     assert refused, (adopted, log[-2000:])
+
+
+async def test_a_session_output_swapped_for_a_fifo(fresh_agent_dir: Path, adversary: Adversary) -> None:
+    """A shell's ``out`` file replaced by a FIFO: the next agent ends that session and serves."""
+    d, url = fresh_agent_dir, f"local://?dir={fresh_agent_dir}"
+    async with rx.open_sandbox(url) as sb:
+        sh = await sb.shell()
+        assert (await sh.run("echo hi")).stdout == "hi\n"
+        kept = await sb.run(["echo", "kept"])
+        agent = sb.info.pid
+    await anyio.to_thread.run_sync(rpc, d / "agent.sock", "server_handover")
+    assert await anyio.to_thread.run_sync(wait_exit, agent, 30.0)
+    out = d / "shells" / sh.session_id / "out"
+    poison(out, "fifo")
+    with anyio.fail_after(60):  # open() of the FIFO blocked the next agent for good
+        async with rx.open_sandbox(url) as sb:
+            adopted = [s.session_id for s in await sb.shells()]
+            served = (await sb.read_output(kept.job_id or "")).data == b"kept\n"
+    log = (d / "agent.log").read_text(errors="replace")
+    refused = served and sh.session_id not in adopted and f"{out} is not a regular file" in log
+    adversary.tried("state files", "a shell's out file replaced by a FIFO", refused=refused)
+    assert refused, (adopted, log[-2000:])
