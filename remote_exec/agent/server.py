@@ -42,7 +42,7 @@ from .shell.controller import ShellController, ShellLimits
 from .shell.methods import shell_methods
 from .shell.process import ShellHome
 from .statedir import secure_dir
-from .statefile import StateFileError, read_state_file
+from .statefile import planted, read_state_file
 from .stream import STREAM_SOCKET, Peers, serve_frames
 from .trash import Trash
 
@@ -238,11 +238,10 @@ def _state_id(jobs_root: Path) -> str:
         text = read_state_file(path, 64).decode("ascii").strip()
         if text.isalnum() and 0 < len(text) <= 32:
             return text
-    except StateFileError as exc:  # a job's symlink or FIFO: never written through, never opened
-        log.warning("skipped %s: %s; the state dir gets a new id", path, exc)
-        os.unlink(path)
-    except (OSError, ValueError):
-        pass
+    except (OSError, ValueError) as exc:
+        if planted(exc):  # a job's symlink or FIFO: never written through, never opened
+            log.warning("skipped %s: %s; the state dir gets a new id", path, exc)
+            os.unlink(path)
     text = secrets.token_hex(4)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:

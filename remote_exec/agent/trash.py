@@ -26,7 +26,7 @@ import shutil
 import threading
 from pathlib import Path
 
-from .statefile import StateFileError, open_state_dir
+from .statefile import open_state_dir
 
 __all__ = ["Trash"]
 
@@ -51,7 +51,7 @@ class Trash:
             except FileNotFoundError:
                 os.mkdir(self.root, 0o700)
                 fd = open_state_dir(self.root)
-            except StateFileError as exc:
+            except ValueError as exc:  # a symlink or a file: put there, not by us
                 log.warning("skipped %s: %s; replaced by an empty dir", self.root, exc)
                 os.unlink(self.root)
                 os.mkdir(self.root, 0o700)

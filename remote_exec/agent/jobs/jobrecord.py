@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ...protocol import JobPolicy, StartParams
-from ..statefile import StateFileError, read_state_file
+from ..statefile import planted, read_state_file
 
 __all__ = ["params_from_record", "read_stdin_cursor", "write_first_record", "write_record", "write_stdin_cursor"]
 
@@ -67,13 +67,11 @@ def read_stdin_cursor(job_dir: Path) -> int | None:
         return max(0, int(read_state_file(path, CURSOR_SIZE)))
     except FileNotFoundError:
         return None
-    except StateFileError as exc:
-        log.warning("skipped %s: %s; removed", path, exc)
-        with contextlib.suppress(OSError):
-            os.unlink(path)  # a symlink or FIFO itself: the next cursor is written afresh
-        return None
     except (OSError, ValueError) as exc:
-        log.warning("skipped %s: %s", path, exc)
+        log.warning("skipped %s: %s%s", path, exc, "; removed" if planted(exc) else "")
+        if planted(exc):
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # a symlink or FIFO itself: the next cursor is written afresh
         return None
 
 

@@ -90,7 +90,7 @@ def _load_meta(job_dir: str) -> dict[str, object]:
     """A job dir's ``job.json`` (small; read once per job when an agent starts).
 
     :raises ValueError: it is not a regular file (a FIFO blocked the agent for good), larger
-        than :data:`MAX_RECORD`, or not a JSON object (:class:`~..statefile.StateFileError` says which).
+        than :data:`MAX_RECORD`, or not a JSON object (its text says which).
     """
     dir_fd = open_state_dir(job_dir)
     try:

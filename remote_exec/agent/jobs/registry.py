@@ -20,7 +20,7 @@ from typing import Protocol, TypeVar
 from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, ServerBusyError
 from ...protocol import JobInfo, StartParams
 from ..budget import MemoryBudget
-from ..statefile import StateFileError, read_state_file
+from ..statefile import planted, read_state_file
 from .diskjob import JobHome
 from .job import Job
 from .logbudget import evict
@@ -268,11 +268,9 @@ def _read_counter(home: JobHome) -> int:
         return max(0, int(read_state_file(path, 64)))
     except FileNotFoundError:
         return 0
-    except StateFileError as exc:
-        log.warning("skipped %s: %s; removed", path, exc)
-        with contextlib.suppress(OSError):
-            os.unlink(path)  # a symlink or FIFO itself, never what it names
-        return 0
     except (OSError, ValueError) as exc:
-        log.warning("skipped %s: %s", path, exc)
+        log.warning("skipped %s: %s%s", path, exc, "; removed" if planted(exc) else "")
+        if planted(exc):
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # a symlink or FIFO itself, never what it names
         return 0

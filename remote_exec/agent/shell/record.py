@@ -25,7 +25,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from ..statefile import StateFileError, read_state_file
+from ..statefile import read_state_file
 
 __all__ = ["KEY_SIZE", "SLOTS", "RecordFile", "derive_nonce", "key_memfd", "read_key", "read_record", "session_dir"]
 
@@ -53,7 +53,7 @@ def read_record(path: Path) -> dict[str, Any]:
     for name in SLOTS:
         try:
             data = read_state_file(path / name, MAX_RECORD)  # a FIFO, a symlink: not a record
-        except StateFileError as exc:
+        except ValueError as exc:
             errors.append(OSError(f"{path / name}: {exc}"))
             continue
         except OSError as exc:
