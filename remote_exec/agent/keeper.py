@@ -19,10 +19,11 @@ SIGTERM or SIGINT), :data:`HANDOVER_EXIT` a handover
 (jobs stay; the keeper waits for a ``start`` with the next agent's argv), anything else an
 accident (restarted at once, then with a back-off if it keeps dying young).
 
-The control protocol is newline-delimited JSON on ``keeper.sock`` (0600, peer uid checked), one
-answer per request, versioned by :data:`KEEPER_PROTOCOL` in ``hello``; newer agents must keep
-working with an older keeper (an upgrade replaces the agent, not the keeper), so ops are only
-ever added. This module imports the standard library only: the keeper stays small (~10 MB RSS)
+The control protocol is newline-delimited JSON on ``keeper.sock`` (0600, peer uid checked; what
+the keeper holds goes only to the agent it spawned, see :mod:`.keeperauth`), one answer per
+request, versioned by :data:`KEEPER_PROTOCOL` in ``hello``; newer agents must keep working
+with an older keeper (an upgrade replaces the agent, not the keeper), so ops are only ever added
+(protocol 2: ``lead`` and ``leads``). This module imports the standard library only: the keeper stays small (~10 MB RSS)
 and runs from the PyInstaller bundle as well as from the package.
 """
 
@@ -36,19 +37,19 @@ import os
 import selectors
 import signal
 import socket
-import struct
 import sys
 import time
 from collections import OrderedDict
 from typing import Any
 
+from .keeperauth import AGENT_OPS, Leaders, peer_of
 from .keepercap import CapSweeper, disk_cap_of
 from .orphancpu import OrphanCpu
 from .procfacts import proc_starttime, reset_signals
 
 __all__ = ["HANDOVER_EXIT", "KEEPER_PROTOCOL", "KEEPER_SOCKET", "main", "run_cli"]
 
-KEEPER_PROTOCOL = 1
+KEEPER_PROTOCOL = 2
 KEEPER_SOCKET = "keeper.sock"
 HANDOVER_EXIT = 75  # EX_TEMPFAIL: "I left on purpose, my jobs stay"
 PR_SET_CHILD_SUBREAPER = 36
@@ -74,6 +75,8 @@ class _Conn:
         self.sock = sock
         self.buf = b""
         self.fds: list[int] = []
+        self.agent_gen = -1  # the agent generation that made this connection (-1: not an agent)
+        self.told_refused = False
 
 
 class Keeper:
@@ -85,6 +88,8 @@ class Keeper:
         self.ready_fd = ready_fd  # the first ``ensure``'s: told once the first agent is ready
         self.sel = selectors.DefaultSelector()
         self.agent_pid = 0
+        self.agent_gen = 0  # one more per agent spawned: a connection serves only its own
+        self.leaders = Leaders()  # the job leaders our agents started (see .keeperauth)
         self.agent_started = 0.0
         self.agent_ready = False
         self.ready_pipe: int | None = None
@@ -123,6 +128,7 @@ class Keeper:
         finally:
             os.close(write_fd)
             os.close(log)
+        self.agent_gen += 1
         self.agent_started = time.monotonic()
         self.agent_ready = False
         self.ready_pipe = read_fd
@@ -235,12 +241,16 @@ class Keeper:
 
     def handle(self, conn: _Conn, req: dict[str, Any], fds: list[int]) -> None:
         op = req.get("op")
-        if op == "hello":
+        if op in AGENT_OPS and not self._from_agent(conn):
+            self._refuse(conn, str(op))
+        elif op in ("lead", "leads"):
+            self._on_ledger(conn, req)
+        elif op == "hello":
             self._send(conn, self._hello())
         elif op == "start":
             argv = req.get("argv")
-            if isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
-                self.agent_argv = argv
+            if not self.agent_pid and isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
+                self.agent_argv = argv  # not while one runs: its restart after a crash is its own argv
             if self.agent_pid and self.agent_ready:
                 self._send(conn, {"ok": True, "agent_pid": self.agent_pid, "already": True})
                 return
@@ -274,11 +284,32 @@ class Keeper:
             fd = self.held.pop(str(req.get("key")), None)
             if fd is not None:
                 os.close(fd)
+            self.leaders.forget(str(req.get("key")))
             self._send(conn, {"ok": True})
         else:
             self._send(conn, {"error": f"unknown op {op!r}", "keeper": KEEPER_PROTOCOL})
         for fd in fds:  # any the op did not keep
             os.close(fd)
+
+    # -- who is served (see .keeperauth) ---------------------------------------------------
+
+    def _from_agent(self, conn: _Conn) -> bool:
+        """The connection was made by the agent that runs now (its generation, still unreaped)."""
+        return bool(self.agent_pid) and conn.agent_gen == self.agent_gen
+
+    def _refuse(self, conn: _Conn, op: str) -> None:
+        if not conn.told_refused:  # one line per connection: a loop of refusals cannot fill the log
+            conn.told_refused = True
+            pid, _ = peer_of(conn.sock)
+            print(f"keeper: refused {op!r} from pid {pid}: not the agent", file=sys.stderr, flush=True)
+        self._send(conn, {"error": f"{op!r} is only for the agent", "refused": True})
+
+    def _on_ledger(self, conn: _Conn, req: dict[str, Any]) -> None:
+        if req.get("op") == "leads":
+            self._send(conn, {"leads": self.leaders.answer()})
+            return
+        why = self.leaders.add(str(req.get("key")), req.get("pid"), self.agent_pid)
+        self._send(conn, {"ok": why is None} if why is None else {"ok": False, "error": why})
 
     def _hello(self) -> dict[str, Any]:
         return {
@@ -331,13 +362,15 @@ class Keeper:
             sock, _ = listener.accept()
         except OSError:
             return
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        uid = struct.unpack("3i", creds)[1]
+        pid, uid = peer_of(sock)
         if uid not in (os.geteuid(), 0):
             sock.close()  # another user's process: the socket is 0600, so this is paranoia
             return
         sock.setblocking(False)
-        self.sel.register(sock, selectors.EVENT_READ, _Conn(sock))
+        conn = _Conn(sock)
+        if self.agent_pid and pid == self.agent_pid:
+            conn.agent_gen = self.agent_gen  # our unreaped child: its pid cannot be a recycled one
+        self.sel.register(sock, selectors.EVENT_READ, conn)
 
     # -- the loop --------------------------------------------------------------------------
 

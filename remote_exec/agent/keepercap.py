@@ -19,6 +19,9 @@ import ctypes
 import errno
 import json
 import os
+import stat
+
+from .statefile import open_state_dir, read_state_file
 
 __all__ = ["CapSweeper", "disk_cap_of"]
 
@@ -57,22 +60,32 @@ class CapSweeper:
             if not entry.is_dir(follow_symlinks=False):
                 continue
             seen.add(entry.name)
-            if entry.name not in self._caps:
-                self._caps[entry.name] = _own_cap(entry.path)
-            cap = self._caps[entry.name] or default_cap
-            for name in ("stdout", "stderr"):
-                dropped += self._enforce(os.path.join(entry.path, name), cap)
+            try:  # the dir itself, never a symlink a job swapped in: names resolve against it
+                dir_fd = open_state_dir(entry.path)
+            except (OSError, ValueError):
+                continue
+            try:
+                if entry.name not in self._caps:
+                    self._caps[entry.name] = _own_cap(dir_fd)
+                cap = self._caps[entry.name] or default_cap
+                for name in ("stdout", "stderr"):
+                    dropped += self._enforce(dir_fd, name, cap)
+            finally:
+                os.close(dir_fd)
         for gone in set(self._caps) - seen:
             del self._caps[gone]
         return dropped
 
-    def _enforce(self, path: str, cap: int) -> int:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    def _enforce(self, dir_fd: int, name: str, cap: int) -> int:
+        try:  # O_NONBLOCK: a FIFO a job put there must not block the keeper in open()
+            fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
         except OSError:
             return 0
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return 0
+            size = st.st_size
             if size <= cap:
                 return 0
             try:
@@ -89,10 +102,9 @@ class CapSweeper:
             os.close(fd)
 
 
-def _own_cap(job_dir: str) -> int | None:
+def _own_cap(dir_fd: int) -> int | None:
     try:
-        with open(os.path.join(job_dir, "job.json"), "rb") as f:
-            meta = json.loads(f.read(MAX_META))
+        meta = json.loads(read_state_file("job.json", MAX_META, dir_fd=dir_fd))
         cap = meta.get("output_cap") if isinstance(meta, dict) else None
     except (OSError, ValueError):
         return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import signal
 
-__all__ = ["proc_session", "proc_starttime", "reset_signals"]
+__all__ = ["proc_parent", "proc_session", "proc_starttime", "reset_signals"]
 
 
 def _stat_field(pid: int, field: int) -> int | None:
@@ -28,6 +28,11 @@ def proc_starttime(pid: int) -> int | None:
     With the pid it names one process for good: a recycled pid has another start time.
     """
     return _stat_field(pid, 19)
+
+
+def proc_parent(pid: int) -> int | None:
+    """The parent pid of ``pid`` (``/proc/PID/stat`` field 4), or None if there is no such process."""
+    return _stat_field(pid, 1)
 
 
 def proc_session(pid: int) -> int | None:

@@ -42,6 +42,7 @@ from .shell.controller import ShellController, ShellLimits
 from .shell.methods import shell_methods
 from .shell.process import ShellHome
 from .statedir import secure_dir
+from .statefile import planted, read_state_file
 from .stream import STREAM_SOCKET, Peers, serve_frames
 from .trash import Trash
 
@@ -116,7 +117,7 @@ def build_app(config: ServerConfig) -> web.Application:
     keeper = KeeperLink(config.state_dir)
     inotify = Inotify()
     logs = LogBudget(config.log_budget or default_log_budget(jobs_root))
-    trash = Trash(secure_dir(config.state_dir / "trash"))
+    trash = Trash(config.state_dir / "trash")  # checked at each use (see .trash)
     trash.empty()  # what an earlier agent left there
     home = JobHome(jobs_root, keeper, inotify if inotify.available else None, config.disk_cap, logs, trash)
     jobs = JobController(instance_id, config.limits, budget, home, prefix=_state_id(jobs_root))
@@ -234,11 +235,13 @@ def _state_id(jobs_root: Path) -> str:
     stay valid across agents but never match another state dir's."""
     path = jobs_root / "ID"
     try:
-        text = path.read_text().strip()
+        text = read_state_file(path, 64).decode("ascii").strip()
         if text.isalnum() and 0 < len(text) <= 32:
             return text
-    except OSError:
-        pass
+    except (OSError, ValueError) as exc:
+        if planted(exc):  # a job's symlink or FIFO: never written through, never opened
+            log.warning("skipped %s: %s; the state dir gets a new id", path, exc)
+            os.unlink(path)
     text = secrets.token_hex(4)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(fd, "w") as f:

@@ -59,12 +59,27 @@ def test_a_running_streams_last_partial_block_is_never_punched(tmp_path: Path) -
     assert running.base == 8 * KiB  # the job may still be appending into the block at 8 KiB
 
 
+def test_a_sparse_log_counts_its_blocks_not_its_size(tmp_path: Path) -> None:
+    """20 GB long, 40 KiB on disk: counted as 40 KiB, so the other job's log stays whole."""
+    ledger = LogBudget(100 * KiB)
+    old = [_log(tmp_path, "old", 32 * KiB, ledger, True)]
+    path = tmp_path / "sparse"
+    with open(path, "wb") as f:
+        f.write(b"s" * 40 * KiB)
+        f.truncate(20 << 30)
+    sparse = LogFile(os.fspath(path), 1 << 40)
+    sparse.charge_to(ledger)
+    assert sparse.end == 20 << 30 and ledger.used == 72 * KiB
+    assert evict(ledger, [old], [sparse]) == 0 and old[0].base == 0
+
+
 def test_forgetting_a_stream_gives_its_bytes_back(tmp_path: Path) -> None:
     ledger = LogBudget(1 << 20)
     stream = _log(tmp_path, "s", 12 * KiB, ledger)
     with open(stream.path, "ab") as f:
         f.write(b"y" * KiB)
-    assert stream.end == 13 * KiB and ledger.used == 13 * KiB  # learnt from a size read, no walk
+    # Learnt from a size read, no walk; counted in whole blocks (what the file takes on disk).
+    assert stream.end == 13 * KiB and ledger.used == 16 * KiB
     stream.charge_to(None)
     assert ledger.used == 0
 

@@ -16,6 +16,7 @@ learnt (as its parent, or from the keeper for a re-adopted job) is :mod:`.exitwa
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import signal
@@ -45,6 +46,8 @@ from .spare import SpareDir
 from .spawn import popen_session, spawn_error
 
 __all__ = ["DiskJob", "JobHome"]
+
+log = logging.getLogger("remote_exec.agent")
 
 
 @dataclass
@@ -194,6 +197,7 @@ class DiskJob(Job):
             os.close(out)
             os.close(err)
         self.starttime = proc_starttime(self.pid)
+        await self._tell_leader()
         if self.stdin.open and self.stdin.pipe is not None and self.home.keeper.present:
             # The keeper keeps a copy of the write end: our death must not give the job EOF.
             pipe = self.stdin.pipe.get_extra_info("pipe")
@@ -207,6 +211,14 @@ class DiskJob(Job):
             write_first_record(meta_fd, self._meta())
         else:
             self.save()
+
+    async def _tell_leader(self) -> None:
+        """Tell the keeper which process leads this job: the next agent re-adopts (and may
+        signal) only a process in the keeper's ledger, never one a rewritten job.json names."""
+        if self.home.keeper.present:
+            answer, _ = await self.home.keeper.request({"op": "lead", "key": self.job_id, "pid": self.pid})
+            if answer.get("ok") is False:
+                log.warning("the keeper did not record job %s's leader: %s", self.job_id, answer.get("error"))
 
     async def _exec(self, out: int, err: int) -> None:
         p = self.params
@@ -270,12 +282,16 @@ class DiskJob(Job):
         on_done: Callable[[Job], None],
         home: JobHome,
         exits: dict[str, Any],
+        leads: dict[str, Any] | None = None,
     ) -> DiskJob:
         """The job ``meta`` (its ``job.json``) describes, as this agent finds it now.
 
         Alive (same pid *and* start time): running again, its stdin re-opened from the keeper's
         copy. Gone: ended, with the exit status the keeper recorded (``exit_code`` None if
         nobody could reap it, e.g. the agent reaped it and died before writing it down).
+        ``leads`` is the keeper's ledger (None: an old keeper keeps none): a process it does not
+        name for this job is not the job's, whatever ``meta`` says (the job can rewrite it), so
+        it is never watched or signalled; the job counts as ended.
         """
         params = params_from_record(meta)
         job = cls(meta["job_id"], params, buffer_limit, on_done, home)
@@ -291,7 +307,15 @@ class DiskJob(Job):
         if end is not None:
             job._finish(end["state"], end.get("exit_code"), end.get("ended_at"), save=False)
         elif job.pid and job.starttime is not None and proc_starttime(job.pid) == job.starttime:
-            await job._reattach()
+            if leads is None or leads.get(job.job_id) == [job.pid, job.starttime]:
+                await job._reattach()
+            else:
+                log.warning(
+                    "skipped %s: pid %s is not a process the keeper started for this job; not signalled",
+                    job.dir / "job.json",
+                    job.pid,
+                )
+                job._finish("completed", None, None)
         else:
             how = exits.get(f"{job.pid}:{job.starttime}")
             job._finish("completed", None if how is None else how["code"], None if how is None else how["at"])

@@ -9,13 +9,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Any
 
 from ...protocol import JobPolicy, StartParams
+from ..statefile import planted, read_state_file
 
 __all__ = ["params_from_record", "read_stdin_cursor", "write_first_record", "write_record", "write_stdin_cursor"]
+
+
+log = logging.getLogger("remote_exec.agent")
+CURSOR_SIZE = 64  # "%20d\n" is 21 bytes
 
 
 def write_record(job_dir: Path, meta: dict[str, Any]) -> None:
@@ -54,10 +60,19 @@ def write_stdin_cursor(job_dir: Path, written: int) -> None:
 
 
 def read_stdin_cursor(job_dir: Path) -> int | None:
-    """The stdin cursor :func:`write_stdin_cursor` left, None if there is none to be read."""
-    with contextlib.suppress(OSError, ValueError):
-        return int((job_dir / "stdin_bytes").read_bytes())
-    return None
+    """The stdin cursor :func:`write_stdin_cursor` left, None if there is none to be read (one
+    the job replaced, e.g. by a symlink to ``/dev/zero``, is logged and skipped)."""
+    path = job_dir / "stdin_bytes"
+    try:
+        return max(0, int(read_state_file(path, CURSOR_SIZE)))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("skipped %s: %s%s", path, exc, "; removed" if planted(exc) else "")
+        if planted(exc):
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # a symlink or FIFO itself: the next cursor is written afresh
+        return None
 
 
 def params_from_record(meta: dict[str, Any]) -> StartParams:

@@ -8,8 +8,10 @@ jobs share one budget, by default a quarter of the state dir's file system and, 
 also at most a quarter of the memory cgroup's limit.
 
 Sizes are tracked incrementally: every :class:`~.logfile.LogFile` reports the change in the
-bytes it holds (``end - base``) when it learns its size (a read, the sweep, the job's end) or
-drops its head; no directory walk. Over the budget, :func:`evict` drops heads with the same
+disk blocks its file takes (``st_blocks * 512``, never the apparent size: a job's sparse 20 GB
+stdout takes 40 KiB and counts as that, where counting its size once punched out every other
+finished job's output) when it learns its size (a read, the sweep, the job's end) or drops its
+head; no directory walk. Over the budget, :func:`evict` drops heads with the same
 hole punch as the per-stream cap (exact ``*_dropped`` counts, never silent): finished jobs'
 logs first, oldest end first, then the running streams, the largest first (leveled down to a
 common size). A finished job whose logs are all dropped stays listed with its exit code until
@@ -46,7 +48,7 @@ class LogFile(Protocol):
 
 
 class LogBudget:
-    """Bytes held by all streams' logs (``end - base`` summed) against ``limit``."""
+    """Bytes of disk taken by all streams' logs (their blocks, summed) against ``limit``."""
 
     __slots__ = ("limit", "used")
 

@@ -22,6 +22,7 @@ import ctypes
 import errno
 import logging
 import os
+import stat
 import struct
 from typing import TYPE_CHECKING
 
@@ -37,6 +38,9 @@ DEFAULT_CAP = 1 << 30
 BLOCK = 4096
 FALLOC_FL_KEEP_SIZE = 1
 FALLOC_FL_PUNCH_HOLE = 2
+# The job can replace its log (it runs as the agent's user): never through a symlink, never
+# blocked in open() by a FIFO, and only a regular file is read or punched.
+_FLAGS = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
@@ -48,7 +52,7 @@ class LogFile:
     both alike. No fd is held between reads: 5 000 jobs cost no descriptors.
     """
 
-    __slots__ = ("_size", "_warned", "base", "cap", "eof", "ledger", "mtime", "path", "read_cursor")
+    __slots__ = ("_alloc", "_size", "_warned", "base", "cap", "eof", "ledger", "mtime", "path", "read_cursor")
 
     def __init__(self, path: str, cap: int) -> None:
         self.path = path
@@ -56,6 +60,7 @@ class LogFile:
         self.eof = False  # set when the job ended (the leader exited)
         self.read_cursor = 0
         self._size = 0
+        self._alloc = 0  # bytes of disk blocks the file holds (st_blocks * 512), as last seen
         self.mtime: float | None = None  # the file's mtime at the last look, once it holds bytes
         self._warned = False
         self.ledger: LogBudget | None = None
@@ -63,8 +68,11 @@ class LogFile:
 
     @property
     def held(self) -> int:
-        """Bytes of the stream still on disk, as last seen (no stat)."""
-        return self._size - self.base
+        """Bytes of disk the stream's file takes, as last seen (no stat): its allocated blocks,
+        never its apparent size. A job can make its log sparse (``truncate -s 20G`` on its own
+        stdout: 20 GB long, 40 KiB on disk); counted by size, that once made the log budget punch
+        out every other finished job's output."""
+        return self._alloc
 
     def charge_to(self, ledger: LogBudget | None) -> None:
         """Count this stream's bytes in ``ledger`` (the agent's log budget); None stops counting."""
@@ -74,20 +82,22 @@ class LogFile:
         if ledger is not None:
             ledger.charge(self.held)
 
-    def _moved(self, size: int, base: int) -> None:
-        """The size or base changed: tell the ledger by how much the bytes held did."""
+    def _moved(self, size: int, base: int, st: os.stat_result) -> None:
+        """The size, base or blocks changed: tell the ledger by how much the blocks held did."""
+        alloc = st.st_blocks * 512
         if self.ledger is not None:
-            self.ledger.charge((size - base) - self.held)
-        self._size, self.base = size, base
+            self.ledger.charge(alloc - self._alloc)
+        self._size, self.base, self._alloc = size, base, alloc
 
     def _find_base(self) -> int:
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = _open_regular(self.path, os.O_RDONLY)
         except OSError:
             return 0
         try:
             st = os.fstat(fd)
             self._size = st.st_size
+            self._alloc = st.st_blocks * 512
             self.mtime = st.st_mtime if st.st_size else None
             return os.lseek(fd, 0, os.SEEK_DATA)
         except OSError as exc:  # ENXIO: all hole (or empty)
@@ -101,12 +111,15 @@ class LogFile:
         last wrote, taken only when the size grew (a head punched out of a quiet job's log by
         the log budget changes the file's mtime, not its size: it is no output)."""
         with contextlib.suppress(OSError):
-            st = os.stat(self.path)
+            st = os.stat(self.path, follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode):
+                return self._size  # replaced by the job (a symlink, a FIFO): not its output
             size = st.st_size
             if size != self._size:
                 # The job can set its log's mtime (touch its own fd 1): only a sane one is kept.
                 self.mtime = st.st_mtime if size and 0 <= st.st_mtime < 1e11 else None
-                self._moved(size, self.base)
+            if size != self._size or st.st_blocks * 512 != self._alloc:
+                self._moved(size, self.base, st)
         return self._size
 
     def enforce_cap(self) -> int:
@@ -133,7 +146,7 @@ class LogFile:
         if new_base <= self.base:
             return 0
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CLOEXEC)
+            fd = _open_regular(self.path, os.O_WRONLY)
         except OSError:
             return 0
         try:
@@ -143,10 +156,11 @@ class LogFile:
                     self._warned = True
                     log.warning("cannot drop the head of %s (%s): its cap is not applied", self.path, os.strerror(err))
                 return 0
+            st = os.fstat(fd)  # the blocks freed: what the budget counts
         finally:
             os.close(fd)
         dropped = new_base - self.base
-        self._moved(self._size, new_base)
+        self._moved(self._size, new_base, st)
         return dropped
 
     def discard(self, n: int | None = None) -> int:
@@ -173,7 +187,7 @@ class LogFile:
         chunk = b""
         if stop > start:
             try:
-                fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+                fd = _open_regular(self.path, os.O_RDONLY)
             except OSError:
                 fd = -1
             if fd >= 0:
@@ -194,6 +208,17 @@ class LogFile:
         if not peek:
             self.mark_read(stop)
         return Slice(data, start, stop, dropped)
+
+
+def _open_regular(path: str, mode: int) -> int:
+    """``path`` opened with ``mode`` if it is a regular file (see ``_FLAGS``).
+
+    :raises OSError: it is not (or cannot be opened)."""
+    fd = os.open(path, mode | _FLAGS)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a regular file")
+    return fd
 
 
 class Inotify:

@@ -140,6 +140,7 @@ class PtyJob(DiskJob):
             os.close(log_fd)
         self.starttime = proc_starttime(self.pid)
         self.relay_start = proc_starttime(self.relay)
+        await self._tell_leader()
         await self._adopt_master(master)
         if stdin_input is not None:  # typed ahead; a terminal's keyboard stays open (no EOF)
             self.stdin.write(stdin_input, offset=None, eof=False, reserved=True)

@@ -2,7 +2,10 @@
 
 Each job dir's ``job.json`` is read back and its job rebuilt as a :class:`DiskJob`: running
 ones (same pid and start time) are watched again, those that ended meanwhile get the exit the
-keeper recorded. A dir that cannot be read back is ended and removed. A shell run's dir (see
+keeper recorded. A dir that cannot be read back is ended and removed. Every file there is the
+job's to rewrite: ``job.json`` is read as hostile input (:mod:`..statefile`), and a job is
+watched (and may be signalled) as running only if the keeper's ledger names the very process
+its ``job.json`` does (:mod:`..keeperauth`). What is skipped is logged with its path. A shell run's dir (see
 ``agent/shell/runlog.py``) is a finished job once it ended; one in progress is left to the
 shell controller. Registering the jobs is the
 :class:`~remote_exec.agent.jobs.controller.JobController`'s.
@@ -15,7 +18,9 @@ import logging
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from ..statefile import open_state_dir, read_state_file
 from .diskjob import DiskJob, JobHome
 from .job import Job
 from .proctable import scan
@@ -36,6 +41,7 @@ async def readopt(home: JobHome, prefix: str, buffer_limit: int, on_done: Callab
     """
     answer, _ = await home.keeper.request({"op": "exits"})
     exits = answer.get("exits") or {}
+    leads = await _leaders(home)
     restored: list[DiskJob] = []
     for entry in os.scandir(home.root):
         if not entry.is_dir(follow_symlinks=False):
@@ -47,11 +53,11 @@ async def readopt(home: JobHome, prefix: str, buffer_limit: int, on_done: Callab
             if meta.get("shell") is not None and meta.get("end") is None:
                 continue  # a shell run in progress: its session's re-adoption takes it up
             kind = PtyJob if meta.get("tty") else DiskJob
-            restored.append(await kind.restore(meta, buffer_limit, on_done, home, exits))
+            restored.append(await kind.restore(meta, buffer_limit, on_done, home, exits, leads))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             if entry.name.startswith(prefix + "-sh"):
                 continue  # a shell run's, torn by a kill mid-write: its session's re-adoption rewrites it
-            log.warning("cannot re-adopt %s: %s; ending its processes and removing it", entry.name, exc)
+            log.warning("skipped %s: %s; ending its processes and removing it", entry.path, exc)
             if entry.name.startswith(prefix + "-"):
                 # An agent killed between the spawn and the job.json: the process runs (and the
                 # keeper may hold its stdin) but nobody can name it. End it: the client's retry
@@ -65,15 +71,35 @@ async def readopt(home: JobHome, prefix: str, buffer_limit: int, on_done: Callab
 MAX_RECORD = 4 << 20  # a job.json is a few kB; one this big was not written by an agent
 
 
+async def _leaders(home: JobHome) -> dict[str, Any] | None:
+    """The keeper's ledger of job leaders (job id -> [pid, start time]); None from a keeper too
+    old to keep one (then job.json's pid and start time are all there is, as before)."""
+    if not home.keeper.present:
+        return {}  # no keeper: nothing outlived an agent as its job
+    answer, _ = await home.keeper.request({"op": "leads"})
+    leads = answer.get("leads")
+    if isinstance(leads, dict):
+        return leads
+    if answer:
+        log.warning("the keeper keeps no ledger of job leaders (an older keeper): job.json's pids are trusted")
+        return None
+    return {}
+
+
 def _load_meta(job_dir: str) -> dict[str, object]:
     """A job dir's ``job.json`` (small; read once per job when an agent starts).
 
-    :raises ValueError: it is larger than :data:`MAX_RECORD` or not a JSON object.
+    :raises ValueError: it is not a regular file (a FIFO blocked the agent for good), larger
+        than :data:`MAX_RECORD`, or not a JSON object (its text says which).
     """
-    with open(os.path.join(job_dir, "job.json"), "rb") as f:
-        raw = f.read(MAX_RECORD + 1)
-    if len(raw) > MAX_RECORD:
-        raise ValueError(f"job.json is over {MAX_RECORD} bytes")
+    dir_fd = open_state_dir(job_dir)
+    try:
+        try:
+            raw = read_state_file("job.json", MAX_RECORD, dir_fd=dir_fd)
+        except ValueError as exc:
+            raise ValueError(f"{os.path.join(job_dir, 'job.json')}: {exc}") from None
+    finally:
+        os.close(dir_fd)
     meta = json.loads(raw)
     if not isinstance(meta, dict):
         raise ValueError("job.json is not an object")

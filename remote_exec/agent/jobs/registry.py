@@ -20,6 +20,7 @@ from typing import Protocol, TypeVar
 from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, ServerBusyError
 from ...protocol import JobInfo, StartParams
 from ..budget import MemoryBudget
+from ..statefile import planted, read_state_file
 from .diskjob import JobHome
 from .job import Job
 from .logbudget import evict
@@ -91,8 +92,7 @@ class JobRegistry:
         self._by_key: dict[str, str] = {}
         self._counter = 0
         if home is not None:  # carry on from the previous agents' counter
-            with contextlib.suppress(OSError, ValueError):
-                self._counter = int((home.root / COUNTER).read_bytes())
+            self._counter = _read_counter(home)
         self._first_seq = self._counter + 1  # smaller numbers are earlier agents'
         self._spawning = 0  # starts between the limit check and registering (their spawn awaited)
         self.watcher: Watcher | None = None  # the policy enforcer (the server sets it)
@@ -256,3 +256,21 @@ def seq(job_id: str) -> int:
         return int(job_id.rsplit("-", 1)[1])
     except (IndexError, ValueError):
         raise InvalidParamsError(f"not a job id of this agent: {job_id!r}", data={"job_id": job_id}) from None
+
+
+def _read_counter(home: JobHome) -> int:
+    """The last job number an earlier agent handed out (0 if none can be read). A job can replace
+    the file (a symlink to ``/dev/zero`` once made every agent read until the OOM killer came):
+    it is read as hostile input; a bad one is logged and removed (the next id writes a new one),
+    and counting goes on from the ids on disk."""
+    path = home.root / COUNTER
+    try:
+        return max(0, int(read_state_file(path, 64)))
+    except FileNotFoundError:
+        return 0
+    except (OSError, ValueError) as exc:
+        log.warning("skipped %s: %s%s", path, exc, "; removed" if planted(exc) else "")
+        if planted(exc):
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # a symlink or FIFO itself, never what it names
+        return 0

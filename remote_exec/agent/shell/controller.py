@@ -150,6 +150,13 @@ class ShellController:
         finally:
             self._opening -= 1
         self._sessions[session.session_id] = session
+        keeper = self.home.keeper
+        if keeper is not None and keeper.present:
+            # The keeper's ledger, not the record (the shell's user can rewrite it), names the
+            # process the next agent may re-adopt (and signal) as this session's shell.
+            answer, _ = await keeper.request({"op": "lead", "key": session.session_id, "pid": session.pid})
+            if answer.get("ok") is False:
+                log.warning("the keeper did not record shell %s: %s", session.session_id, answer.get("error"))
         return session.info()
 
     async def run(self, p: ShellRunParams) -> StartResult:
@@ -246,6 +253,8 @@ class ShellController:
         if root is None or keeper is None or not keeper.present or not root.is_dir():
             return 0
         restored = 0
+        answer, _ = await keeper.request({"op": "leads"})
+        leads = answer.get("leads")  # None: a keeper too old to keep a ledger (the record is all)
         for entry in os.scandir(root):
             sid = entry.name
             fds: builtins.list[int] = []  # (`list` is a method here)
@@ -253,6 +262,8 @@ class ShellController:
                 record = read_record(Path(entry.path))
                 if record.get("session_id") != sid or not sid.startswith(self.jobs.prefix + "-sh"):
                     raise ValueError("not a session of this state dir")
+                if isinstance(leads, dict) and leads.get(sid) != [record.get("pid"), record.get("starttime")]:
+                    raise ValueError(f"pid {record.get('pid')} is not a process the keeper started for it")
                 _, fds = await keeper.request({"op": "fd", "key": sid})
                 _, key_fds = await keeper.request({"op": "fd", "key": f"{sid}.key"})
                 fds += key_fds
@@ -270,7 +281,7 @@ class ShellController:
             # and a session it cannot describe is ended (IndexError, OverflowError: a short
             # list, a number no file offset can be).
             except (OSError, ValueError, KeyError, TypeError, IndexError, OverflowError, RemoteExecError) as exc:
-                log.warning("cannot re-adopt shell %s: %s; ending it", sid, exc)
+                log.warning("skipped %s (shell %s): %s; ending it by its marker", entry.path, sid, exc)
                 half = self._sessions.pop(sid, None)
                 if half is not None:  # stopped part-way: let go of what it opened, end its run
                     half.detach()

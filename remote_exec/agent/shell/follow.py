@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -82,10 +83,15 @@ class ShellFiles(asyncio.SubprocessTransport):
     def open(self) -> None:
         """Open the files and start following them.
 
-        :raises OSError: a file is missing.
+        :raises OSError: a file is missing, or is not a regular file (the shell's user can
+            replace it: a FIFO would block the agent in ``open``).
         """
-        self._fds[1] = os.open(self.path / "out", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        self._fds[2] = os.open(self.path / "err", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        for fd, name in ((1, "out"), (2, "err")):
+            self._fds[fd] = os.open(self.path / name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+            if not stat.S_ISREG(os.fstat(self._fds[fd]).st_mode):
+                os.close(self._fds[fd])
+                self._fds[fd] = -1
+                raise OSError(f"{self.path / name} is not a regular file")
         if self._inotify is not None:
             self._wd = self._inotify.watch(os.fspath(self.path), self.wake)
         if self._wd < 0:

@@ -25,6 +25,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from ..statefile import read_state_file
+
 __all__ = ["KEY_SIZE", "SLOTS", "RecordFile", "derive_nonce", "key_memfd", "read_key", "read_record", "session_dir"]
 
 KEY_SIZE = 32
@@ -50,14 +52,15 @@ def read_record(path: Path) -> dict[str, Any]:
     errors: list[OSError] = []
     for name in SLOTS:
         try:
-            fd = os.open(path / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            data = read_state_file(path / name, MAX_RECORD)  # a FIFO, a symlink: not a record
+        except ValueError as exc:
+            errors.append(OSError(f"{path / name}: {exc}"))
+            continue
         except OSError as exc:
             errors.append(exc)
             continue
-        with os.fdopen(fd, "rb") as f:
-            data = f.read(MAX_RECORD + 1)
         with contextlib.suppress(ValueError):  # torn, or not ours: the other slot may hold one
-            record = json.loads(data) if len(data) <= MAX_RECORD else None
+            record = json.loads(data)
             if isinstance(record, dict) and isinstance(record.get("seq"), int):
                 found.append(record)
     if not found:

@@ -24,6 +24,7 @@ import os
 from typing import Any
 
 from ..jobs.diskjob import JobHome
+from ..jobs.jobrecord import read_stdin_cursor
 from ..jobs.logfile import LogFile
 from ..jobs.spare import SpareFiles
 
@@ -129,10 +130,7 @@ class RunLog:
 
     def stdin_cursor(self) -> int:
         """The cursor :meth:`save_stdin_cursor` kept (0 if none)."""
-        try:
-            return int((self.dir / "stdin_bytes").read_bytes())
-        except (OSError, ValueError):
-            return 0
+        return read_stdin_cursor(self.dir) or 0
 
     def close(self) -> None:
         """Close the files (the run ended: its logs stay for readers, as a job's)."""
