@@ -235,7 +235,7 @@ def _state_id(jobs_root: Path) -> str:
     path = jobs_root / "ID"
     try:
         text = path.read_text().strip()
-        if text.isalnum() and 0 < len(text) <= 32:
+        if text.isascii() and text.isalnum() and 0 < len(text) <= 32:  # the safe id form (names.py)
             return text
     except OSError:
         pass

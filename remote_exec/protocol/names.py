@@ -10,6 +10,8 @@ or a terminal would interpret can get through.
 
 from __future__ import annotations
 
+import builtins
+import keyword
 import re
 from typing import TypeGuard
 
@@ -18,10 +20,19 @@ from ..errors import ProtocolError
 __all__ = [
     "JOB_ID_PATTERN",
     "NAME_PATTERN",
+    "NAME_TAG",
+    "TAG_KEY_MAX",
     "check_job_id",
     "check_name",
+    "check_name_tag",
+    "check_tag_key",
     "is_job_id",
     "is_name",
+    "is_name_tag",
+    "is_tag_key",
+    "job_id_form",
+    "tag_key_form",
+    "tags_form",
 ]
 
 JOB_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
@@ -29,6 +40,12 @@ JOB_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 
 NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
 """A ``--name``: a Python identifier of at most 64 characters (the user's own kernel variable)."""
+
+TAG_KEY_MAX = 64
+"""The longest tag key: a tag key is a short printable word (``notebook``, ``kernel``, ``name``)."""
+
+NAME_TAG = "name"
+"""The tag that carries a job's ``--name``: when present it must be of the :func:`is_name_tag` form."""
 
 _JOB_ID = re.compile(JOB_ID_PATTERN)
 _NAME = re.compile(NAME_PATTERN)
@@ -67,4 +84,72 @@ def check_name(value: object, *, source: str = "the agent") -> str:
     """
     if not is_name(value):
         raise ProtocolError(f"{source} gave a name of an unsafe form, refused: {_shown(value)}")
+    return value
+
+
+def is_tag_key(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a tag key: 1 to :data:`TAG_KEY_MAX` printable characters (no
+    control, format or line-separator characters, which a terminal or a widget would act on)."""
+    return isinstance(value, str) and 0 < len(value) <= TAG_KEY_MAX and value.isprintable()
+
+
+def is_name_tag(value: object) -> TypeGuard[str]:
+    """Whether ``value`` may be a job's ``name`` tag: the ``--name`` form, and neither a keyword
+    nor a builtin's name (a handle bound to ``print`` or ``len`` would shadow it)."""
+    return is_name(value) and not keyword.iskeyword(value) and not hasattr(builtins, value)
+
+
+def check_tag_key(value: object, *, source: str = "the agent") -> str:
+    """``value`` if it is a tag key of the safe form.
+
+    :raises ProtocolError: it is not.
+    """
+    if not is_tag_key(value):
+        raise ProtocolError(f"{source} gave a tag key of an unsafe form, refused: {_shown(value)}")
+    return value
+
+
+def check_name_tag(value: object, *, source: str = "the agent") -> str:
+    """``value`` if it may be a job's ``name`` tag (see :func:`is_name_tag`).
+
+    :raises ProtocolError: it may not.
+    """
+    if not is_name_tag(value):
+        raise ProtocolError(f"{source} gave a name tag of an unsafe form, refused: {_shown(value)}")
+    return value
+
+
+# -- the same checks as pydantic validators (a ValueError each), so every wire model that carries
+# an id or tags is checked where it is parsed: on the host, every answer of an agent; in the
+# agent, every request. One definition for both sides.
+
+
+def job_id_form(value: str) -> str:
+    """``value`` if it is of the job id form, for a pydantic ``AfterValidator``.
+
+    :raises ValueError: it is not (the message shows it cut short).
+    """
+    if not is_job_id(value):
+        raise ValueError(f"a job id of an unsafe form, refused: {_shown(value)}")
+    return value
+
+
+def tag_key_form(value: str) -> str:
+    """``value`` if it is a tag key of the safe form, for a pydantic ``AfterValidator``.
+
+    :raises ValueError: it is not.
+    """
+    if not is_tag_key(value):
+        raise ValueError(f"a tag key of an unsafe form, refused: {_shown(value)}")
+    return value
+
+
+def tags_form(value: dict[str, str]) -> dict[str, str]:
+    """``value`` if its ``name`` tag (if any) is of the :func:`is_name_tag` form.
+
+    :raises ValueError: it is not.
+    """
+    name = value.get(NAME_TAG)
+    if name is not None and not is_name_tag(name):
+        raise ValueError(f"a name tag of an unsafe form, refused: {_shown(name)}")
     return value

@@ -67,37 +67,50 @@ class JobController(JobRegistry):
     ) -> None:
         super().__init__(instance_id, limits, budget, home, prefix)
         self._starting: dict[str, asyncio.Future[StartResult]] = {}
+        self._starting_ids: dict[str, tuple[StartParams, asyncio.Future[StartResult]]] = {}  # by client-chosen id
         self._sweeper: asyncio.TimerHandle | None = None
         # The next job's dir, made ahead (see .spare): off the start's path.
         self._spare = SpareDir(home.root.with_name(home.root.name + ".spare")) if home is not None else None
 
     async def start(self, p: StartParams) -> StartResult:
+        """Start ``p``'s job, or answer with the job an earlier attempt of the same start made
+        (same ``idempotency_key``, or same client-chosen ``job_id`` and command).
+
+        Cancelled during the spawn: the job is not registered (a retry starts it afresh).
+        """
         key = p.idempotency_key
+        if p.job_id is not None:
+            known = self._repeat(p)
+            if known is not None:
+                return await known
         if key is not None and key in self._starting:
             # A retry while the first attempt is still spawning: answer with that attempt's job.
             return await asyncio.shield(self._starting[key])
         if key is not None and key in self._by_key:
-            known = self._jobs[self._by_key[key]]
-            return StartResult(job_id=known.job_id, pid=known.pid)
+            known_job = self._jobs[self._by_key[key]]
+            return StartResult(job_id=known_job.job_id, pid=known_job.pid)
         self._expire()
         self._check_room()
         if self.watcher is not None:
             self.watcher.check(p)
         self.enforce_log_budget()
-        job_id = self._next_id()
+        mark = self._next_id()
+        job_id = p.job_id or mark
         job: Job
         if self.home is not None:
             kind = PtyJob if p.tty else DiskJob
-            job = kind(job_id, p, self.limits.buffer_limit, self._job_done, self.home)
+            job = kind(job_id, p, self.limits.buffer_limit, self._job_done, self.home, mark)
         elif p.tty:
             raise InvalidParamsError("tty jobs need the agent's job dir (an agent served with a state dir)")
         else:
-            job = Job(job_id, p, self.limits.buffer_limit, self._job_done)
+            job = Job(job_id, p, self.limits.buffer_limit, self._job_done, mark)
         if self.budget is not None:
             job.charge_to(self.budget)
         pending: asyncio.Future[StartResult] = asyncio.get_running_loop().create_future()
         if key is not None:
             self._starting[key] = pending  # registered before the await: no duplicate spawns
+        if p.job_id is not None:
+            self._starting_ids[p.job_id] = (p, pending)
         self._spawning += 1  # the slot is taken before the await: concurrent starts cannot overshoot
         try:
             if isinstance(job, DiskJob) and not isinstance(job, PtyJob):  # a tty job makes its own dir
@@ -114,6 +127,8 @@ class JobController(JobRegistry):
             self._spawning -= 1
             if key is not None:
                 self._starting.pop(key, None)
+            if p.job_id is not None:
+                self._starting_ids.pop(p.job_id, None)
         self._jobs[job.job_id] = job
         if key is not None:
             self._by_key[key] = job.job_id
@@ -122,6 +137,40 @@ class JobController(JobRegistry):
         result = StartResult(job_id=job.job_id, pid=job.pid)
         pending.set_result(result)
         return result
+
+    def _repeat(self, p: StartParams) -> asyncio.Future[StartResult] | None:
+        """The answer to a start under a client-chosen id the agent already holds (running,
+        ended or still spawning): that job, if ``p`` starts the same command the same way;
+        None if the id is new.
+
+        :raises InvalidParamsError: the id has the agent's own form, or names another command.
+        """
+        assert p.job_id is not None
+        if p.job_id.startswith(self.prefix + "-"):
+            # Those are the agent's own ids (its jobs, shells and runs): a client's would clash.
+            raise InvalidParamsError(
+                f"job id {p.job_id} has the form of this agent's own ids ({self.prefix}-...): choose another",
+                data={"job_id": p.job_id},
+            )
+        spawning = self._starting_ids.get(p.job_id)
+        known = spawning[0] if spawning is not None else None
+        job = self._jobs.get(p.job_id)
+        if job is not None:
+            known = job.params
+        if known is None:
+            return None
+        if _how(known) != _how(p):
+            raise InvalidParamsError(
+                f"job id {p.job_id} is taken by another job (another command, directory, user, encoding or "
+                "terminal): a client's retry of a start repeats it exactly; choose another id for a new job",
+                data={"job_id": p.job_id},
+            )
+        if spawning is not None and job is None:
+            return asyncio.shield(spawning[1])
+        assert job is not None
+        done: asyncio.Future[StartResult] = asyncio.get_running_loop().create_future()
+        done.set_result(StartResult(job_id=job.job_id, pid=job.pid))
+        return done
 
     async def poll(self, p: PollParams) -> PollResult | bytes | WithPayload:
         job = self._get(p.job_id)
@@ -151,21 +200,29 @@ class JobController(JobRegistry):
         return await self._get(p.job_id).kill(p.grace)
 
     async def list(self, p: ListParams) -> ListResult:
-        """One page of jobs in the order they were started (their ids' counter), after ``p.after``."""
+        """One page of jobs in the order they were started (the agent's counter), after ``p.after``
+        (a job id, or the ``next`` cursor of the page before)."""
         self._expire()
-        start = -1 if p.after is None else seq(p.after)
-        jobs = sorted((j for j in self._jobs.values() if seq(j.job_id) > start), key=lambda j: seq(j.job_id))
+        start = -1 if p.after is None else self._seq_of(p.after)
+        jobs = sorted((j for j in self._jobs.values() if seq(j.mark) > start), key=lambda j: seq(j.mark))
         if any(not j.running and isinstance(j, DiskJob) for j in jobs[: p.limit]):
             await self._find_leftovers()
         page: list[JobInfo] = []
         size = 0
         for job in jobs:
             if len(page) >= p.limit or size >= PAGE_BYTES:
-                return ListResult(jobs=page, next=page[-1].job_id)
+                # The agent's own name of the last job: a cursor that stays valid when that
+                # job is forgotten before the next page is asked (a client's id would not).
+                return ListResult(jobs=page, next=jobs[len(page) - 1].mark)
             info = job.info()
             page.append(info)
             size += len(info.model_dump_json())
         return ListResult(jobs=page)
+
+    def _seq_of(self, after: str) -> int:
+        """The counter of job ``after`` (held here, by either name), or of the agent-form id."""
+        job = self._jobs.get(after)
+        return seq(job.mark if job is not None else after)
 
     async def release(self, p: JobIdParams) -> Empty:
         job = self._get(p.job_id)
@@ -264,11 +321,11 @@ class JobController(JobRegistry):
         if home is None:
             return 0
         restored = await readopt(home, self.prefix, self.limits.buffer_limit, self._job_done)
-        restored.sort(key=lambda j: seq(j.job_id))
+        restored.sort(key=lambda j: seq(j.mark))
         ended = sorted((j for j in restored if not j.running), key=lambda j: j.ended_at or 0.0)
         for job in restored:
             self._jobs[job.job_id] = job
-            self._counter = max(self._counter, seq(job.job_id))
+            self._counter = max(self._counter, seq(job.mark))
             if job.params.idempotency_key is not None:
                 self._by_key[job.params.idempotency_key] = job.job_id
         for job in restored:
@@ -348,4 +405,10 @@ class JobController(JobRegistry):
         found = await scan(marked_processes, self.prefix + "-")
         for job in self._jobs.values():
             if isinstance(job, DiskJob) and not job.running:
-                job.leftovers = sorted(found.get(job.job_id, ()))
+                job.leftovers = sorted(found.get(job.mark, ()))
+
+
+def _how(p: StartParams) -> tuple[object, ...]:
+    """What makes two starts the same job (what a job's record keeps: env values and input
+    are never on disk, so a retry after an agent restart is compared without them)."""
+    return (p.command, p.cwd, p.user, p.encoding, p.tty)

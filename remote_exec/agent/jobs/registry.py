@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from .logbudget import evict
 __all__ = ["COUNTER", "JobLimits", "JobRegistry", "Watcher", "seq"]
 
 log = logging.getLogger("remote_exec.agent")
+_AGENT_ID = re.compile(r"[0-9a-f]{8}")  # a state dir's or agent instance's id (secrets.token_hex(4))
 COUNTER = "counter"  # in the jobs dir: the last job number handed out
 
 J = TypeVar("J", bound=Job)
@@ -158,7 +160,8 @@ class JobRegistry:
                 "this agent is another one's",
                 data={"job_id": job_id, "session_id": instance},
             )
-        if sep and instance != self.prefix and not shell:
+        if sep and instance != self.prefix and not shell and _AGENT_ID.fullmatch(instance):
+            # (only an id of the form agents make: a client-chosen "train-3" names no agent)
             what = "state dir" if self.home is not None else "agent instance"
             raise AgentLostError(
                 f"job {job_id} belonged to agent instance {instance}, which is gone; this agent's "
