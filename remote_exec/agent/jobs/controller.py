@@ -211,18 +211,19 @@ class JobController(JobRegistry):
         size = 0
         for job in jobs:
             if len(page) >= p.limit or size >= PAGE_BYTES:
-                # The agent's own name of the last job: a cursor that stays valid when that
-                # job is forgotten before the next page is asked (a client's id would not).
-                return ListResult(jobs=page, next=jobs[len(page) - 1].mark)
+                return ListResult(jobs=page, next=page[-1].job_id)
             info = job.info()
             page.append(info)
             size += len(info.model_dump_json())
         return ListResult(jobs=page)
 
     def _seq_of(self, after: str) -> int:
-        """The counter of job ``after`` (held here, by either name), or of the agent-form id."""
+        """The counter of job ``after``: held here, forgotten lately (a page's cursor stays valid
+        when its job goes before the next page is asked), or read from an id of the agent's form."""
         job = self._jobs.get(after)
-        return seq(job.mark if job is not None else after)
+        if job is not None:
+            return seq(job.mark)
+        return self._gone.get(after) or seq(after)
 
     async def release(self, p: JobIdParams) -> Empty:
         job = self._get(p.job_id)

@@ -30,6 +30,7 @@ __all__ = ["COUNTER", "JobLimits", "JobRegistry", "Watcher", "seq"]
 log = logging.getLogger("remote_exec.agent")
 _AGENT_ID = re.compile(r"[0-9a-f]{8}")  # a state dir's or agent instance's id (secrets.token_hex(4))
 COUNTER = "counter"  # in the jobs dir: the last job number handed out
+GONE_KEPT = 4096  # forgotten jobs whose client-chosen ids still work as a listing's page cursor
 
 J = TypeVar("J", bound=Job)
 
@@ -91,6 +92,7 @@ class JobRegistry:
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._finished: OrderedDict[str, float] = OrderedDict()  # job_id -> ended (monotonic)
         self._by_key: dict[str, str] = {}
+        self._gone: OrderedDict[str, int] = OrderedDict()  # client-chosen id -> counter, of forgotten jobs
         self._counter = 0
         if home is not None:  # carry on from the previous agents' counter
             with contextlib.suppress(OSError, ValueError):
@@ -182,6 +184,10 @@ class JobRegistry:
         job = self._jobs.pop(job_id, None)
         self._finished.pop(job_id, None)
         if job is not None:
+            if job.mark != job_id:  # a client's id: its place in listings is kept for page cursors
+                self._gone[job_id] = seq(job.mark)
+                if len(self._gone) > GONE_KEPT:
+                    self._gone.popitem(last=False)
             for buf in job.streams.values():
                 buf.discard()  # gives its bytes back to the memory budget
             if job.params.idempotency_key is not None:
