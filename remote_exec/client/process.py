@@ -38,7 +38,15 @@ from .link import Link
 from .logs import OutputSlice, read_output
 from .rpc import RpcClient
 from .tail import Tail
-from .types import Completed, ExecRemoteEvent, ExecRemoteOptions, ExecResult, StderrChunk, StdoutChunk
+from .types import (
+    Completed,
+    ExecRemoteEvent,
+    ExecRemoteOptions,
+    ExecResult,
+    StderrChunk,
+    StdoutChunk,
+    StreamTruncated,
+)
 
 __all__ = ["ExecRemoteProcess", "attached", "kill_quietly", "launch", "new_job_id", "starting"]
 
@@ -210,6 +218,8 @@ class ExecRemoteProcess:
             (n_out, self._offsets[0], r.stdout_offset, r.stdout_dropped, "stdout"),
             (n_err, self._offsets[1], r.stderr_offset, r.stderr_dropped, "stderr"),
         ):
+            if (r.stdout_truncated, r.stderr_truncated)[stream == "stderr"] > dropped:
+                raise ProtocolError(f"job {self._job_id}: more {stream} bytes truncated than dropped")
             if after != before + n + dropped:
                 raise ProtocolError(
                     f"job {self._job_id}: the agent moved the {stream} cursor from {before} to {after} "
@@ -221,11 +231,13 @@ class ExecRemoteProcess:
             self._max_bytes = min(self._max_bytes * 2, MAX_POLL_BYTES)
         b64 = self.options.encoding == "base64"
         view = payload if payload is not None else memoryview(b"")
-        for piece, dropped, tail, event in (
-            (view[:n_out], r.stdout_dropped, self._tails[0], StdoutChunk),
-            (view[n_out:], r.stderr_dropped, self._tails[1], StderrChunk),
+        for piece, dropped, lost, tail, event in (
+            (view[:n_out], r.stdout_dropped, r.stdout_truncated, self._tails[0], StdoutChunk),
+            (view[n_out:], r.stderr_dropped, r.stderr_truncated, self._tails[1], StderrChunk),
         ):
             tail.dropped += dropped
+            if lost:  # told in order: before what the job wrote after its truncation
+                self._queue.append(StreamTruncated("stdout" if event is StdoutChunk else "stderr", lost))
             if not piece:
                 continue
             # The agent cut text on a character boundary; "replace" matches its JSON path.
