@@ -15,13 +15,14 @@ import keyword
 import re
 from typing import TypeGuard
 
-from ..errors import ProtocolError
+from ..errors import InvalidParamsError, ProtocolError
 
 __all__ = [
     "JOB_ID_PATTERN",
     "NAME_PATTERN",
     "NAME_TAG",
     "TAG_KEY_MAX",
+    "asked_job_id",
     "check_job_id",
     "check_name",
     "check_name_tag",
@@ -74,6 +75,20 @@ def check_job_id(value: object, *, source: str = "the agent") -> str:
     """
     if not is_job_id(value):
         raise ProtocolError(f"{source} gave a job id of an unsafe form, refused: {_shown(value)}")
+    return value
+
+
+def asked_job_id(value: object) -> str:
+    """``value`` if it is a job id of the safe form: for an id the caller gave (an argument, a
+    command line), refused before it is sent.
+
+    :raises InvalidParamsError: it is not (no job can have that id).
+    """
+    if not is_job_id(value):
+        raise InvalidParamsError(
+            f"not a job id (letters, digits, '.', '_' and '-', at most 128): {_shown(value)}",
+            data={"job_id": _shown(value)},
+        )
     return value
 
 

@@ -3,6 +3,8 @@ returns, of the safe form, and a start repeated under it is the same job, with t
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import anyio
@@ -14,7 +16,7 @@ from remote_exec.protocol import ListParams, ListResult, Method, StartParams, St
 from remote_exec.protocol.names import is_job_id
 
 from ..agent.rawhttp import rpc
-from ..conftest import agent_killed
+from ..conftest import agent_killed, job_dir
 
 pytestmark = pytest.mark.anyio
 
@@ -66,8 +68,11 @@ async def _both(sb: rx.AsyncSandbox, job_id: str) -> tuple[StartResult, StartRes
 
 
 async def test_the_agent_refuses_ids_of_an_unsafe_or_its_own_form(agent_dir: Path, url: str) -> None:
-    async with rx.open_sandbox(url):
-        pass  # the shared agent is up
+    async with rx.open_sandbox(url) as sb:
+        # An id the caller gives that no job can have is refused before it is sent.
+        for call in (sb.read_output, sb.forget, sb.attach, sb.job_stats, sb.reattach_shell):
+            with pytest.raises(rx.InvalidParamsError, match="not a job id"):
+                await call('a{__import__("os")}')
     sock = agent_dir / "agent.sock"
     for bad in ['a{__import__("os")}', "$(touch x)", "../x", "x" * 129, ""]:
         answer = await anyio.to_thread.run_sync(rpc, sock, "exec_remote_start", {"command": ["true"], "job_id": bad})
@@ -114,3 +119,21 @@ async def _paged(sb: rx.AsyncSandbox) -> list[str]:
         if page.next is None:
             return ids
         after = page.next
+
+
+async def test_a_forged_record_reusing_a_client_id_does_not_replace_the_job(fresh_agent_dir: Path) -> None:
+    """A job can copy its own job dir under a later name: the next agent keeps the first job
+    under that id (its own output), leaves the copy out and says so in agent.log."""
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        done = await sb.run(["echo", "genuine"])
+        mine = job_dir(fresh_agent_dir, done.job_id)
+        prefix = mine.name.rpartition("-")[0]
+        forged = mine.with_name(f"{prefix}-999999")
+        shutil.copytree(mine, forged)
+        meta = json.loads((forged / "job.json").read_bytes())
+        (forged / "job.json").write_text(json.dumps({**meta, "job_id": forged.name}))
+        (forged / "stdout").write_bytes(b"forged\n")
+        await agent_killed(sb)
+        assert [j.job_id for j in await sb.jobs()] == [done.job_id]
+        assert (await sb.read_output(done.job_id)).data == b"genuine\n"
+    assert f"its id {done.job_id} is another job's" in (fresh_agent_dir / "agent.log").read_text()

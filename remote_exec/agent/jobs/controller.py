@@ -67,7 +67,6 @@ class JobController(JobRegistry):
     ) -> None:
         super().__init__(instance_id, limits, budget, home, prefix)
         self._starting: dict[str, asyncio.Future[StartResult]] = {}
-        self._starting_ids: dict[str, tuple[StartParams, asyncio.Future[StartResult]]] = {}  # by client-chosen id
         self._sweeper: asyncio.TimerHandle | None = None
         # The next job's dir, made ahead (see .spare): off the start's path.
         self._spare = SpareDir(home.root.with_name(home.root.name + ".spare")) if home is not None else None
@@ -137,40 +136,6 @@ class JobController(JobRegistry):
         result = StartResult(job_id=job.job_id, pid=job.pid)
         pending.set_result(result)
         return result
-
-    def _repeat(self, p: StartParams) -> asyncio.Future[StartResult] | None:
-        """The answer to a start under a client-chosen id the agent already holds (running,
-        ended or still spawning): that job, if ``p`` starts the same command the same way;
-        None if the id is new.
-
-        :raises InvalidParamsError: the id has the agent's own form, or names another command.
-        """
-        assert p.job_id is not None
-        if p.job_id.startswith(self.prefix + "-"):
-            # Those are the agent's own ids (its jobs, shells and runs): a client's would clash.
-            raise InvalidParamsError(
-                f"job id {p.job_id} has the form of this agent's own ids ({self.prefix}-...): choose another",
-                data={"job_id": p.job_id},
-            )
-        spawning = self._starting_ids.get(p.job_id)
-        known = spawning[0] if spawning is not None else None
-        job = self._jobs.get(p.job_id)
-        if job is not None:
-            known = job.params
-        if known is None:
-            return None
-        if _how(known) != _how(p):
-            raise InvalidParamsError(
-                f"job id {p.job_id} is taken by another job (another command, directory, user, encoding or "
-                "terminal): a client's retry of a start repeats it exactly; choose another id for a new job",
-                data={"job_id": p.job_id},
-            )
-        if spawning is not None and job is None:
-            return asyncio.shield(spawning[1])
-        assert job is not None
-        done: asyncio.Future[StartResult] = asyncio.get_running_loop().create_future()
-        done.set_result(StartResult(job_id=job.job_id, pid=job.pid))
-        return done
 
     async def poll(self, p: PollParams) -> PollResult | bytes | WithPayload:
         job = self._get(p.job_id)
@@ -323,6 +288,13 @@ class JobController(JobRegistry):
             return 0
         restored = await readopt(home, self.prefix, self.limits.buffer_limit, self._job_done)
         restored.sort(key=lambda j: seq(j.mark))
+        kept: dict[str, DiskJob] = {}
+        for job in restored:  # two records naming one id (a job can rewrite its job.json): the first keeps it
+            if job.job_id in kept:
+                log.warning("cannot re-adopt %s: its id %s is another job's; leaving it out", job.mark, job.job_id)
+            else:
+                kept[job.job_id] = job
+        restored = list(kept.values())
         ended = sorted((j for j in restored if not j.running), key=lambda j: j.ended_at or 0.0)
         for job in restored:
             self._jobs[job.job_id] = job
@@ -407,9 +379,3 @@ class JobController(JobRegistry):
         for job in self._jobs.values():
             if isinstance(job, DiskJob) and not job.running:
                 job.leftovers = sorted(found.get(job.mark, ()))
-
-
-def _how(p: StartParams) -> tuple[object, ...]:
-    """What makes two starts the same job (what a job's record keeps: env values and input
-    are never on disk, so a retry after an agent restart is compared without them)."""
-    return (p.command, p.cwd, p.user, p.encoding, p.tty)

@@ -8,6 +8,7 @@ retention, and gives back memory and log budget. :class:`~.controller.JobControl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, ServerBusyError
-from ...protocol import JobInfo, StartParams
+from ...protocol import JobInfo, StartParams, StartResult
 from ..budget import MemoryBudget
 from .diskjob import JobHome
 from .job import Job
@@ -93,6 +94,7 @@ class JobRegistry:
         self._finished: OrderedDict[str, float] = OrderedDict()  # job_id -> ended (monotonic)
         self._by_key: dict[str, str] = {}
         self._gone: OrderedDict[str, int] = OrderedDict()  # client-chosen id -> counter, of forgotten jobs
+        self._starting_ids: dict[str, tuple[StartParams, asyncio.Future[StartResult]]] = {}  # by client-chosen id
         self._counter = 0
         if home is not None:  # carry on from the previous agents' counter
             with contextlib.suppress(OSError, ValueError):
@@ -140,6 +142,40 @@ class JobRegistry:
                 finally:
                     os.close(fd)
         return f"{self.prefix}-{self._counter}"
+
+    def _repeat(self, p: StartParams) -> asyncio.Future[StartResult] | None:
+        """The answer to a start under a client-chosen id the agent already holds (running,
+        ended or still spawning): that job, if ``p`` starts the same command the same way;
+        None if the id is new.
+
+        :raises InvalidParamsError: the id has the agent's own form, or names another command.
+        """
+        assert p.job_id is not None
+        if p.job_id.startswith(self.prefix + "-"):
+            # Those are the agent's own ids (its jobs, shells and runs): a client's would clash.
+            raise InvalidParamsError(
+                f"job id {p.job_id} has the form of this agent's own ids ({self.prefix}-...): choose another",
+                data={"job_id": p.job_id},
+            )
+        spawning = self._starting_ids.get(p.job_id)
+        known = spawning[0] if spawning is not None else None
+        job = self._jobs.get(p.job_id)
+        if job is not None:
+            known = job.params
+        if known is None:
+            return None
+        if _how(known) != _how(p):
+            raise InvalidParamsError(
+                f"job id {p.job_id} is taken by another job (another command, directory, user, encoding or "
+                "terminal): a client's retry of a start repeats it exactly; choose another id for a new job",
+                data={"job_id": p.job_id},
+            )
+        if spawning is not None and job is None:
+            return asyncio.shield(spawning[1])
+        assert job is not None
+        done: asyncio.Future[StartResult] = asyncio.get_running_loop().create_future()
+        done.set_result(StartResult(job_id=job.job_id, pid=job.pid))
+        return done
 
     def _get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)
@@ -265,3 +301,9 @@ def seq(job_id: str) -> int:
         return int(job_id.rsplit("-", 1)[1])
     except (IndexError, ValueError):
         raise InvalidParamsError(f"not a job id of this agent: {job_id!r}", data={"job_id": job_id}) from None
+
+
+def _how(p: StartParams) -> tuple[object, ...]:
+    """What makes two starts the same job (what a job's record keeps: env values and input
+    are never on disk, so a retry after an agent restart is compared without them)."""
+    return (p.command, p.cwd, p.user, p.encoding, p.tty)
