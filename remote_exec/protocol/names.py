@@ -32,6 +32,7 @@ __all__ = [
     "is_name_tag",
     "is_tag_key",
     "job_id_form",
+    "shown",
     "tag_key_form",
     "tags_form",
 ]
@@ -66,6 +67,12 @@ def _shown(value: object) -> str:
     """``value`` for an error message: its repr, cut to 80 characters (it may be huge or hostile)."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def shown(value: object) -> str:
+    """``value`` as this module's errors show it (its repr cut to 80 characters), for the
+    host's other messages that quote what an agent sent."""
+    return _shown(value)
 
 
 def check_job_id(value: object, *, source: str = "the agent") -> str:

@@ -18,7 +18,7 @@ import pytest
 import remote_exec as rx
 
 from .conftest import Adversary
-from .hostile_agent import HostileAgent
+from .hostile_agent import HostileAgent, WireError
 
 pytestmark = pytest.mark.anyio
 
@@ -171,3 +171,16 @@ async def test_pruned_ids_of_an_unsafe_form_are_refused(tmp_path: Path, adversar
         with anyio.fail_after(10), pytest.raises(rx.ProtocolError) as err:
             await sb.prune(keep=0)
     adversary.tried(AREA, "prune answer: a Python expression", refused=_refusal(err, bad))
+
+
+@pytest.mark.parametrize("case", [c for c in BAD_IDS if BAD_IDS[c]])
+async def test_an_error_naming_an_unsafe_id_is_refused(tmp_path: Path, adversary: Adversary, case: str) -> None:
+    bad = BAD_IDS[case]
+
+    def gone(p: dict[str, Any], _: bytes | None) -> Any:
+        raise WireError(-32001, "no such job", {"job_id": bad})  # JobNotFoundError, as the agent says it
+
+    async with HostileAgent(tmp_path, {"exec_remote_forget": gone}) as agent, rx.open_sandbox(agent.url) as sb:
+        with anyio.fail_after(10), pytest.raises(rx.ProtocolError, match="unsafe form") as err:
+            await sb.forget("ok-1")
+    adversary.tried(AREA, f"an error's job id: {case}", refused=not isinstance(err.value, rx.JobNotFoundError))
