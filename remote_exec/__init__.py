@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .client.types import ExecResult as ExecResult
     from .client.types import StderrChunk as StderrChunk
     from .client.types import StdoutChunk as StdoutChunk
+    from .client.types import StreamTruncated as StreamTruncated
     from .errors import AgentLostError as AgentLostError
     from .errors import AgentUnavailableError as AgentUnavailableError
     from .errors import AgentUnresponsiveError as AgentUnresponsiveError
@@ -111,6 +112,7 @@ _LAZY: dict[str, str] = {
     "ExecResult": ".client.types",
     "StderrChunk": ".client.types",
     "StdoutChunk": ".client.types",
+    "StreamTruncated": ".client.types",
     "AgentLostError": ".errors",
     "AgentUnavailableError": ".errors",
     "AgentUnresponsiveError": ".errors",
@@ -272,6 +274,7 @@ __all__ = [
     "SpawnError",
     "StderrChunk",
     "StdoutChunk",
+    "StreamTruncated",
     "TransferLimitError",
     "TransferResult",
     "TransportError",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import select
 import signal
@@ -118,6 +119,20 @@ def fresh_agent_dir(tmp_path: Path) -> Iterator[Path]:
 def url(request: pytest.FixtureRequest, agent_dir: Path) -> str:
     """The shared agent's URL, once per channel kind."""
     return f"local://?dir={agent_dir}&channel={request.param}"
+
+
+def job_dir(state: Path, job_id: str) -> Path:
+    """The dir of job ``job_id`` in the state dir ``state``: named by the agent's own name for
+    the job (``<state dir id>-<n>``), whose ``job.json`` names the id the client chose."""
+    jobs = state / "jobs"
+    for d in jobs.iterdir():
+        try:
+            meta = json.loads((d / "job.json").read_bytes())
+        except (OSError, ValueError):
+            continue
+        if isinstance(meta, dict) and job_id in (meta.get("job_id"), meta.get("client_id")):
+            return d
+    return jobs / job_id
 
 
 def run_cli(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:

@@ -50,6 +50,7 @@ class Slice:
     start: int
     end: int
     dropped: int
+    truncated: int = 0  # of ``dropped``: what the job took by truncating its own log
 
 
 class StreamBuffer:

@@ -236,7 +236,7 @@ def _state_id(jobs_root: Path) -> str:
     path = jobs_root / "ID"
     try:
         text = read_state_file(path, 64).decode("ascii").strip()
-        if text.isalnum() and 0 < len(text) <= 32:
+        if text.isascii() and text.isalnum() and 0 < len(text) <= 32:  # the safe id form (names.py)
             return text
     except (OSError, ValueError) as exc:
         if planted(exc):  # a job's symlink or FIFO: never written through, never opened

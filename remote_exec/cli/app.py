@@ -218,7 +218,7 @@ def _ps(jobs: list[JobInfo]) -> None:
     terminal-safe (controls shown as escapes, a newline in a command cannot start a row)."""
     quiet = OutputActivity()
     quiet.note(jobs)
-    head = f"{'JOB ID':<14} {'PID':>7} {'STATE':<10} {'EXIT':>5} {'STARTED':<19} {'OUT':>9} {'ERR':>9}"
+    head = f"{'JOB ID':<17} {'PID':>7} {'STATE':<10} {'EXIT':>5} {'STARTED':<19} {'OUT':>9} {'ERR':>9}"
     print(f"{head} {'QUIET':>6}  COMMAND")
     for j in jobs:
         try:
@@ -230,7 +230,7 @@ def _ps(jobs: list[JobInfo]) -> None:
         label = f"[{j.label}] " if j.label else ""
         silent = quiet_text(quiet.get(j.job_id)) if j.state == "running" else ""  # an ended job is not quiet
         print(
-            f"{terminal_safe(j.job_id):<14} {j.pid:>7} {terminal_safe(j.state):<10} {exit_code:>5} {started:<19} "
+            f"{terminal_safe(j.job_id):<17} {j.pid:>7} {terminal_safe(j.state):<10} {exit_code:>5} {started:<19} "
             f"{j.stdout_bytes:>9} {j.stderr_bytes:>9} {silent:>6}  {terminal_safe(label + cmd)[:COMMAND_WIDTH]}"
         )
 

@@ -38,9 +38,17 @@ from .link import Link
 from .logs import OutputSlice, read_output
 from .rpc import RpcClient
 from .tail import Tail
-from .types import Completed, ExecRemoteEvent, ExecRemoteOptions, ExecResult, StderrChunk, StdoutChunk
+from .types import (
+    Completed,
+    ExecRemoteEvent,
+    ExecRemoteOptions,
+    ExecResult,
+    StderrChunk,
+    StdoutChunk,
+    StreamTruncated,
+)
 
-__all__ = ["ExecRemoteProcess", "attached", "kill_quietly", "launch", "starting"]
+__all__ = ["ExecRemoteProcess", "attached", "kill_quietly", "launch", "new_job_id", "starting"]
 
 STDIN_CHUNK = 4 * 1024 * 1024  # bytes per write_stdin request: a small agent budget takes it whole
 MAX_POLL_BYTES = 4 * 1024 * 1024  # the largest poll a busy job grows to (from the protocol's 1 MiB)
@@ -92,9 +100,9 @@ class ExecRemoteProcess:
         ``started_at``, label and tags), else ``None``."""
 
     def _on_started(self, task: asyncio.Task[StartResult]) -> None:
-        # job_id and pid are there as soon as the agent answered, awaited or not; a failure is
-        # retrieved here (no "never retrieved" warning) and raised on first use instead.
-        if not task.cancelled() and task.exception() is None and self._job_id is None:
+        # The pid (and a shell run's id) are there as soon as the agent answered, awaited or not;
+        # a failure is retrieved here (no "never retrieved" warning) and raised on first use.
+        if not task.cancelled() and task.exception() is None and self._pid is None:
             self._job_id, self._pid = task.result().job_id, task.result().pid
 
     async def started(self) -> ExecRemoteProcess:
@@ -105,14 +113,15 @@ class ExecRemoteProcess:
 
         :raises SpawnError: the command could not be started.
         """
-        if self._job_id is None and self._start_task is not None:
+        if self._pid is None and self._start_task is not None:
             res = await asyncio.shield(self._start_task)
             self._job_id, self._pid = res.job_id, res.pid
         return self
 
     @property
     def job_id(self) -> str | None:
-        """The agent's id for the job (``None`` until the start has been confirmed)."""
+        """The job's id: chosen by this client, so known as soon as ``exec_remote()`` returns
+        (a shell run's, chosen by the agent: ``None`` until its start has been confirmed)."""
         return self._job_id
 
     @property
@@ -209,6 +218,8 @@ class ExecRemoteProcess:
             (n_out, self._offsets[0], r.stdout_offset, r.stdout_dropped, "stdout"),
             (n_err, self._offsets[1], r.stderr_offset, r.stderr_dropped, "stderr"),
         ):
+            if (r.stdout_truncated, r.stderr_truncated)[stream == "stderr"] > dropped:
+                raise ProtocolError(f"job {self._job_id}: more {stream} bytes truncated than dropped")
             if after != before + n + dropped:
                 raise ProtocolError(
                     f"job {self._job_id}: the agent moved the {stream} cursor from {before} to {after} "
@@ -220,11 +231,13 @@ class ExecRemoteProcess:
             self._max_bytes = min(self._max_bytes * 2, MAX_POLL_BYTES)
         b64 = self.options.encoding == "base64"
         view = payload if payload is not None else memoryview(b"")
-        for piece, dropped, tail, event in (
-            (view[:n_out], r.stdout_dropped, self._tails[0], StdoutChunk),
-            (view[n_out:], r.stderr_dropped, self._tails[1], StderrChunk),
+        for piece, dropped, lost, tail, event in (
+            (view[:n_out], r.stdout_dropped, r.stdout_truncated, self._tails[0], StdoutChunk),
+            (view[n_out:], r.stderr_dropped, r.stderr_truncated, self._tails[1], StderrChunk),
         ):
             tail.dropped += dropped
+            if lost:  # told in order: before what the job wrote after its truncation
+                self._queue.append(StreamTruncated("stdout" if event is StdoutChunk else "stderr", lost))
             if not piece:
                 continue
             # The agent cut text on a character boundary; "replace" matches its JSON path.
@@ -493,22 +506,38 @@ def launch(rpc: RpcClient, command: list[str] | str, options: ExecRemoteOptions,
         label=options.label,
         tags=options.tags,
         idempotency_key=secrets.token_hex(8),
+        job_id=new_job_id(),
         output_cap=options.output_cap,
         tty=options.tty,
         tty_size=None if options.tty_size is None else TtySize(cols=options.tty_size[0], rows=options.tty_size[1]),
         policy=options.policy,
     )
-    return starting(rpc, rpc.call(Method.EXEC_REMOTE_START, params, StartResult), options, margin)
+    # A start whose answer is lost is retried by the RPC layer with these same params: under the
+    # same id, which the agent answers with the job the first attempt made.
+    start = rpc.call(Method.EXEC_REMOTE_START, params, StartResult)
+    return starting(rpc, start, options, margin, job_id=params.job_id)
+
+
+def new_job_id() -> str:
+    """A fresh job id of the safe form: ``j`` and 16 random hex digits (64 bits: no two starts
+    of one agent collide in practice, and the agent refuses a clash with another command)."""
+    return "j" + secrets.token_hex(8)
 
 
 def starting(
-    rpc: RpcClient, start: Coroutine[Any, Any, StartResult], options: ExecRemoteOptions, margin: float
+    rpc: RpcClient,
+    start: Coroutine[Any, Any, StartResult],
+    options: ExecRemoteOptions,
+    margin: float,
+    job_id: str | None = None,
 ) -> ExecRemoteProcess:
-    """A handle on the job that ``start`` (an RPC answering with its id) is starting now."""
+    """A handle on the job that ``start`` (an RPC answering with its id) is starting now, under
+    ``job_id`` if the client chose it (None: the agent's answer names it)."""
     proc = ExecRemoteProcess(rpc, options, response_margin=margin)
+    proc._job_id = job_id
     if options.input is not None:  # the agent queues it first: our writes continue after it
         proc._stdin_offset = len(options.input.encode() if isinstance(options.input, str) else options.input)
-    task = asyncio.get_running_loop().create_task(start)
+    task = asyncio.get_running_loop().create_task(_checked(start, job_id))
     task.add_done_callback(proc._on_started)
     proc._start_task = task
     return proc
@@ -532,6 +561,15 @@ async def kill_quietly(proc: ExecRemoteProcess) -> None:
             await proc.kill()
     except Exception:
         pass
+
+
+async def _checked(start: Coroutine[Any, Any, StartResult], job_id: str | None) -> StartResult:
+    """``start``'s answer, which must name the id the client chose (its form was checked as
+    the answer was parsed: ``StartResult.job_id`` is of the safe form)."""
+    res = await start
+    if job_id is not None and res.job_id != job_id:
+        raise ProtocolError(f"the agent started job {job_id} under another id, refused: {res.job_id!r}")
+    return res
 
 
 def _text(raw: bytes) -> str:

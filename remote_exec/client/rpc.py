@@ -46,6 +46,8 @@ from ..errors import (
     error_from_wire,
 )
 from ..protocol import MAX_CHUNK, METHODS, PAGE_BYTES, Method, WireModel, frames
+from ..protocol.names import is_job_id, shown
+from ..termsafe import terminal_safe
 from .channel import Channel, ChannelBroken
 
 __all__ = ["DIAGNOSE_TIMEOUT", "MAX_BREAKS", "MAX_MESSAGE", "MAX_PAGE_MESSAGE", "RPC_TIMEOUT", "Diagnose", "RpcClient"]
@@ -324,14 +326,35 @@ class RpcClient:
         try:
             env = _Envelope[result].model_validate_json(frame.message)  # type: ignore[valid-type]
         except ValidationError as exc:
-            raise ProtocolError(f"malformed response from the agent: {exc.errors(include_url=False)[:3]}") from None
+            raise ProtocolError(f"malformed response from the agent: {_one_line(exc)}") from None
         if env.id != request_id:
             raise ProtocolError(f"response id {env.id!r} does not match request id {request_id}")
         if env.error is not None:
-            raise error_from_wire(env.error.code, env.error.message, env.error.data)
+            raise _ids_checked(error_from_wire(env.error.code, env.error.message, env.error.data))
         if env.result is None:
             raise ProtocolError("response has neither result nor error")
         return env.result, None if frame.payload is None else memoryview(frame.payload)
+
+
+def _ids_checked(exc: RemoteExecError) -> RemoteExecError:
+    """``exc`` if the job or session id it carries (the agent's word, as every id) is of the safe
+    form; else the refusal of that id, so no caller is handed it as ``exc.job_id``."""
+    for attr in ("job_id", "session_id"):
+        value = getattr(exc, attr, None)
+        if value is not None and not is_job_id(value):
+            return ProtocolError(f"the agent gave an error naming a {attr} of an unsafe form, refused: {shown(value)}")
+    return exc
+
+
+def _one_line(exc: ValidationError) -> str:
+    """The first errors of a refused response on one line, each value shown cut short: the
+    agent may send a 10 KB id or a terminal's control codes, and the message is printed."""
+    parts = []
+    for err in exc.errors(include_url=False)[:3]:
+        where = ".".join(map(str, err["loc"]))
+        what = err["msg"] if err["type"] == "value_error" else f"{err['msg']}, got {shown(err.get('input'))}"
+        parts.append(terminal_safe(f"{where}: {what}"))
+    return "; ".join(parts)
 
 
 def _payload_limit(method: str, asked: int | None) -> int:

@@ -25,6 +25,7 @@ from ..protocol import (
     ServerInfo,
     ShellInfo,
 )
+from ..protocol.names import asked_job_id
 from .channel import DEFAULT_LIVENESS, Liveness
 from .core import OPEN_TIMEOUT, SandboxCore
 from .link import Link
@@ -224,7 +225,9 @@ class AsyncSandbox(SandboxFiles):
         Cancelling ``attach()`` leaves the job as it was (it only reads the job list).
 
         :raises JobNotFoundError: no such job (or it was released / expired).
+        :raises InvalidParamsError: ``job_id`` is not of the job id form (no job has it).
         """
+        asked_job_id(job_id)
         for info in await self.jobs():
             if info.job_id == job_id:
                 size = None if info.tty_size is None else (info.tty_size.cols, info.tty_size.rows)
@@ -245,16 +248,18 @@ class AsyncSandbox(SandboxFiles):
         Cancelling abandons the read.
 
         :raises JobNotFoundError: no such job (or it was forgotten).
+        :raises InvalidParamsError: ``job_id`` is not of the job id form (no job has it).
         :raises InvalidParamsError: ``offset`` is past the end of the stream.
         """
-        return await read_output(self._core.rpc, job_id, stream, offset=offset, max_bytes=max_bytes)
+        return await read_output(self._core.rpc, asked_job_id(job_id), stream, offset=offset, max_bytes=max_bytes)
 
     async def tail_output(self, job_id: str, n_bytes: int, stream: Stream = "stdout") -> OutputSlice:
         """The last ``n_bytes`` (at most 64 MiB) of a job's ``stream``. Cancelling abandons the read.
 
         :raises JobNotFoundError: no such job (or it was forgotten).
+        :raises InvalidParamsError: ``job_id`` is not of the job id form (no job has it).
         """
-        return await read_output(self._core.rpc, job_id, stream, tail=n_bytes, max_bytes=max(1, n_bytes))
+        return await read_output(self._core.rpc, asked_job_id(job_id), stream, tail=n_bytes, max_bytes=max(1, n_bytes))
 
     async def forget(self, job_id: str) -> None:
         """Forget an ended job: its record and its logs are removed from the sandbox.
@@ -262,9 +267,10 @@ class AsyncSandbox(SandboxFiles):
         Cancelling it drops the answer; the agent may still have forgotten the job.
 
         :raises JobNotFoundError: no such job.
+        :raises InvalidParamsError: ``job_id`` is not of the job id form (no job has it).
         :raises InvalidParamsError: the job is still running (kill it first).
         """
-        await self._core.rpc.call(Method.EXEC_REMOTE_FORGET, JobIdParams(job_id=job_id), Empty)
+        await self._core.rpc.call(Method.EXEC_REMOTE_FORGET, JobIdParams(job_id=asked_job_id(job_id)), Empty)
 
     async def prune(self, *, older_than: float | None = None, keep: int | None = None) -> PruneResult:
         """Forget ended jobs that ended over ``older_than`` seconds ago or beyond the newest
@@ -293,7 +299,7 @@ class AsyncSandbox(SandboxFiles):
         :raises ShellClosedError: the session's shell has ended.
         :raises AgentLostError: the session died with the agent that held it.
         """
-        return await reattach_shell(self._core, session_id)
+        return await reattach_shell(self._core, asked_job_id(session_id))
 
     async def shells(self) -> list[ShellInfo]:
         """Open and recently closed shell sessions in this sandbox, oldest first (a read only).
@@ -328,8 +334,11 @@ class AsyncSandbox(SandboxFiles):
         over ``window`` seconds first. Only reads: cancelling it changes nothing.
 
         :raises JobNotFoundError: no such job (or it was released / expired).
+        :raises InvalidParamsError: ``job_id`` is not of the job id form (no job has it).
         """
-        return await self._core.rpc.call(Method.JOB_STATS, JobStatsParams(job_id=job_id, window=window), JobStats)
+        return await self._core.rpc.call(
+            Method.JOB_STATS, JobStatsParams(job_id=asked_job_id(job_id), window=window), JobStats
+        )
 
     async def job_stats_many(self, job_ids: list[str], *, window: float = 0.5) -> dict[str, JobStats]:
         """:meth:`job_stats` of many jobs in one call (one walk of ``/proc`` in the agent): what
@@ -342,7 +351,7 @@ class AsyncSandbox(SandboxFiles):
         """
         if not job_ids:
             return {}
-        params = JobStatsManyParams(job_ids=job_ids, window=window)
+        params = JobStatsManyParams(job_ids=[asked_job_id(j) for j in job_ids], window=window)
         answer = await self._core.rpc.call(Method.JOB_STATS_MANY, params, JobStatsMany)
         asked = set(job_ids)
         stats = {s.job_id: s for s in answer.stats}

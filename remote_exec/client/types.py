@@ -16,6 +16,7 @@ __all__ = [
     "OptionOverrides",
     "StderrChunk",
     "StdoutChunk",
+    "StreamTruncated",
 ]
 
 
@@ -51,7 +52,17 @@ class Completed:
         return self.exit_code == 0
 
 
-ExecRemoteEvent = StdoutChunk | StderrChunk | Completed
+@dataclass(frozen=True, slots=True)
+class StreamTruncated:
+    """A notice, in order with the chunks: the job truncated its own ``stream``
+    (``: > /dev/stdout``), and ``lost`` bytes it had written before were never delivered
+    (0: this reader had them all). The chunks that follow are what it wrote afterwards."""
+
+    stream: Literal["stdout", "stderr"]
+    lost: int
+
+
+ExecRemoteEvent = StdoutChunk | StderrChunk | StreamTruncated | Completed
 """What iterating an :class:`ExecRemoteProcess` yields."""
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import signal as _signal
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from .names import job_id_form
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -23,7 +25,7 @@ __all__ = [
 ]
 
 
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
 """Bumped on any incompatible change; the host refuses an agent with another version.
 
 3: ``exec_remote_list`` and ``file_list`` answer in pages (``after`` / ``next``).
@@ -34,7 +36,10 @@ PROTOCOL_VERSION = 7
 (a v4 agent refuses a start that names ``tty`` at all).
 6: ``PollParams.hits``: a poll answers as soon as the job has more watch-rule hits than the
 caller has seen (a v5 agent refuses a poll that names it).
-7: ``JobInfo.last_output_at`` (a v6 host refuses a listing that carries it, so it is a version)."""
+7: ``JobInfo.last_output_at`` (a v6 host refuses a listing that carries it, so it is a version).
+8: ``StartParams.job_id`` (the client chooses the id), ``PollResult.stdout_truncated`` /
+``stderr_truncated`` (bytes lost to a job truncating its own log); every job id on the wire is
+of the safe form of ``protocol/names.py``."""
 
 MAX_PAGE_ITEMS = 1000
 """Most items one page of ``exec_remote_list`` or ``file_list`` holds."""
@@ -66,5 +71,7 @@ class Empty(WireModel):
     """Params or result with no fields."""
 
 
-JobId = Annotated[str, Field(min_length=1, max_length=128)]
+JobId = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(job_id_form)]
+"""A job's (or shell session's) id, of the safe form of :mod:`.names`: checked wherever a model
+carrying one is parsed (a request in the agent, every answer on the host)."""
 Offset = Annotated[int, Field(ge=0)]

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field, field_validator
 
 from .base import _SIGNAL_NAMES, DEFAULT_MAX_BYTES, MAX_PAGE_ITEMS, Encoding, JobId, JobState, Offset, WireModel
+from .names import TAG_KEY_MAX, tag_key_form, tags_form
 from .policy import MAX_HITS_KEPT, MAX_RULES, JobPolicy, WatchHit
 
 MAX_TAGS = 16
 """The most tags a job carries (each key at most 64 characters, each value at most 1024)."""
 
 Tags = Annotated[
-    dict[Annotated[str, Field(min_length=1, max_length=64)], Annotated[str, Field(max_length=1024)]],
+    dict[
+        Annotated[str, Field(min_length=1, max_length=TAG_KEY_MAX), AfterValidator(tag_key_form)],
+        Annotated[str, Field(max_length=1024)],
+    ],
     Field(max_length=MAX_TAGS),
+    AfterValidator(tags_form),
 ]
-"""A job's tags, bounded so a job list stays small whatever the starter sent."""
+"""A job's tags, bounded so a job list stays small whatever the starter sent; keys printable,
+and the ``name`` tag (a notebook's ``--name``) a safe Python name (see ``protocol/names.py``)."""
 
 __all__ = [
     "MAX_TAGS",
@@ -64,6 +70,10 @@ class StartParams(WireModel):
     the job's process group gets SIGTERM, then SIGKILL after ``kill_grace``. With
     ``encoding="base64"`` output (and ``input``) travel base64-encoded, byte-exact.
     ``idempotency_key`` makes a retried start return the job the first attempt created.
+    ``job_id``: the id the client chose for the job (the safe form of ``protocol/names.py``; not
+    one of the agent's own ``<state dir id>-<n>``): a repeated start under an id the agent holds
+    answers with that job if it runs the same command, and is refused otherwise. None: the agent
+    makes one up.
     ``output_cap``: bytes of each output stream kept on disk (default: the agent's, 1 GiB);
     past it the oldest bytes are dropped, and counted, as ``*_dropped``.
     ``tags`` are the starter's own bounded notes on the job (e.g. the notebook and kernel that
@@ -88,6 +98,7 @@ class StartParams(WireModel):
     encoding: Encoding = "utf-8"
     label: Annotated[str, Field(max_length=256)] | None = None
     idempotency_key: Annotated[str, Field(max_length=128)] | None = None
+    job_id: JobId | None = None
     output_cap: Annotated[int, Field(ge=64 * 1024)] | None = None
     tags: Tags | None = None
     tty: bool = False
@@ -109,7 +120,7 @@ _Reason = Annotated[str, Field(max_length=512)]
 class StartResult(WireModel):
     """Result of ``exec_remote_start``: a unique job id (never a recycled PID) and the PID."""
 
-    job_id: str
+    job_id: JobId
     pid: int
 
 
@@ -144,6 +155,9 @@ class PollResult(WireModel):
     counts of stdout and stderr there, in that order; ``stdout``/``stderr`` are then empty.
     ``reason``: why the agent ended the job by itself (its policy), with the terminal state;
     ``hits``: how many watch-rule matches the job has had so far (``JobInfo.hits`` lists them).
+    ``*_truncated``: the part of ``*_dropped`` that the job itself took away by truncating its
+    own log (``: > /dev/stdout``); the cursor then jumps past what was lost, and what the job
+    wrote after the truncation follows.
     """
 
     state: JobState
@@ -154,6 +168,8 @@ class PollResult(WireModel):
     stderr_offset: Offset
     stdout_dropped: Offset = 0
     stderr_dropped: Offset = 0
+    stdout_truncated: Offset = 0
+    stderr_truncated: Offset = 0
     payload_sizes: tuple[Offset, Offset] | None = None
     reason: _Reason | None = None
     hits: Offset = 0

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from .base import WireModel
+from .base import JobId, WireModel
 from .jobs import Tags
 
 __all__ = [
@@ -22,7 +22,8 @@ __all__ = [
 
 
 ShellState = Literal["open", "closed"]
-SessionId = Annotated[str, Field(min_length=1, max_length=128)]
+SessionId = JobId
+"""A shell session's id: of the job id form (its runs' ids are ``<session id>-<n>``)."""
 
 
 class ShellOpenParams(WireModel):
@@ -39,13 +40,13 @@ class ShellInfo(WireModel):
     of the run in progress (``busy``); ``exit_code`` and ``closed_reason`` say how it ended.
     """
 
-    session_id: str
+    session_id: SessionId
     pid: int
     program: str
     state: ShellState
     cwd: str | None
     busy: bool
-    run_id: str | None
+    run_id: JobId | None
     run_command: str | None
     created_at: float
     last_used_at: float

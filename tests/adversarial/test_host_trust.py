@@ -152,7 +152,7 @@ async def test_a_page_that_loops_is_refused(tmp_path: Path, adversary: Adversary
 
 
 def _job_handlers(poll: Any) -> dict[str, Any]:
-    return {"exec_remote_start": lambda p, _: {"job_id": "x-1", "pid": 4242}, "exec_remote_poll": poll}
+    return {"exec_remote_start": lambda p, _: {"job_id": p["job_id"], "pid": 4242}, "exec_remote_poll": poll}
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,8 @@ import remote_exec as rx
 from remote_exec.agent.jobs.readopt import MAX_RECORD, _load_meta
 from remote_exec.agent.shell.follow import ShellFiles
 
+from ..conftest import job_dir
+
 pytestmark = pytest.mark.anyio
 
 
@@ -46,7 +48,7 @@ async def test_a_forged_log_mtime_breaks_no_listing(agent_dir: Path) -> None:
     async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
         res = await sb.run(["echo", "hi"])
         assert res.job_id is not None
-        log = agent_dir / "jobs" / res.job_id / "stdout"
+        log = job_dir(agent_dir, res.job_id) / "stdout"
         log.write_bytes(log.read_bytes() + b"more\n")
         os.utime(log, (-100, -100))
         mine = [j for j in await sb.jobs() if j.job_id == res.job_id]  # refused on the old agent

@@ -15,7 +15,7 @@ import pytest
 
 import remote_exec as rx
 
-from ..conftest import wait_exit
+from ..conftest import job_dir, wait_exit
 
 pytestmark = pytest.mark.anyio
 
@@ -57,12 +57,12 @@ async def test_forgetting_a_job_does_not_wait_for_its_dir_to_be_deleted(slow_dis
     state, go = slow_disk_agent
     async with rx.open_sandbox(f"local://?dir={state}") as sb:
         result = await sb.run(["echo", "hi"])
-        assert result.job_id is not None and (state / "jobs" / result.job_id).is_dir()
+        assert result.job_id is not None and (mine := job_dir(state, result.job_id)).is_dir()
         with anyio.fail_after(5):  # without the trash: blocked on the loop until "go", i.e. for good
             await sb.forget(result.job_id)
             assert (await sb.run(["echo", "still answering"])).stdout == "still answering\n"
-        assert not (state / "jobs" / result.job_id).exists()  # gone from jobs/ at once
-        assert [p.name.split(".")[0] for p in (state / "trash").iterdir()] == [result.job_id]
+        assert not mine.exists()  # gone from jobs/ at once
+        assert [p.name.split(".")[0] for p in (state / "trash").iterdir()] == [mine.name]
         go.touch()
         with anyio.fail_after(30):
             while any((state / "trash").iterdir()):  # noqa: ASYNC110  (the thread's work, watched)

@@ -17,6 +17,7 @@ import pytest
 
 import remote_exec as rx
 from tests.agent.rawhttp import rpc
+from tests.conftest import job_dir
 
 pytestmark = pytest.mark.anyio
 
@@ -128,7 +129,7 @@ async def test_exit_codes_survive_an_agent_killed_as_jobs_exit(fresh_agent_dir: 
                 await job.started()
             # While they exit, freeze the agent again and again: at no instant may a job be reaped
             # (its pid gone) without its end in its job.json, or an agent killed then loses it.
-            dirs = [fresh_agent_dir / "jobs" / (job.job_id or "") for job in jobs]
+            dirs = [job_dir(fresh_agent_dir, job.job_id or "") for job in jobs]
             pids = [job.pid or 0 for job in jobs]
         violations: list[str] = []
         with anyio.fail_after(30):
@@ -148,13 +149,14 @@ async def test_exit_codes_survive_an_agent_killed_as_jobs_exit(fresh_agent_dir: 
 async def test_job_ids_are_never_reused_after_a_restart(fresh_agent_dir: Path) -> None:
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
         first = await sb.exec_remote(["true"]).wait()
+        first_dir = job_dir(fresh_agent_dir, first.job_id).name  # the agent's own name: <state id>-<n>
         await sb.forget(first.job_id)  # no job dir left to count from
         old = sb.info.pid
         os.kill(old, signal.SIGKILL)
         second = await sb.exec_remote(["true"]).wait()  # reconnects to the keeper's next agent
         assert (await sb.server_info()).pid != old
-    prefix, _, n = first.job_id.rpartition("-")
-    assert second.job_id == f"{prefix}-{int(n) + 1}"
+    prefix, _, n = first_dir.rpartition("-")
+    assert job_dir(fresh_agent_dir, second.job_id).name == f"{prefix}-{int(n) + 1}"
 
 
 async def test_a_shell_that_cannot_be_readopted_says_so(fresh_agent_dir: Path) -> None:
@@ -218,7 +220,7 @@ def test_disk_cap_drops_the_head_with_an_exact_count(fresh_agent_dir: Path) -> N
     assert first["stdout"] == (line * 50)[dropped % 100 :][: len(first["stdout"])]
     later = rpc(sock, "exec_remote_poll", {"job_id": job_id, "stdout_offset": size - 250, "max_bytes": 4096})
     assert later["result"]["stdout"] == (line * 3)[50:] and later["result"]["stdout_dropped"] == 0
-    files = fresh_agent_dir / "jobs" / job_id
+    files = job_dir(fresh_agent_dir, job_id)
     assert os.stat(files / "stdout").st_blocks * 512 <= cap + 64 * 1024  # the blocks were freed
     assert oct(os.stat(files).st_mode & 0o777) == "0o700" and oct(os.stat(files / "stdout").st_mode & 0o777) == "0o600"
 
@@ -308,7 +310,7 @@ async def test_agent_rss_does_not_grow_with_unwatched_output(fresh_agent_dir: Pa
                 await anyio.sleep(0.05)
         grown = agent_rss(sb.info.pid) - before
         assert grown < 4 * 1024 * 1024, f"agent RSS grew by {grown} bytes"
-        assert (fresh_agent_dir / "jobs" / job_id / "stdout").stat().st_size == 50_000_001
+        assert (job_dir(fresh_agent_dir, job_id) / "stdout").stat().st_size == 50_000_001
 
 
 async def test_the_next_jobs_dir_is_made_ahead(fresh_agent_dir: Path) -> None:
@@ -323,7 +325,7 @@ async def test_the_next_jobs_dir_is_made_ahead(fresh_agent_dir: Path) -> None:
         ino = os.stat(spare).st_ino
         proc = sb.exec_remote(["echo", "hi"])
         await proc.wait()
-        assert os.stat(fresh_agent_dir / "jobs" / (proc.job_id or "")).st_ino == ino  # the spare became the job's dir
+        assert os.stat(job_dir(fresh_agent_dir, proc.job_id or "")).st_ino == ino  # the spare became the job's dir
         await wait_until("the next spare", lambda: spare.exists() and os.stat(spare).st_ino != ino)
         assert oct(os.stat(spare).st_mode & 0o777) == "0o700"
         for name in ("stdout", "stderr", "job.json"):
@@ -335,8 +337,8 @@ async def test_the_next_jobs_dir_is_made_ahead(fresh_agent_dir: Path) -> None:
         await wait_until("a fresh spare", lambda: spare.exists() and not (spare / "stale").exists())
         assert sorted(p.name for p in spare.iterdir()) == ["job.json", "stderr", "stdout"]
         assert not spare.with_name("jobs.spare.new").exists()  # made aside, renamed into place whole
-        meta = json.loads((fresh_agent_dir / "jobs" / (proc.job_id or "") / "job.json").read_bytes())
-        assert meta["job_id"] == proc.job_id and meta["end"]["exit_code"] == 0  # first record, then the end
+        meta = json.loads((job_dir(fresh_agent_dir, proc.job_id or "") / "job.json").read_bytes())
+        assert meta["client_id"] == proc.job_id and meta["end"]["exit_code"] == 0  # first record, then the end
 
 
 async def test_the_keeper_applies_the_cap_while_no_agent_runs(fresh_agent_dir: Path, tmp_path: Path) -> None:
@@ -360,7 +362,7 @@ async def test_the_keeper_applies_the_cap_while_no_agent_runs(fresh_agent_dir: P
     assert wait_exit(agent, 30)
     go.touch()
     await wait_until("the job wrote", wrote.exists, 30)
-    stdout = fresh_agent_dir / "jobs" / (proc.job_id or "") / "stdout"
+    stdout = job_dir(fresh_agent_dir, proc.job_id or "") / "stdout"
     await wait_until("the keeper punched", lambda: stdout.stat().st_blocks * 512 <= cap + 64 * 1024, 30)
     hello = keeper_call(fresh_agent_dir, {"op": "hello"}, 10.0)
     assert hello is not None and hello["agent_pid"] == 0  # it was the keeper: no agent ran

@@ -16,7 +16,7 @@ import pytest
 
 import remote_exec as rx
 
-from ..conftest import agent_killed
+from ..conftest import agent_killed, job_dir
 from .test_durable import procs_with, wait_until
 
 pytestmark = pytest.mark.anyio
@@ -121,7 +121,7 @@ async def test_a_readopted_finished_jobs_leftovers_end_at_its_timeout(fresh_agen
         await wait_until("leftovers gone", lambda: not procs_with("sleep 4670") and not procs_with("sleep 0.04670"), 30)
         assert [j.state for j in await sb.jobs() if j.job_id == proc.job_id] == ["completed"]
     assert mark.read_text() == "termed\n"
-    meta = (fresh_agent_dir / "jobs" / (proc.job_id or "") / "job.json").read_text()
+    meta = (job_dir(fresh_agent_dir, proc.job_id or "") / "job.json").read_text()
     assert '"tree_ended": true' in meta  # a third agent does not scan for them again
 
 

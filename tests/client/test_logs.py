@@ -9,6 +9,8 @@ import pytest
 
 import remote_exec as rx
 
+from ..conftest import job_dir
+
 pytestmark = pytest.mark.anyio
 
 SEQ = b"".join(b"%d\n" % i for i in range(1, 100001))  # 588 895 bytes
@@ -62,11 +64,12 @@ async def test_forget_and_prune(fresh_agent_dir: Path) -> None:
         ended = [await _ended(sb, ["echo", str(i)]) for i in range(5)]
         running = await sb.exec_remote(["sleep", "300"]).started()
         jobs_dir = fresh_agent_dir / "jobs"
-        assert all((jobs_dir / j).is_dir() for j in ended)
+        dirs = {j: job_dir(fresh_agent_dir, j) for j in [*ended, running.job_id or ""]}
+        assert all(dirs[j].is_dir() for j in ended)
         with pytest.raises(rx.InvalidParamsError, match="still running"):
             await sb.forget(running.job_id or "")
         await sb.forget(ended[0])
-        assert not (jobs_dir / ended[0]).exists()
+        assert not dirs[ended[0]].exists()
         with pytest.raises(rx.JobNotFoundError):
             await sb.read_output(ended[0])
         pruned = await sb.prune(keep=2)
@@ -74,7 +77,7 @@ async def test_forget_and_prune(fresh_agent_dir: Path) -> None:
         assert [j.job_id for j in await sb.jobs()] == [*ended[3:], running.job_id]
         assert (await sb.prune(older_than=0)).job_ids == ended[3:]
         assert [j.job_id for j in await sb.jobs()] == [running.job_id]
-        assert sorted(p.name for p in jobs_dir.iterdir() if p.is_dir()) == [running.job_id]
+        assert sorted(p.name for p in jobs_dir.iterdir() if p.is_dir()) == [dirs[running.job_id or ""].name]
         await running.kill(grace=0)
 
 

@@ -72,32 +72,44 @@ class JobController(JobRegistry):
         self._spare = SpareDir(home.root.with_name(home.root.name + ".spare")) if home is not None else None
 
     async def start(self, p: StartParams) -> StartResult:
+        """Start ``p``'s job, or answer with the job an earlier attempt of the same start made
+        (same ``idempotency_key``, or same client-chosen ``job_id`` and command).
+
+        Cancelled during the spawn: the job is not registered (a retry starts it afresh).
+        """
         key = p.idempotency_key
+        if p.job_id is not None:
+            known = self._repeat(p)
+            if known is not None:
+                return await known
         if key is not None and key in self._starting:
             # A retry while the first attempt is still spawning: answer with that attempt's job.
             return await asyncio.shield(self._starting[key])
         if key is not None and key in self._by_key:
-            known = self._jobs[self._by_key[key]]
-            return StartResult(job_id=known.job_id, pid=known.pid)
+            known_job = self._jobs[self._by_key[key]]
+            return StartResult(job_id=known_job.job_id, pid=known_job.pid)
         self._expire()
         self._check_room()
         if self.watcher is not None:
             self.watcher.check(p)
         self.enforce_log_budget()
-        job_id = self._next_id()
+        mark = self._next_id()
+        job_id = p.job_id or mark
         job: Job
         if self.home is not None:
             kind = PtyJob if p.tty else DiskJob
-            job = kind(job_id, p, self.limits.buffer_limit, self._job_done, self.home)
+            job = kind(job_id, p, self.limits.buffer_limit, self._job_done, self.home, mark)
         elif p.tty:
             raise InvalidParamsError("tty jobs need the agent's job dir (an agent served with a state dir)")
         else:
-            job = Job(job_id, p, self.limits.buffer_limit, self._job_done)
+            job = Job(job_id, p, self.limits.buffer_limit, self._job_done, mark)
         if self.budget is not None:
             job.charge_to(self.budget)
         pending: asyncio.Future[StartResult] = asyncio.get_running_loop().create_future()
         if key is not None:
             self._starting[key] = pending  # registered before the await: no duplicate spawns
+        if p.job_id is not None:
+            self._starting_ids[p.job_id] = (p, pending)
         self._spawning += 1  # the slot is taken before the await: concurrent starts cannot overshoot
         try:
             if isinstance(job, DiskJob) and not isinstance(job, PtyJob):  # a tty job makes its own dir
@@ -114,6 +126,8 @@ class JobController(JobRegistry):
             self._spawning -= 1
             if key is not None:
                 self._starting.pop(key, None)
+            if p.job_id is not None:
+                self._starting_ids.pop(p.job_id, None)
         self._jobs[job.job_id] = job
         if key is not None:
             self._by_key[key] = job.job_id
@@ -151,10 +165,11 @@ class JobController(JobRegistry):
         return await self._get(p.job_id).kill(p.grace)
 
     async def list(self, p: ListParams) -> ListResult:
-        """One page of jobs in the order they were started (their ids' counter), after ``p.after``."""
+        """One page of jobs in the order they were started (the agent's counter), after ``p.after``
+        (a job id, or the ``next`` cursor of the page before)."""
         self._expire()
-        start = -1 if p.after is None else seq(p.after)
-        jobs = sorted((j for j in self._jobs.values() if seq(j.job_id) > start), key=lambda j: seq(j.job_id))
+        start = -1 if p.after is None else self._seq_of(p.after)
+        jobs = sorted((j for j in self._jobs.values() if seq(j.mark) > start), key=lambda j: seq(j.mark))
         if any(not j.running and isinstance(j, DiskJob) for j in jobs[: p.limit]):
             await self._find_leftovers()
         page: list[JobInfo] = []
@@ -166,6 +181,14 @@ class JobController(JobRegistry):
             page.append(info)
             size += len(info.model_dump_json())
         return ListResult(jobs=page)
+
+    def _seq_of(self, after: str) -> int:
+        """The counter of job ``after``: held here, forgotten lately (a page's cursor stays valid
+        when its job goes before the next page is asked), or read from an id of the agent's form."""
+        job = self._jobs.get(after)
+        if job is not None:
+            return seq(job.mark)
+        return self._gone.get(after) or seq(after)
 
     async def release(self, p: JobIdParams) -> Empty:
         job = self._get(p.job_id)
@@ -264,11 +287,18 @@ class JobController(JobRegistry):
         if home is None:
             return 0
         restored = await readopt(home, self.prefix, self.limits.buffer_limit, self._job_done)
-        restored.sort(key=lambda j: seq(j.job_id))
+        restored.sort(key=lambda j: seq(j.mark))
+        kept: dict[str, DiskJob] = {}
+        for job in restored:  # two records naming one id (a job can rewrite its job.json): the first keeps it
+            if job.job_id in kept:
+                log.warning("cannot re-adopt %s: its id %s is another job's; leaving it out", job.mark, job.job_id)
+            else:
+                kept[job.job_id] = job
+        restored = list(kept.values())
         ended = sorted((j for j in restored if not j.running), key=lambda j: j.ended_at or 0.0)
         for job in restored:
             self._jobs[job.job_id] = job
-            self._counter = max(self._counter, seq(job.job_id))
+            self._counter = max(self._counter, seq(job.mark))
             if job.params.idempotency_key is not None:
                 self._by_key[job.params.idempotency_key] = job.job_id
         for job in restored:
@@ -348,4 +378,4 @@ class JobController(JobRegistry):
         found = await scan(marked_processes, self.prefix + "-")
         for job in self._jobs.values():
             if isinstance(job, DiskJob) and not job.running:
-                job.leftovers = sorted(found.get(job.job_id, ()))
+                job.leftovers = sorted(found.get(job.mark, ()))

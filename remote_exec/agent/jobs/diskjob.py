@@ -29,6 +29,7 @@ from typing import Any, cast
 
 from ...errors import JobNotRunningError, SpawnError
 from ...protocol import JobInfo, KillResult, StartParams, WatchHit
+from ...protocol.names import is_job_id
 from ..budget import MemoryBudget
 from ..buffer import StreamBuffer
 from ..keeperlink import KeeperLink
@@ -91,11 +92,17 @@ class DiskJob(Job):
     """A process job with its output on disk; ``leftovers`` are its processes after its leader exited."""
 
     def __init__(
-        self, job_id: str, params: StartParams, buffer_limit: int, on_done: Callable[[Job], None], home: JobHome
+        self,
+        job_id: str,
+        params: StartParams,
+        buffer_limit: int,
+        on_done: Callable[[Job], None],
+        home: JobHome,
+        mark: str | None = None,
     ) -> None:
-        super().__init__(job_id, params, buffer_limit, on_done)
+        super().__init__(job_id, params, buffer_limit, on_done, mark)
         self.home = home
-        self.dir = home.root / job_id
+        self.dir = home.root / self.mark
         cap = params.output_cap or home.cap
         # LogFile serves StreamBuffer's read interface (read, end, eof, mark_read, wants_pause).
         files = {1: LogFile(os.fspath(self.dir / "stdout"), cap), 2: LogFile(os.fspath(self.dir / "stderr"), cap)}
@@ -128,7 +135,8 @@ class DiskJob(Job):
         p = self.params
         meta: dict[str, Any] = {
             "v": 1,
-            "job_id": self.job_id,
+            "job_id": self.mark,  # the dir's name (re-adoption checks it)
+            "client_id": None if self.job_id == self.mark else self.job_id,
             "command": p.command,
             "label": p.label,
             "cwd": p.cwd,
@@ -204,7 +212,7 @@ class DiskJob(Job):
             if pipe is not None:
                 dup = os.dup(pipe.fileno())
                 try:
-                    await self.home.keeper.request({"op": "hold", "key": self.job_id}, fd=dup)
+                    await self.home.keeper.request({"op": "hold", "key": self.mark}, fd=dup)
                 finally:
                     os.close(dup)
         if meta_fd >= 0:
@@ -224,7 +232,7 @@ class DiskJob(Job):
         p = self.params
         argv = ["/bin/sh", "-c", p.command] if isinstance(p.command, str) else list(p.command)
         env, kwargs = self._environment()
-        env[MARKER] = self.job_id  # how the job's processes are found wherever they go
+        env[MARKER] = self.mark  # how the job's processes are found wherever they go
         wants_stdin = p.stdin_open or p.input is not None
         stdin_input = self._decode_input(p.input) if p.input is not None else None
         self.stdin.reserve_input(len(stdin_input or b""))
@@ -294,7 +302,13 @@ class DiskJob(Job):
         it is never watched or signalled; the job counts as ended.
         """
         params = params_from_record(meta)
-        job = cls(meta["job_id"], params, buffer_limit, on_done, home)
+        mark, client_id = meta["job_id"], meta.get("client_id")
+        # A job can rewrite its job.json: an id of another form would reach every client's listing.
+        if not is_job_id(mark) or (client_id is not None and not is_job_id(client_id)):
+            raise ValueError(f"job.json names an id of an unsafe form ({mark!r}, {client_id!r})")
+        if client_id is not None:
+            params = params.model_copy(update={"job_id": client_id})
+        job = cls(client_id or mark, params, buffer_limit, on_done, home, mark)
         job.reason = meta.get("reason") if isinstance(meta.get("reason"), str) else None
         job.pid, job.starttime, job.started_at = int(meta.get("pid") or 0), meta.get("starttime"), meta["started_at"]
         job._restored(meta)
@@ -326,7 +340,7 @@ class DiskJob(Job):
 
     async def _reattach(self) -> None:
         if self.params.stdin_open:
-            _, fds = await self.home.keeper.request({"op": "fd", "key": self.job_id})
+            _, fds = await self.home.keeper.request({"op": "fd", "key": self.mark})
             if fds:
                 await self._attach_stdin(fds[0])
                 for extra in fds[1:]:
@@ -374,7 +388,7 @@ class DiskJob(Job):
         self.stdin.open = False
         self.stdin.room()
         if self.home.keeper.present:
-            asyncio.get_running_loop().create_task(self.home.keeper.request({"op": "drop", "key": self.job_id}))
+            asyncio.get_running_loop().create_task(self.home.keeper.request({"op": "drop", "key": self.mark}))
         self._done.set()
         if save:
             self.save()
@@ -398,7 +412,7 @@ class DiskJob(Job):
 
     async def _end_leftovers(self, grace: float) -> None:
         """End what the job left running: SIGTERM, ``grace`` seconds, SIGKILL for the rest."""
-        await end_tree(self.job_id, 0, grace)
+        await end_tree(self.mark, 0, grace)
         self.leftovers = []
         if not self.tree_ended:
             self.tree_ended = True
@@ -437,7 +451,7 @@ class DiskJob(Job):
         if taken or eof:
             write_stdin_cursor(self.dir, self.stdin.written)
         if eof and not self.stdin.open and self.home.keeper.present:
-            asyncio.get_running_loop().create_task(self.home.keeper.request({"op": "drop", "key": self.job_id}))
+            asyncio.get_running_loop().create_task(self.home.keeper.request({"op": "drop", "key": self.mark}))
         return taken
 
     async def kill(self, grace: float | None) -> KillResult:
@@ -445,7 +459,7 @@ class DiskJob(Job):
         descendants in other sessions and children forked during the grace included. On an
         ended job, ends its leftovers the same way. Returns once none of its processes is left."""
         if not self.running:
-            found: set[int] = await scan(job_processes, self.job_id, 0)
+            found: set[int] = await scan(job_processes, self.mark, 0)
             if self.leftovers or found:
                 await self._end_leftovers(self.params.kill_grace if grace is None else grace)
             return KillResult(state=self._state, exit_code=self.exit_code)
@@ -458,7 +472,7 @@ class DiskJob(Job):
 
         self._ending_tree = True
         try:
-            await end_tree(self.job_id, self.pid, grace, close_stdin)
+            await end_tree(self.mark, self.pid, grace, close_stdin)
         finally:  # cancelled too (the agent stops): the held end is told, not lost
             self._ending_tree = False
             if self._held_exit is not None and not self._done.is_set():

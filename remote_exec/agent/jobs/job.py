@@ -67,8 +67,19 @@ class _JobProtocol(asyncio.SubprocessProtocol):
 class Job(JobOutput):
     """A running or finished subprocess (its output served to readers by :class:`JobOutput`)."""
 
-    def __init__(self, job_id: str, params: StartParams, buffer_limit: int, on_done: Callable[[Job], None]) -> None:
+    def __init__(
+        self,
+        job_id: str,
+        params: StartParams,
+        buffer_limit: int,
+        on_done: Callable[[Job], None],
+        mark: str | None = None,
+    ) -> None:
         super().__init__(job_id, params, buffer_limit)
+        # The agent's own name for the job, ``<state dir id>-<n>``: its dir, the marker its
+        # processes carry, the keeper's key and its place in listings. The same as ``job_id``
+        # unless the client chose the id (then ``job_id`` is the client's, on the wire only).
+        self.mark = mark or job_id
         self.pid = 0
         self.started_at = time.time()
         self.ended_at: float | None = None

@@ -12,6 +12,17 @@ freed, offsets do not move, and a reader before ``new_base`` is told exactly how
 missed (``*_dropped``). ``base`` is recovered after a restart from ``lseek(SEEK_DATA)`` (the
 first byte that is not a hole). Where punching is unsupported (``EOPNOTSUPP``: some FUSE and
 network file systems) the cap cannot be applied: the file grows and the agent logs it once.
+
+A truncation: the job may truncate its own log (``: > /dev/stdout`` opens its fd 1's file with
+``O_TRUNC``) and write on from offset 0. Seen as a file shorter than the agent last saw it, it
+moves the stream's ``shift`` (the stream offset of the file's byte 0) to the end the agent had
+seen: offsets never go back, what the job writes afterwards follows, and a reader whose cursor
+was before that end is told exactly how many of the bytes it missed the truncation took
+(``*_truncated``, part of ``*_dropped``), instead of its cursor being "past the end". The
+residual: bytes the job wrote and truncated between two looks of the agent are unknown to it,
+and a job that writes back more than it truncated away before the agent looks is read on as if
+nothing had happened (the agent looks on every poll and read, and every second while it runs).
+The shift is the agent's own: a later agent counts from the file again.
 """
 
 from __future__ import annotations
@@ -36,6 +47,7 @@ __all__ = ["DEFAULT_CAP", "Inotify", "LogFile"]
 log = logging.getLogger("remote_exec.agent")
 DEFAULT_CAP = 1 << 30
 BLOCK = 4096
+MAX_CUTS = 64  # truncations remembered per stream (older ones: counted as dropped only)
 FALLOC_FL_KEEP_SIZE = 1
 FALLOC_FL_PUNCH_HOLE = 2
 # The job can replace its log (it runs as the agent's user): never through a symlink, never
@@ -52,7 +64,20 @@ class LogFile:
     both alike. No fd is held between reads: 5 000 jobs cost no descriptors.
     """
 
-    __slots__ = ("_alloc", "_size", "_warned", "base", "cap", "eof", "ledger", "mtime", "path", "read_cursor")
+    __slots__ = (
+        "_alloc",
+        "_size",
+        "_warned",
+        "base",
+        "cap",
+        "cuts",
+        "eof",
+        "ledger",
+        "mtime",
+        "path",
+        "read_cursor",
+        "shift",
+    )
 
     def __init__(self, path: str, cap: int) -> None:
         self.path = path
@@ -64,6 +89,8 @@ class LogFile:
         self.mtime: float | None = None  # the file's mtime at the last look, once it holds bytes
         self._warned = False
         self.ledger: LogBudget | None = None
+        self.shift = 0  # the stream offset of the file's byte 0: moved by a truncation
+        self.cuts: list[tuple[int, int]] = []  # stream ranges truncations took (the last MAX_CUTS)
         self.base = self._find_base()
 
     @property
@@ -107,9 +134,10 @@ class LogFile:
 
     @property
     def end(self) -> int:
-        """Bytes written so far (the file's size). The same stat gives ``mtime``: when the job
-        last wrote, taken only when the size grew (a head punched out of a quiet job's log by
-        the log budget changes the file's mtime, not its size: it is no output)."""
+        """Bytes written so far (the stream's: the file's size past the shift). The same stat
+        gives ``mtime``: when the job last wrote, taken only when the size grew (a head punched
+        out of a quiet job's log by the log budget changes the file's mtime, not its size: it is
+        no output). A file shorter than last seen was truncated by the job (see the module)."""
         with contextlib.suppress(OSError):
             st = os.stat(self.path, follow_symlinks=False)
             if not stat.S_ISREG(st.st_mode):
@@ -118,13 +146,28 @@ class LogFile:
             if size != self._size:
                 # The job can set its log's mtime (touch its own fd 1): only a sane one is kept.
                 self.mtime = st.st_mtime if size and 0 <= st.st_mtime < 1e11 else None
+                if size < self._size:
+                    self._truncated(st)
             if size != self._size or st.st_blocks * 512 != self._alloc:
                 self._moved(size, self.base, st)
-        return self._size
+        return self.shift + self._size
+
+    def _truncated(self, st: os.stat_result) -> None:
+        """The job truncated the file: what was held is gone; the stream goes on after it."""
+        lost = (self.shift + self.base, self.shift + self._size)
+        if lost[1] > lost[0]:
+            self.cuts = [*self.cuts[-(MAX_CUTS - 1) :], lost]
+        self.shift += self._size
+        self._moved(0, 0, st)  # (the ledger is told of the blocks that went with the file's old size)
+        log.info("%s was truncated by its job: %d bytes lost", self.path, lost[1] - lost[0])
+
+    def lost_to_cuts(self, start: int, stop: int) -> int:
+        """How many bytes of stream range ``[start, stop)`` truncations took."""
+        return sum(max(0, min(stop, hi) - max(start, lo)) for lo, hi in self.cuts)
 
     def enforce_cap(self) -> int:
         """Punch the head out if the stream passed its cap; return the bytes newly dropped."""
-        size = self.end
+        size = self.end - self.shift  # in the file
         if size - self.base <= self.cap:
             return 0
         return self._punch((size - self.cap) // BLOCK * BLOCK)
@@ -138,7 +181,7 @@ class LogFile:
         """
         if n <= 0:
             return 0
-        size = self.end
+        size = self.end - self.shift  # in the file
         return self._punch(min(-(-(self.base + n) // BLOCK) * BLOCK, size // BLOCK * BLOCK))
 
     def _punch(self, new_base: int) -> int:
@@ -181,8 +224,9 @@ class LogFile:
         end = self.end
         if offset > end:
             raise ValueError(f"offset {offset} is past the end of the stream ({end} bytes)")
-        start = max(offset, self.base)
+        start = max(offset, self.shift + self.base)
         dropped = start - offset
+        truncated = self.lost_to_cuts(offset, start) if self.cuts else 0
         stop = min(end, start + max_bytes)
         chunk = b""
         if stop > start:
@@ -192,7 +236,7 @@ class LogFile:
                 fd = -1
             if fd >= 0:
                 try:
-                    chunk = os.pread(fd, stop - start, start)
+                    chunk = os.pread(fd, stop - start, start - self.shift)
                 finally:
                     os.close(fd)
         stop = start + len(chunk)
@@ -207,7 +251,7 @@ class LogFile:
             data = chunk if raw else str(chunk, "utf-8", "replace")
         if not peek:
             self.mark_read(stop)
-        return Slice(data, start, stop, dropped)
+        return Slice(data, start, stop, dropped, truncated)
 
 
 def _open_regular(path: str, mode: int) -> int:

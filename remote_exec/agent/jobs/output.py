@@ -155,6 +155,8 @@ class JobOutput:
             stderr_offset=err.end,
             stdout_dropped=out.dropped,
             stderr_dropped=err.dropped,
+            stdout_truncated=out.truncated,
+            stderr_truncated=err.truncated,
             payload_sizes=(len(out.data), len(err.data)) if binary else None,
             reason=self.reason if finished else None,
             hits=self.hits_total,

@@ -148,7 +148,7 @@ class PtyJob(DiskJob):
             # The next agent takes the master back from the keeper (keystrokes, resizes).
             dup = os.dup(master)
             try:
-                await self.home.keeper.request({"op": "hold", "key": self.job_id}, fd=dup)
+                await self.home.keeper.request({"op": "hold", "key": self.mark}, fd=dup)
             finally:
                 os.close(dup)
         self.save()
@@ -158,7 +158,7 @@ class PtyJob(DiskJob):
         argv = ["/bin/sh", "-c", p.command] if isinstance(p.command, str) else list(p.command)
         env, switch = self._environment()
         kwargs: dict[str, Any] = dict(switch)
-        env[MARKER] = self.job_id
+        env[MARKER] = self.mark
         if not (p.env and "TERM" in p.env):
             env["TERM"] = DEFAULT_TERM  # the agent's own TERM (often "dumb" or none) is not the job's
         try:
@@ -222,7 +222,7 @@ class PtyJob(DiskJob):
             self.relay, self.relay_start = int(relay.get("pid") or 0), relay.get("start")
 
     async def _reattach(self) -> None:
-        _, fds = await self.home.keeper.request({"op": "fd", "key": self.job_id})
+        _, fds = await self.home.keeper.request({"op": "fd", "key": self.mark})
         for extra in fds[1:]:
             os.close(extra)
         if not fds:  # no keeper kept the master: no more keystrokes, the copier still copies

@@ -8,9 +8,11 @@ retention, and gives back memory and log budget. :class:`~.controller.JobControl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, ServerBusyError
-from ...protocol import JobInfo, StartParams
+from ...protocol import JobInfo, StartParams, StartResult
 from ..budget import MemoryBudget
 from ..statefile import planted, read_state_file
 from .diskjob import JobHome
@@ -28,7 +30,9 @@ from .logbudget import evict
 __all__ = ["COUNTER", "JobLimits", "JobRegistry", "Watcher", "seq"]
 
 log = logging.getLogger("remote_exec.agent")
+_AGENT_ID = re.compile(r"[0-9a-f]{8}")  # a state dir's or agent instance's id (secrets.token_hex(4))
 COUNTER = "counter"  # in the jobs dir: the last job number handed out
+GONE_KEPT = 4096  # forgotten jobs whose client-chosen ids still work as a listing's page cursor
 
 J = TypeVar("J", bound=Job)
 
@@ -90,6 +94,8 @@ class JobRegistry:
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._finished: OrderedDict[str, float] = OrderedDict()  # job_id -> ended (monotonic)
         self._by_key: dict[str, str] = {}
+        self._gone: OrderedDict[str, int] = OrderedDict()  # client-chosen id -> counter, of forgotten jobs
+        self._starting_ids: dict[str, tuple[StartParams, asyncio.Future[StartResult]]] = {}  # by client-chosen id
         self._counter = 0
         if home is not None:  # carry on from the previous agents' counter
             self._counter = _read_counter(home)
@@ -137,6 +143,40 @@ class JobRegistry:
                     os.close(fd)
         return f"{self.prefix}-{self._counter}"
 
+    def _repeat(self, p: StartParams) -> asyncio.Future[StartResult] | None:
+        """The answer to a start under a client-chosen id the agent already holds (running,
+        ended or still spawning): that job, if ``p`` starts the same command the same way;
+        None if the id is new.
+
+        :raises InvalidParamsError: the id has the agent's own form, or names another command.
+        """
+        assert p.job_id is not None
+        if p.job_id.startswith(self.prefix + "-"):
+            # Those are the agent's own ids (its jobs, shells and runs): a client's would clash.
+            raise InvalidParamsError(
+                f"job id {p.job_id} has the form of this agent's own ids ({self.prefix}-...): choose another",
+                data={"job_id": p.job_id},
+            )
+        spawning = self._starting_ids.get(p.job_id)
+        known = spawning[0] if spawning is not None else None
+        job = self._jobs.get(p.job_id)
+        if job is not None:
+            known = job.params
+        if known is None:
+            return None
+        if _how(known) != _how(p):
+            raise InvalidParamsError(
+                f"job id {p.job_id} is taken by another job (another command, directory, user, encoding or "
+                "terminal): a client's retry of a start repeats it exactly; choose another id for a new job",
+                data={"job_id": p.job_id},
+            )
+        if spawning is not None and job is None:
+            return asyncio.shield(spawning[1])
+        assert job is not None
+        done: asyncio.Future[StartResult] = asyncio.get_running_loop().create_future()
+        done.set_result(StartResult(job_id=job.job_id, pid=job.pid))
+        return done
+
     def _get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)
         if job is not None:
@@ -158,7 +198,8 @@ class JobRegistry:
                 "this agent is another one's",
                 data={"job_id": job_id, "session_id": instance},
             )
-        if sep and instance != self.prefix and not shell:
+        if sep and instance != self.prefix and not shell and _AGENT_ID.fullmatch(instance):
+            # (only an id of the form agents make: a client-chosen "train-3" names no agent)
             what = "state dir" if self.home is not None else "agent instance"
             raise AgentLostError(
                 f"job {job_id} belonged to agent instance {instance}, which is gone; this agent's "
@@ -179,6 +220,10 @@ class JobRegistry:
         job = self._jobs.pop(job_id, None)
         self._finished.pop(job_id, None)
         if job is not None:
+            if job.mark != job_id:  # a client's id: its place in listings is kept for page cursors
+                self._gone[job_id] = seq(job.mark)
+                if len(self._gone) > GONE_KEPT:
+                    self._gone.popitem(last=False)
             for buf in job.streams.values():
                 buf.discard()  # gives its bytes back to the memory budget
             if job.params.idempotency_key is not None:
@@ -274,3 +319,9 @@ def _read_counter(home: JobHome) -> int:
             with contextlib.suppress(OSError):
                 os.unlink(path)  # a symlink or FIFO itself, never what it names
         return 0
+
+
+def _how(p: StartParams) -> tuple[object, ...]:
+    """What makes two starts the same job (what a job's record keeps: env values and input
+    are never on disk, so a retry after an agent restart is compared without them)."""
+    return (p.command, p.cwd, p.user, p.encoding, p.tty)
