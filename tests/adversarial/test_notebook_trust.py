@@ -9,6 +9,7 @@ read from a marker file the attack would write.
 
 from __future__ import annotations
 
+import builtins
 import os
 import shlex
 import time
@@ -148,6 +149,14 @@ def test_the_agents_tags_never_choose_a_kernel_variable(
     mine = object()
     shell.user_ns[victim] = mine
     shell.run_line_magic("exec_remote_config", f"--sandbox {hostile.url}")  # the user opens it
+    if victim in dir(builtins):
+        # A name tag that shadows a builtin is refused by the client with the whole listing.
+        with capture_output(), pytest.raises(RemoteCommandError, match="unsafe form"):
+            shell.run_line_magic("exec_remote_attach", "j-1")
+        untouched = shell.user_ns[victim] is mine
+        adversary.tried(AREA, f"agent tag name={victim!r} on attach", refused=untouched)
+        assert untouched
+        return
     with capture_output():
         shell.run_line_magic("exec_remote_attach", "j-1")  # by id: no name typed, none bound
         reconnect(hostile.url, "j-1")  # a Reconnect in a kernel that opened this URL
@@ -264,9 +273,8 @@ def test_views_refuse_an_unsafe_job_or_session_id(hostile: HostileAgent, tmp_pat
     with rx.connect(hostile.url) as sb:
         with pytest.raises(ProtocolError, match="unsafe form"):
             JobView.attach(sb, evil)
-        handle = sb.attach(evil)  # what a client that does not check would give a view
-        with pytest.raises(ProtocolError, match="unsafe form"):
-            JobView(handle)
+        with pytest.raises(ProtocolError, match="not a job id"):
+            sb.attach(evil)  # the client refuses it as well, before anything is sent
         with pytest.raises(ProtocolError, match="unsafe form"):
             ShellView(sb, session_id="s-1")
     refused = not marker.exists()

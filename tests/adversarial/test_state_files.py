@@ -27,7 +27,7 @@ import remote_exec as rx
 from remote_exec.agent.procfacts import proc_starttime
 from tests.agent.rawhttp import rpc
 
-from ..conftest import wait_exit
+from ..conftest import job_dir, wait_exit
 from .conftest import Adversary
 
 pytestmark = pytest.mark.anyio
@@ -75,15 +75,17 @@ async def test_a_poisoned_state_dir_is_served(
         agent = sb.info.pid
     jobs = d / "jobs"
     ids = {"done": done.job_id or "", "fed": fed.job_id or "", "fifo": fifo.job_id or ""}
+    dirs = {k: job_dir(d, v) for k, v in ids.items()}  # named by the agent, not the client's id
     running_id = running.job_id or ""
+    running_dir = job_dir(d, running_id)
     await anyio.to_thread.run_sync(rpc, d / "agent.sock", "server_handover")
     assert await anyio.to_thread.run_sync(wait_exit, agent, 30.0)
 
     poison(jobs / "counter", "/dev/zero")
-    poison(jobs / ids["fed"] / "stdin_bytes", "/dev/zero")
-    poison(jobs / ids["fifo"] / "job.json", "fifo")
+    poison(dirs["fed"] / "stdin_bytes", "/dev/zero")
+    poison(dirs["fifo"] / "job.json", "fifo")
     poison(d / "trash", os.fspath(outside))
-    forged = jobs / f"{running_id.rsplit('-', 1)[0]}-99999"
+    forged = jobs / f"{running_dir.name.rsplit('-', 1)[0]}-99999"
     forged.mkdir(mode=0o700)
     start = proc_starttime(victim.pid)
     meta = {"job_id": forged.name, "command": "sleep 300", "pid": victim.pid, "starttime": start}
@@ -110,8 +112,8 @@ async def test_a_poisoned_state_dir_is_served(
     log = (d / "agent.log").read_text(errors="replace")
     cases = [
         ("jobs/counter -> /dev/zero", f"skipped {jobs / 'counter'}: a symlink" in log),
-        ("an ended job's stdin_bytes -> /dev/zero", f"skipped {jobs / ids['fed']}/stdin_bytes: a symlink" in log),
-        ("job.json replaced by a FIFO", f"{jobs / ids['fifo'] / 'job.json'}: not a regular file" in log),
+        ("an ended job's stdin_bytes -> /dev/zero", f"skipped {dirs['fed']}/stdin_bytes: a symlink" in log),
+        ("job.json replaced by a FIFO", f"{dirs['fifo'] / 'job.json'}: not a regular file" in log),
         (
             "trash -> an outside dir",
             f"skipped {d / 'trash'}: a symlink" in log and os.listdir(outside) == ["canary"],
@@ -142,7 +144,7 @@ async def test_a_sparse_log_does_not_evict_other_jobs(fresh_agent_dir: Path, adv
             ["sh", "-c", "head -c 40960 /dev/zero | tr '\\0' s; truncate -s 20G /dev/stdout"]
         ).started()
         await sparse.wait()  # its end reads its final size and applies the budget
-        size = (fresh_agent_dir / "jobs" / (sparse.job_id or "") / "stdout").stat().st_size
+        size = (job_dir(fresh_agent_dir, sparse.job_id or "") / "stdout").stat().st_size
         assert size == 20 << 30
         kept = []
         for i, job_id in enumerate(before):
@@ -164,13 +166,15 @@ async def test_a_job_cannot_point_the_running_agents_trash_outside(
     async with rx.open_sandbox(f"local://?dir={d}") as sb:
         old = await sb.run(["echo", "old"])
         await sb.run(["sh", "-c", f"rm -rf {d}/trash && ln -s {outside} {d}/trash"])
+        old_dir = job_dir(d, old.job_id or "")
+        assert old_dir.is_dir()
         await sb.forget(old.job_id or "")
-        assert not (d / "jobs" / (old.job_id or "")).exists()
+        assert not old_dir.exists()
 
         def anywhere() -> list[str]:
             """Where the forgotten dir still is (renamed ``<id>.<pid>.<n>``), inside or outside."""
             places = [p for p in (d / "trash", outside) if p.is_dir()]
-            return [n for p in places for n in os.listdir(p) if n.startswith(f"{old.job_id}.")]
+            return [n for p in places for n in os.listdir(p) if n.startswith(f"{old_dir.name}.")]
 
         with anyio.fail_after(30):
             while anywhere():  # noqa: ASYNC110 (a thread of the agent deletes it: no event reaches us)
