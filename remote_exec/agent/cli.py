@@ -82,6 +82,11 @@ def _parser() -> argparse.ArgumentParser:
         )
         s.add_argument("--max-retained", type=int, default=1000, help="ended jobs kept at most (oldest forgotten)")
         s.add_argument("--report-version", default=None, help=argparse.SUPPRESS)  # tests: fake another version
+        s.add_argument(
+            "--no-cgroups",
+            action="store_true",
+            help="no cgroup per job, even where one can be made (the keeper's attribution alone)",
+        )
         if name == "serve":
             s.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     return p
@@ -157,6 +162,7 @@ def _serve(args: argparse.Namespace, state_dir: Path) -> int:
         disk_cap=args.disk_cap,
         log_budget=args.log_budget,
         report_version=args.report_version or __version__,
+        cgroups=not args.no_cgroups,
     )
     code = 0
     loop = asyncio.new_event_loop()
