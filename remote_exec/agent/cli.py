@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     serve_args += ["--retain-seconds", str(args.retain_seconds), "--max-retained", str(args.max_retained)]
     if args.report_version:
         serve_args += ["--report-version", args.report_version]
+    if args.no_cgroups:
+        serve_args += ["--no-cgroups"]
     serve_args += ["--shell-ttl", str(args.shell_ttl)] + (["--port-any-host"] if args.port_any_host else [])
     if args.memory_budget is not None:
         serve_args += ["--memory-budget", str(args.memory_budget)]

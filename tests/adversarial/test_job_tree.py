@@ -43,28 +43,40 @@ def _starts(pids: list[int]) -> dict[int, int]:
     return out
 
 
-async def test_a_setsid_memory_flood_is_killed_by_the_memory_limit(tmp_path: Path, adversary: Adversary) -> None:
+# Each limit case runs with a cgroup per job and with the attribution alone (``--no-cgroups``).
+MEMBERSHIP = pytest.mark.parametrize("flags", [(), ("--no-cgroups",)], ids=["cgroup", "attribution"])
+
+
+@MEMBERSHIP
+async def test_a_setsid_memory_flood_is_killed_by_the_memory_limit(
+    tmp_path: Path, adversary: Adversary, flags: tuple[str, ...]
+) -> None:
     flood = "b = b'x' * (310 << 20); print('flooded', flush=True); import time; time.sleep(20)"
     command = f'setsid {sys.executable} -c "{flood}" & wait'
-    with limited_cgroup(pids_max=256, memory_max=FLOOD_CAP) as group, agent_in(group, tmp_path / "state"):
-        async with rx.open_sandbox(f"local://?dir={tmp_path / 'state'}") as sb:
+    state = tmp_path / "state"
+    with limited_cgroup(pids_max=256, memory_max=FLOOD_CAP) as group, agent_in(group, state, *flags):
+        async with rx.open_sandbox(f"local://?dir={state}") as sb:
             proc = sb.exec_remote(["sh", "-c", command], policy=rx.JobPolicy(memory_limit=64 << 20))
             with anyio.fail_after(60):
                 result = await proc.wait()
     held = result.state == "killed" and (result.reason or "").startswith("killed: memory limit 64.0 MiB")
-    adversary.tried(AREA, "setsid child floods 310 MiB against a 64 MiB memory_limit", refused=held)
+    adversary.tried(AREA, f"setsid child floods 310 MiB against a 64 MiB memory_limit {flags}", refused=held)
     assert held, result
 
 
-async def test_a_setsid_cpu_burner_is_killed_by_the_cpu_limit(agent_dir: Path, adversary: Adversary) -> None:
+@MEMBERSHIP
+async def test_a_setsid_cpu_burner_is_killed_by_the_cpu_limit(
+    tmp_path: Path, adversary: Adversary, flags: tuple[str, ...]
+) -> None:
     burn = "import time; t = time.time()\nwhile time.time() - t < 12: pass"
     command = f"setsid {sys.executable} -c '{burn}' & wait"
-    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
-        proc = sb.exec_remote(["sh", "-c", command], policy=rx.JobPolicy(cpu_time=2.0))
-        with anyio.fail_after(60):
-            result = await proc.wait()
+    with agent(tmp_path / "state", *flags):
+        async with rx.open_sandbox(f"local://?dir={tmp_path / 'state'}") as sb:
+            proc = sb.exec_remote(["sh", "-c", command], policy=rx.JobPolicy(cpu_time=2.0))
+            with anyio.fail_after(60):
+                result = await proc.wait()
     held = result.state == "killed" and (result.reason or "").startswith("killed: CPU time limit 2 s exceeded")
-    adversary.tried(AREA, "setsid child burns 12 s of CPU against a 2 s cpu_time", refused=held)
+    adversary.tried(AREA, f"setsid child burns 12 s of CPU against a 2 s cpu_time {flags}", refused=held)
     assert held, result
 
 
