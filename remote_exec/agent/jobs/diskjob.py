@@ -274,6 +274,11 @@ class DiskJob(Job):
         """The job's leader (while it runs), session, start time and cgroup (see :mod:`.proctree`)."""
         return Tree(self.job_id, self.pid if self.running else 0, self.pid, self.starttime, self.cgroup)
 
+    @property
+    def needs_looking(self) -> bool:
+        """Running with no cgroup: its members are known only as they are seen (see :mod:`.proctree`)."""
+        return self.running and self.cgroup is None
+
     def _tree_gone(self) -> None:
         """The tree was seen empty: its cgroup goes (a later agent sweeps one left behind)."""
         if self.cgroup is not None and self.cgroup.remove():
