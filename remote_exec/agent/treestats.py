@@ -117,5 +117,5 @@ async def add_orphans(keeper: KeeperLink | None, readings: dict[str, TreeReading
         k = keys.get(key)
         if k is not None and isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0:
             r = out[k]
-            out[k] = r._replace(cpu_seconds=r.cpu_seconds + seconds)
+            out[k] = TreeReading(r.at, r.cpu_seconds + seconds, *r[2:])
     return out
