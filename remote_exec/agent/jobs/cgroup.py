@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import re
 import signal
 from collections.abc import Callable
+from typing import cast
 
-__all__ = ["CgroupHome", "JobCgroup", "join"]
+__all__ = ["CgroupHome", "JobCgroup", "join", "joining"]
 
 MOUNT = "/sys/fs/cgroup"
 V1 = ("pids", "memory", "cpuacct", "freezer")
@@ -242,3 +244,20 @@ def join(fds: list[int]) -> None:
     for fd in fds:
         with contextlib.suppress(OSError):
             os.write(fd, b"0")
+
+
+def joining(cgroup: JobCgroup | None, popen_kwargs: dict[str, object]) -> list[int]:
+    """Have the leader of a spawn with ``popen_kwargs`` (``subprocess.Popen``'s) join ``cgroup``
+    before ``exec``, ahead of any ``preexec_fn`` already there; returns the fds to close after
+    the spawn (none without a cgroup)."""
+    fds = cgroup.join_fds() if cgroup is not None else []
+    if fds:
+        then = cast("Callable[[], None] | None", popen_kwargs.get("preexec_fn"))
+        popen_kwargs["preexec_fn"] = functools.partial(_in_child, fds, then)
+    return fds
+
+
+def _in_child(fds: list[int], then: Callable[[], None] | None) -> None:
+    join(fds)
+    if then is not None:
+        then()

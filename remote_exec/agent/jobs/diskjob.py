@@ -16,7 +16,6 @@ learnt (as its parent, or from the keeper for a re-adopted job) is :mod:`.exitwa
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import shutil
 import signal
@@ -34,7 +33,7 @@ from ..buffer import StreamBuffer
 from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
 from ..trash import Trash
-from .cgroup import CgroupHome, JobCgroup, join
+from .cgroup import CgroupHome, JobCgroup, joining
 from .exitwatch import LeaderWatch
 from .hitrecord import dump_hits, load_hits, should_save
 from .job import Job, _killpg
@@ -219,11 +218,11 @@ class DiskJob(Job):
         argv = ["/bin/sh", "-c", p.command] if isinstance(p.command, str) else list(p.command)
         env, kwargs = self._environment()
         env[MARKER] = self.job_id  # how the job's processes are found wherever they go
-        join_fds = self._join_cgroup(kwargs)
         wants_stdin = p.stdin_open or p.input is not None
         stdin_input = self._decode_input(p.input) if p.input is not None else None
         self.stdin.reserve_input(len(stdin_input or b""))
         stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC) if wants_stdin else (subprocess.DEVNULL, -1)
+        join_fds = self._join_cgroup(kwargs)
         try:
             # Not asyncio's subprocess: its child watcher reaps the job the moment it exits, and
             # an agent killed before it wrote that exit down lost it for good (nobody else can
@@ -258,17 +257,10 @@ class DiskJob(Job):
         self._arm_timeout()
 
     def _join_cgroup(self, kwargs: dict[str, object]) -> list[int]:
-        """Make the job's cgroup (if the agent can) and have the leader join it before ``exec``,
-        so every process it ever starts is born inside (see :mod:`.cgroup`); the fds to close
-        after the spawn."""
-        if self.home.cgroups is None:
-            return []
-        self.cgroup = self.home.cgroups.make(self.job_id)
-        fds = self.cgroup.join_fds() if self.cgroup is not None else []
-        if fds:
-            then = cast("Callable[[], None] | None", kwargs.get("preexec_fn"))
-            kwargs["preexec_fn"] = functools.partial(_in_child, fds, then)
-        return fds
+        """Make the job's cgroup if the agent can, and have the leader join it (see
+        :func:`.cgroup.joining`); the fds to close after the spawn."""
+        self.cgroup = self.home.cgroups.make(self.job_id) if self.home.cgroups is not None else None
+        return joining(self.cgroup, kwargs)
 
     def tree(self) -> Tree:
         """The job's leader (while it runs), session, start time and cgroup (see :mod:`.proctree`)."""
@@ -496,10 +488,3 @@ class DiskJob(Job):
         for t in self._timers:
             t.cancel()
         self._exits.stop()
-
-
-def _in_child(join_fds: list[int], then: Callable[[], None] | None) -> None:
-    """Between fork and exec: join the job's cgroups (two writes, no lock taken), then ``then``."""
-    join(join_fds)
-    if then is not None:
-        then()
