@@ -23,6 +23,7 @@ import pytest
 import remote_exec as rx
 
 from ..client.test_durable import procs_with, wait_until
+from ..conftest import agent_killed
 from .agentproc import agent
 from .conftest import Adversary
 from .limited import LimitedCgroup, agent_in, limited_cgroup, live
@@ -104,6 +105,34 @@ async def test_an_env_cleared_orphan_ends_with_its_job(agent_dir: Path, adversar
     left = [pid for pid, start in escaped.items() if live(pid, start)]
     adversary.tried(AREA, f"env-cleared setsid orphan outlives {how}", refused=not left)
     assert not left
+
+
+async def test_a_readopted_job_loses_its_orphan_to_kill(fresh_agent_dir: Path, adversary: Adversary) -> None:
+    """The agent is SIGKILLed after the orphan escaped: the next one re-adopts the job, finds its
+    cgroup again, and ``kill()`` ends the orphan (no marker, session or parent names it)."""
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
+        proc = sb.exec_remote(["sh", "-c", ESCAPED.format(t=47140)], kill_grace=0.5)
+        assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
+        await wait_until("the orphan is up", lambda: procs_with("sleep 47140"))
+        escaped = _starts(procs_with("sleep 47140"))
+        await agent_killed(sb)
+        with anyio.fail_after(60):
+            await proc.kill()
+    left = [pid for pid, start in escaped.items() if live(pid, start)]
+    adversary.tried(AREA, "env-cleared setsid orphan of a re-adopted job outlives kill", refused=not left)
+    assert not left
+
+
+async def test_stats_count_the_processes_that_left_the_session(agent_dir: Path, adversary: Adversary) -> None:
+    command = "for n in 1 2 3; do env -i setsid sleep 4715$n & done; echo ready; wait"
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = sb.exec_remote(["sh", "-c", command])
+        assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
+        await wait_until("the sleepers are up", lambda: len(procs_with("sleep 4715")) == 4)  # and the shell
+        stats = await proc.stats(window=0.05)
+        await proc.kill()
+    adversary.tried(AREA, "3 env-cleared setsid children hidden from stats()", refused=stats.processes == 4)
+    assert stats.processes == 4, stats  # the shell and its three sleepers
 
 
 async def _bomb(group: LimitedCgroup, sb: rx.AsyncSandbox, timeout: float | None) -> rx.ExecRemoteProcess:
