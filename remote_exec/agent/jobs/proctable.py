@@ -32,8 +32,12 @@ _POOL = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="rx-proctable
 def prestart() -> None:
     """Start this module's threads now, while threads can still be made (blocks until they run)."""
     ready = threading.Barrier(WORKERS + 1)
-    for _ in range(WORKERS):
-        _POOL.submit(ready.wait, 10.0)  # each waits: the next submit must make a new thread
+    try:
+        for _ in range(WORKERS):
+            _POOL.submit(ready.wait, 10.0)  # each waits: the next submit must make a new thread
+    except RuntimeError:  # no thread to be had even now: the scans run inline (see scan)
+        ready.abort()
+        return
     with contextlib.suppress(threading.BrokenBarrierError):
         ready.wait(10.0)
 
