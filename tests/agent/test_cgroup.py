@@ -113,3 +113,19 @@ def test_the_home_makes_and_removes_its_parent_and_a_dead_jobs_cgroup() -> None:
     assert not any(os.path.isdir(d) for d in cg.dirs.values())
     home.close()
     assert not any(os.path.isdir(p) for p in home.parents.values())
+
+
+def test_a_dead_agents_empty_parent_goes_and_a_swept_one_comes_back() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    dead, live = f"rxtest{uuid.uuid4().hex[:8]}", f"rxtest{uuid.uuid4().hex[:8]}"
+    first = CgroupHome.discover(dead)  # an agent that dies without closing its home
+    if first is None:
+        pytest.skip("no writable cgroup hierarchy here")
+    home = CgroupHome.discover(live)  # the next agent's start sweeps the dead one's
+    assert home is not None and not any(os.path.isdir(p) for p in first.parents.values())
+    CgroupHome.discover(dead).close()  # type: ignore[union-attr]  # a third start sweeps the live one's too (empty)
+    cg = home.make(f"{live}-1")  # made again for its next job
+    assert cg is not None and all(os.path.isdir(d) for d in cg.dirs.values())
+    assert cg.remove()
+    home.close()

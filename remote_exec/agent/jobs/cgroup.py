@@ -103,7 +103,9 @@ class CgroupHome:
             path = own.get(name)
             if path is None or not os.path.isfile(os.path.join(mount, "cgroup.procs")):
                 continue
-            parent = os.path.join(mount, path.lstrip("/"), f"remote-exec-{state_id}")
+            base = os.path.join(mount, path.lstrip("/"))
+            _sweep_parents(base)
+            parent = os.path.join(base, f"remote-exec-{state_id}")
             try:
                 os.mkdir(parent, 0o755)
             except FileExistsError:
@@ -121,6 +123,8 @@ class CgroupHome:
         dirs: dict[str, str] = {}
         for name, parent in self.parents.items():
             path = os.path.join(parent, job_id)
+            with contextlib.suppress(OSError):
+                os.mkdir(parent, 0o755)  # another agent's start may have swept it while empty
             try:
                 os.mkdir(path, 0o755)
             except FileExistsError:
@@ -155,6 +159,17 @@ class CgroupHome:
         for parent in self.parents.values():
             with contextlib.suppress(OSError):
                 os.rmdir(parent)
+
+
+def _sweep_parents(base: str) -> None:
+    """Remove the empty ``remote-exec-*`` dirs below ``base``: those of agents that died
+    (SIGKILL, OOM) with no job left. A live agent's is busy while it has a job, and made
+    again for its next one."""
+    with contextlib.suppress(OSError), os.scandir(base) as it:
+        for entry in it:
+            if entry.name.startswith("remote-exec-") and entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.rmdir(entry.path)  # EBUSY with a job's cgroup in it: left alone
 
 
 class JobCgroup:
