@@ -27,6 +27,7 @@ import contextlib
 import os
 import signal
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import NamedTuple
 
@@ -51,6 +52,8 @@ MARKER = "REMOTE_EXEC_JOB"
 KILL_ROUNDS = 200  # the blocking form's bound (an unkillable process must not hang its thread)
 TREE_POLL = 0.05  # seconds between process-table scans while a kill's grace runs
 MAX_LEDGER = 65536  # members remembered per job (a fork bomb is bounded by its pids limit)
+MAX_JOBS = 4096  # jobs whose members are remembered
+SLOW_POLL = 1.0  # seconds between passes of a kill that has gone on for KILL_ROUNDS (a D-state member)
 
 
 class Tree(NamedTuple):
@@ -72,8 +75,9 @@ class _Proc(NamedTuple):
     mark: bytes | None
 
 
-# job id -> {pid: start time} of the members seen at the last look (see the module's docstring)
-_ledger: dict[str, dict[int, int]] = {}
+# job id -> {pid: start time} of the members seen at the last look (see the module's docstring);
+# the least recently seen jobs are forgotten past MAX_JOBS (a job whose tree emptied goes at once)
+_ledger: OrderedDict[str, dict[int, int]] = OrderedDict()
 _ledger_lock = threading.Lock()  # scans run in two threads
 
 
@@ -138,9 +142,14 @@ def _members(tree: Tree, table: Mapping[int, _Proc]) -> set[int]:
     if tree.cgroup is not None:
         roots.extend(tree.cgroup.members())
     found = _closure(roots, table) - {os.getpid()}
-    if found:
-        with _ledger_lock:
+    with _ledger_lock:
+        if found:
             _ledger[tree.job_id] = {pid: table[pid].start for pid in list(found)[:MAX_LEDGER]}
+            _ledger.move_to_end(tree.job_id)
+            while len(_ledger) > MAX_JOBS:
+                _ledger.popitem(last=False)
+        else:
+            _ledger.pop(tree.job_id, None)
     return found
 
 
@@ -217,7 +226,9 @@ async def kill_all(tree: Tree) -> None:
     Cancelling stops the loop: what is left lives on.
     """
     refused: set[int] = set()
+    passes = 0
     while True:
+        passes += 1
         if tree.cgroup is not None:
             tree.cgroup.kill()
         pids = await scan(tree_members, tree) - refused
@@ -226,7 +237,9 @@ async def kill_all(tree: Tree) -> None:
             return
         # A member we may not signal (a setuid program's) cannot be ended by us: not waited for.
         refused |= signal_all(pids, signal.SIGKILL)
-        await asyncio.sleep(TREE_POLL)  # let the killed exit before the next look
+        # Let the killed exit before the next look; a member that outlives many SIGKILLs is
+        # stuck in the kernel (an I/O that does not return): look less often, never give up.
+        await asyncio.sleep(TREE_POLL if passes < KILL_ROUNDS else SLOW_POLL)
 
 
 async def end_tree(tree: Tree, grace: float, after_term: Callable[[], None] | None = None) -> None:
