@@ -81,13 +81,22 @@ _ledger: OrderedDict[str, dict[int, int]] = OrderedDict()
 _ledger_lock = threading.Lock()  # scans run in two threads
 
 
-def _table() -> dict[int, _Proc]:
+class _Table(NamedTuple):
+    """One walk of ``/proc``, indexed once for every tree looked up in it."""
+
+    procs: dict[int, _Proc]
+    children: dict[int, list[int]]
+    by_mark: dict[bytes, list[int]]
+    by_sid: dict[int, list[int]]
+
+
+def _table() -> _Table:
     """Every live (non-zombie) process: its parent, session, start time and job marker."""
     table: dict[int, _Proc] = {}
     try:
         names = os.listdir("/proc")
     except OSError:
-        return table
+        names = []
     key = MARKER.encode() + b"="
     for name in names:
         if not name.isdigit():
@@ -111,37 +120,43 @@ def _table() -> dict[int, _Proc]:
             stop = env.find(b"\0", start)
             mark = env[start : stop if stop >= 0 else len(env)]
         table[int(name)] = _Proc(int(fields[1]), int(fields[3]), int(fields[19]), mark)
-    return table
-
-
-def _closure(roots: Iterable[int], table: Mapping[int, _Proc]) -> set[int]:
     children: dict[int, list[int]] = {}
+    by_mark: dict[bytes, list[int]] = {}
+    by_sid: dict[int, list[int]] = {}
     for pid, p in table.items():
         children.setdefault(p.ppid, []).append(pid)
+        by_sid.setdefault(p.sid, []).append(pid)
+        if p.mark is not None:
+            by_mark.setdefault(p.mark, []).append(pid)
+    return _Table(table, children, by_mark, by_sid)
+
+
+def _closure(roots: Iterable[int], t: _Table) -> set[int]:
     found: set[int] = set()
-    todo = [r for r in roots if r in table]
+    todo = [r for r in roots if r in t.procs]
     while todo:
         pid = todo.pop()
         if pid in found:
             continue
         found.add(pid)
-        todo.extend(children.get(pid, ()))
+        todo.extend(t.children.get(pid, ()))
     return found
 
 
-def _members(tree: Tree, table: Mapping[int, _Proc]) -> set[int]:
-    want = tree.job_id.encode()
-    roots = [pid for pid, p in table.items() if p.mark == want]
+def _members(tree: Tree, t: _Table) -> set[int]:
+    table = t.procs
+    roots = list(t.by_mark.get(tree.job_id.encode(), ()))
     if tree.leader and (tree.since is None or (tree.leader in table and table[tree.leader].start == tree.since)):
         roots.append(tree.leader)  # (not a process that took its pid since)
     if tree.session and tree.since is not None:
-        roots.extend(pid for pid, p in table.items() if p.sid == tree.session and p.start >= tree.since)
+        since = tree.since
+        roots.extend(pid for pid in t.by_sid.get(tree.session, ()) if table[pid].start >= since)
     with _ledger_lock:
         seen = dict(_ledger.get(tree.job_id, {}))
     roots.extend(pid for pid, start in seen.items() if pid in table and table[pid].start == start)
     if tree.cgroup is not None:
         roots.extend(tree.cgroup.members())
-    found = _closure(roots, table) - {os.getpid()}
+    found = _closure(roots, t) - {os.getpid()}
     with _ledger_lock:
         if found:
             _ledger[tree.job_id] = {pid: table[pid].start for pid in list(found)[:MAX_LEDGER]}
@@ -177,14 +192,14 @@ def job_processes(job_id: str, leader: int = 0) -> set[int]:
 
 def marked_processes(prefix: str) -> dict[str, set[int]]:
     """Live processes of every job whose id starts with ``prefix``, by job id."""
-    table = _table()
+    t = _table()
     want = prefix.encode()
-    roots: dict[str, list[int]] = {}
-    for pid, p in table.items():
-        if p.mark is not None and p.mark.startswith(want):
-            roots.setdefault(p.mark.decode(errors="replace"), []).append(pid)
     me = os.getpid()
-    return {job: _closure(pids, table) - {me} for job, pids in roots.items()}
+    return {
+        mark.decode(errors="replace"): _closure(pids, t) - {me}
+        for mark, pids in t.by_mark.items()
+        if mark.startswith(want)
+    }
 
 
 def signal_all(pids: Iterable[int], sig: int) -> set[int]:
