@@ -53,6 +53,7 @@ KILL_ROUNDS = 200  # the blocking form's bound (an unkillable process must not h
 TREE_POLL = 0.05  # seconds between process-table scans while a kill's grace runs
 MAX_LEDGER = 65536  # members remembered per job (a fork bomb is bounded by its pids limit)
 MAX_JOBS = 4096  # jobs whose members are remembered
+QUICK_POLL = 0.005  # seconds between the first passes of a kill (most trees are gone by then)
 SLOW_POLL = 1.0  # seconds between passes of a kill that has gone on for KILL_ROUNDS (a D-state member)
 
 
@@ -242,6 +243,8 @@ async def kill_all(tree: Tree) -> None:
     """
     refused: set[int] = set()
     passes = 0
+    if tree.cgroup is None or not tree.cgroup.kill():
+        refused = await _stop_all(tree)
     while True:
         passes += 1
         if tree.cgroup is not None:
@@ -254,7 +257,36 @@ async def kill_all(tree: Tree) -> None:
         refused |= signal_all(pids, signal.SIGKILL)
         # Let the killed exit before the next look; a member that outlives many SIGKILLs is
         # stuck in the kernel (an I/O that does not return): look less often, never give up.
-        await asyncio.sleep(TREE_POLL if passes < KILL_ROUNDS else SLOW_POLL)
+        # The first looks come soon: the end is told only once the tree is seen empty.
+        await asyncio.sleep(QUICK_POLL if passes < 20 else TREE_POLL if passes < KILL_ROUNDS else SLOW_POLL)
+
+
+async def _stop_all(tree: Tree) -> set[int]:
+    """Without a cgroup's atomic kill, a freezer of signals: SIGSTOP every member, look again
+    (a child forked before its parent stopped is found under it), until a look finds none left
+    running; then SIGKILL them all at once. So no member is orphaned (its parent killed) before
+    it was seen, as one killed while its children run could be. Returns those we may not signal."""
+    stopped, refused = await _stopped(tree)
+    refused |= signal_all(stopped, signal.SIGKILL)  # a stopped process dies of SIGKILL too
+    return refused
+
+
+async def _stopped(tree: Tree) -> tuple[set[int], set[int]]:
+    """SIGSTOP every member until a look finds none left running: ``(stopped, refused)``."""
+    stopped: set[int] = set()
+    refused: set[int] = set()
+    try:
+        for _ in range(KILL_ROUNDS):
+            pids = await scan(tree_members, tree) - stopped - refused
+            if not pids:
+                break
+            no = signal_all(pids, signal.SIGSTOP)
+            refused |= no
+            stopped |= pids - no
+    except BaseException:  # cancelled (the agent stops): nothing may stay stopped for good
+        signal_all(stopped, signal.SIGCONT)
+        raise
+    return stopped, refused
 
 
 async def end_tree(tree: Tree, grace: float, after_term: Callable[[], None] | None = None) -> None:
@@ -267,10 +299,18 @@ async def end_tree(tree: Tree, grace: float, after_term: Callable[[], None] | No
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
-    signal_all(await scan(tree_members, tree), signal.SIGTERM)
+    if tree.cgroup is None:
+        # No cgroup holds them: stop them all first (every one seen, so none is orphaned unseen
+        # by its parent's death), then SIGTERM, then let them go on to handle it.
+        stopped, _ = await _stopped(tree)
+        signal_all(stopped, signal.SIGTERM)
+    else:
+        stopped = set()
+        signal_all(await scan(tree_members, tree), signal.SIGTERM)
     if tree.leader:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(tree.leader, signal.SIGTERM)
+    signal_all(stopped, signal.SIGCONT)
     if after_term is not None:
         after_term()
     # No event exists for "every process of the tree is gone": poll the table during grace.
