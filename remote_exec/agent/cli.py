@@ -82,6 +82,11 @@ def _parser() -> argparse.ArgumentParser:
         )
         s.add_argument("--max-retained", type=int, default=1000, help="ended jobs kept at most (oldest forgotten)")
         s.add_argument("--report-version", default=None, help=argparse.SUPPRESS)  # tests: fake another version
+        s.add_argument(
+            "--no-cgroups",
+            action="store_true",
+            help="no cgroup per job, even where one can be made (the keeper's attribution alone)",
+        )
         if name == "serve":
             s.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     return p
@@ -101,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     serve_args += ["--retain-seconds", str(args.retain_seconds), "--max-retained", str(args.max_retained)]
     if args.report_version:
         serve_args += ["--report-version", args.report_version]
+    if args.no_cgroups:
+        serve_args += ["--no-cgroups"]
     serve_args += ["--shell-ttl", str(args.shell_ttl)] + (["--port-any-host"] if args.port_any_host else [])
     if args.memory_budget is not None:
         serve_args += ["--memory-budget", str(args.memory_budget)]
@@ -157,6 +164,7 @@ def _serve(args: argparse.Namespace, state_dir: Path) -> int:
         disk_cap=args.disk_cap,
         log_budget=args.log_budget,
         report_version=args.report_version or __version__,
+        cgroups=not args.no_cgroups,
     )
     code = 0
     loop = asyncio.new_event_loop()

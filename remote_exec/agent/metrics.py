@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from ..errors import AgentLostError, JobNotFoundError
 from ..protocol import (
@@ -30,11 +29,11 @@ from ..protocol import (
 )
 from .jobs.controller import JobController
 from .jobs.proctable import scan
-from .keeperlink import KeeperLink
-from .orphancpu import MAX_KEYS
+from .jobs.proctree import Tree
 from .rpc import Handler
+from .treestats import TreeReading, add_orphans, read_trees
 
-__all__ = ["MAX_DISK_ENTRIES", "STALE", "MetricsController", "add_orphans", "metrics_methods"]
+__all__ = ["MAX_DISK_ENTRIES", "STALE", "MetricsController", "metrics_methods"]
 
 GATHER = 0.01
 """Seconds a walk of ``/proc`` waits for more ``job_stats`` calls to join it: a dashboard
@@ -51,105 +50,7 @@ MAX_DISK_ENTRIES = 200_000
 """Most directory entries counted per tree for disk use (a huge workspace is not walked whole)."""
 
 _TICK = 1.0 / os.sysconf("SC_CLK_TCK")
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 _CGROUP = Path("/sys/fs/cgroup")
-
-
-class TreeReading(NamedTuple):
-    """The summed counters of one session's processes at one moment."""
-
-    at: float
-    cpu_seconds: float
-    processes: int
-    threads: int
-    rss: int
-    read_bytes: int
-    write_bytes: int
-    leader_start: int | None = None  # the session leader's start time: names the job to the keeper
-
-
-def _io(pid: str) -> tuple[int, int]:
-    try:
-        with open(f"/proc/{pid}/io", "rb") as f:
-            vals = dict(line.split(b":", 1) for line in f.read().splitlines() if b":" in line)
-        return int(vals.get(b"read_bytes", 0)), int(vals.get(b"write_bytes", 0))
-    except (OSError, ValueError):  # not ours to read (another uid), or gone
-        return 0, 0
-
-
-def read_trees(wanted: frozenset[int]) -> dict[int, TreeReading]:
-    """One walk of ``/proc``: the summed counters of the live processes of each session in
-    ``wanted``, by session id.
-
-    CPU is the whole tree's, exited descendants included: each process's own time plus
-    ``cutime``/``cstime`` (the time of the children it waited for, theirs included). A
-    process's time moves into its parent's ``cutime`` as the parent reaps it, so a job that
-    burns CPU in short-lived children is seen doing so. Zombies are not counted (their time is
-    about to move to their reaper: counting them could count it twice, and a CPU limit acts on
-    one reading), so a reading may briefly fall short, never over. Orphans reaped by the keeper
-    (the subreaper) are added by :func:`add_orphans`."""
-    acc: dict[int, list[int]] = {}
-    leaders: dict[int, int] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        entries = []
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                raw = f.read()
-        except OSError:
-            continue  # exited while we looked
-        fields = raw[raw.rfind(b")") + 2 :].split()
-        # fields[0] is the state; 3 the session; 11/12 utime/stime, 13/14 cutime/cstime (its
-        # waited-for children's); 17 threads; 21 rss pages.
-        if len(fields) < 22 or int(fields[3]) not in wanted:
-            continue
-        sid = int(fields[3])
-        a = acc.setdefault(sid, [0, 0, 0, 0, 0, 0])
-        if int(name) == sid:
-            leaders[sid] = int(fields[19])
-        if fields[0] == b"Z":
-            # Not counted: its time moves into its reaper's cutime, or (an orphan) into the
-            # keeper's tally, and either may happen while this walk runs; counting it here too
-            # could count it twice, and a CPU limit kills on one reading. A transient undercount
-            # instead: the next reading has it.
-            continue
-        a[0] += int(fields[11]) + int(fields[12]) + int(fields[13]) + int(fields[14])
-        r, w = _io(name)
-        a[1] += 1
-        a[2] += int(fields[17])
-        a[3] += int(fields[21]) * _PAGE
-        a[4] += r
-        a[5] += w
-    now = time.monotonic()
-    return {
-        sid: TreeReading(now, a[0] * _TICK, a[1], a[2], a[3], a[4], a[5], leaders.get(sid)) for sid, a in acc.items()
-    }
-
-
-async def add_orphans(keeper: KeeperLink | None, readings: dict[int, TreeReading]) -> dict[int, TreeReading]:
-    """``readings`` (by session id) with the CPU of each tree's orphans the keeper reaped added.
-
-    A keeper too old for the ``cpu`` op, or none, adds nothing. Its answer is checked (only the
-    keys asked, finite non-negative seconds). Cancelling drops the keeper link (see
-    :meth:`~.keeperlink.KeeperLink.request`)."""
-    keys = {f"{sid}:{r.leader_start}": sid for sid, r in readings.items() if r.leader_start is not None}
-    if keeper is None or not keeper.present or not keys:
-        return readings
-    answer, fds = await keeper.request({"op": "cpu", "keys": list(keys)[:MAX_KEYS]})
-    for fd in fds:
-        os.close(fd)
-    sums: Any = answer.get("cpu")
-    out = dict(readings)
-    for key, seconds in sums.items() if isinstance(sums, dict) else ():
-        sid = keys.get(key)
-        if sid is not None and isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds >= 0:
-            r = out[sid]
-            out[sid] = TreeReading(r.at, r.cpu_seconds + seconds, *r[2:])
-    return out
 
 
 def _empty(at: float) -> TreeReading:
@@ -241,8 +142,8 @@ class MetricsController:
     def __post_init__(self) -> None:
         self._trees: dict[str, TreeReading] = {}
         self._system: SystemReading | None = None
-        self._next: asyncio.Future[dict[int, TreeReading]] | None = None
-        self._wanted: set[int] = set()
+        self._next: asyncio.Future[dict[str, TreeReading]] | None = None
+        self._wanted: dict[str, Tree] = {}
         self._disk: dict[str, tuple[float, tuple[int, bool]]] = {}
 
     async def job_stats(self, p: JobStatsParams) -> JobStats:
@@ -250,39 +151,38 @@ class MetricsController:
 
         :raises JobNotFoundError: unknown job. :raises AgentLostError: a job of another instance.
         """
-        (stats,) = await self._stats([(p.job_id, self.jobs.running_pid(p.job_id))], p.window)
+        (stats,) = await self._stats([(p.job_id, self.jobs.running_tree(p.job_id))], p.window)
         return stats
 
     async def job_stats_many(self, p: JobStatsManyParams) -> JobStatsMany:
         """Many jobs' stats from one walk of ``/proc`` (two if some have no recent reading);
         unknown jobs are left out. Cancelling leaves the walk to whoever shares it."""
-        jobs: list[tuple[str, int | None]] = []
+        jobs: list[tuple[str, Tree | None]] = []
         for job_id in dict.fromkeys(p.job_ids):
             with contextlib.suppress(JobNotFoundError, AgentLostError):
-                jobs.append((job_id, self.jobs.running_pid(job_id)))
+                jobs.append((job_id, self.jobs.running_tree(job_id)))
         return JobStatsMany(stats=await self._stats(jobs, p.window) if jobs else [])
 
-    async def _stats(self, jobs: list[tuple[str, int | None]], window: float) -> list[JobStats]:
-        """Stats of ``(job_id, pid or None once ended)``: one walk for them all, and a second
-        one ``window`` later for those with no reading younger than :data:`STALE`."""
-        # Read-only use of the registry: a job's pid is its session id (start_new_session).
-        running = {job_id: pid for job_id, pid in jobs if pid is not None}
-        for job_id, pid in jobs:
-            if pid is None:  # ended: its tree is no longer its own (a pid may be reused)
+    async def _stats(self, jobs: list[tuple[str, Tree | None]], window: float) -> list[JobStats]:
+        """Stats of ``(job_id, its tree or None once ended)``: one walk for them all, and a
+        second one ``window`` later for those with no reading younger than :data:`STALE`."""
+        running = {job_id: tree for job_id, tree in jobs if tree is not None}
+        for job_id, tree in jobs:
+            if tree is None:  # ended: its tree is no longer its own (a pid may be reused)
                 self._trees.pop(job_id, None)
         now: dict[str, TreeReading] = {}
         if running:
-            walk = await self._walk(set(running.values()))
-            now = {j: walk.get(pid) or _empty(time.monotonic()) for j, pid in running.items()}
+            walk = await self._walk(running)
+            now = {j: walk.get(j) or _empty(time.monotonic()) for j in running}
         fresh = [j for j, r in now.items() if (b := self._trees.get(j)) is None or r.at - b.at > STALE]
         before = {j: self._trees.get(j) for j in now}
         if fresh:
             for j in fresh:
                 before[j] = now[j]
             await asyncio.sleep(window)  # the second reading of a rate: a measuring window
-            walk = await self._walk({running[j] for j in fresh})
+            walk = await self._walk({j: running[j] for j in fresh})
             for j in fresh:
-                now[j] = walk.get(running[j]) or _empty(time.monotonic())
+                now[j] = walk.get(j) or _empty(time.monotonic())
         self._forget_stale()
         self._trees.update(now)
         return [self._one(job_id, now.get(job_id), before.get(job_id)) for job_id, _ in jobs]
@@ -315,19 +215,19 @@ class MetricsController:
             interval=span,
         )
 
-    async def _walk(self, sids: set[int]) -> dict[int, TreeReading]:
-        """The counters of ``sids`` from the next walk (callers within :data:`GATHER` share it).
+    async def _walk(self, trees: dict[str, Tree]) -> dict[str, TreeReading]:
+        """The counters of ``trees`` from the next walk (callers within :data:`GATHER` share it).
 
         Cancelling leaves the walk to the others."""
-        self._wanted |= sids
+        self._wanted.update(trees)
         if self._next is None:
             self._next = asyncio.ensure_future(self._walk_soon())
         return await asyncio.shield(self._next)
 
-    async def _walk_soon(self) -> dict[int, TreeReading]:
+    async def _walk_soon(self) -> dict[str, TreeReading]:
         await asyncio.sleep(GATHER)  # a batching window: the calls arriving meanwhile join this walk
         # Later callers start the next walk: this one may predate their jobs.
-        wanted, self._wanted, self._next = frozenset(self._wanted), set(), None
+        wanted, self._wanted, self._next = self._wanted, {}, None
         keeper = self.jobs.home.keeper if self.jobs.home is not None else None
         return await add_orphans(keeper, await scan(read_trees, wanted))
 

@@ -1,14 +1,14 @@
 """The CPU time of orphans: a job's processes whose parent exited first, reaped by the keeper.
 
 A process's CPU time moves into its parent's ``cutime`` when the parent waits for it, which is
-how a job's tree keeps counting children that ended (see :func:`~.metrics.read_trees`). An
+how a job's tree keeps counting children that ended (see :func:`~.treestats.read_trees`). An
 orphan is reparented to the keeper (the subreaper), so its time would leave the tree when the
 keeper reaps it: the keeper adds it (``wait4``'s rusage: its own time and its waited-for
 children's) to the job it belonged to, keyed by the job's session leader as ``pid:starttime``
 (a recycled pid has another start time), and answers the agent's ``cpu`` op with the sums.
 
 The keeper imports this module (standard library only); the agent asks with
-:func:`~.metrics.add_orphans`.
+:func:`~.treestats.add_orphans`.
 """
 
 from __future__ import annotations

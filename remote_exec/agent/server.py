@@ -25,12 +25,14 @@ from .files.controller import FileController
 from .files.methods import file_methods
 from .files.sessions import FileLimits
 from .intake import LINE_PIECE, Intake, LineTooLong, read_body
+from .jobs.cgroup import CgroupHome
 from .jobs.controller import JobController, JobLimits
 from .jobs.diskjob import JobHome
 from .jobs.logbudget import LogBudget, default_log_budget
 from .jobs.logfile import DEFAULT_CAP, Inotify
 from .jobs.methods import job_methods
 from .jobs.policy import PolicyWatcher
+from .jobs.proctable import prestart
 from .keeperlink import KeeperLink
 from .listener import private_listener
 from .metrics import MetricsController, metrics_methods
@@ -71,6 +73,7 @@ class ServerConfig:
     :ivar log_budget: bytes of all jobs' logs kept on disk at most; None: derived from the
         state dir's file system (see :func:`~remote_exec.agent.jobs.logbudget.default_log_budget`).
     :ivar report_version: the version ``server_info`` reports (tests fake an older agent with it).
+    :ivar cgroups: make a cgroup per job where one can be made (see :mod:`.jobs.cgroup`).
     """
 
     state_dir: Path
@@ -83,6 +86,7 @@ class ServerConfig:
     disk_cap: int = DEFAULT_CAP
     log_budget: int | None = None
     report_version: str = __version__
+    cgroups: bool = True
 
 
 class _Activity:
@@ -120,7 +124,9 @@ def build_app(config: ServerConfig) -> web.Application:
     trash = Trash(config.state_dir / "trash")  # checked at each use (see .trash)
     trash.empty()  # what an earlier agent left there
     home = JobHome(jobs_root, keeper, inotify if inotify.available else None, config.disk_cap, logs, trash)
-    jobs = JobController(instance_id, config.limits, budget, home, prefix=_state_id(jobs_root))
+    state_id = _state_id(jobs_root)
+    home.cgroups = CgroupHome.discover(state_id) if config.cgroups else None
+    jobs = JobController(instance_id, config.limits, budget, home, prefix=state_id)
     peers = Peers()
     policies = PolicyWatcher(peers, keeper)
     jobs.watcher = policies
@@ -260,6 +266,7 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> bool:
     """Serve until SIGTERM/SIGINT or until idle (every job's tree is then killed), or until a
     ``server_handover`` (jobs left running for the keeper); True after a handover."""
     reset_signals()  # jobs must not inherit an ignored SIGINT/SIGHUP from whoever started us
+    prestart()  # the kill path's threads, made while threads can be made (see .jobs.proctree)
     _raise_fd_limit()
     if sys.version_info < (3, 12):
         # 3.11's default watcher runs a thread per child; pidfds scale to thousands of jobs.
@@ -285,6 +292,10 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> bool:
             restored,
             shells,
         )
+    home = app[JOBS].home
+    cgroups = home.cgroups if home is not None else None
+    if cgroups is not None:  # a dead agent's jobs' cgroups, once empty
+        cgroups.sweep(app[JOBS].is_running)
     if app[INOTIFY].available:
         asyncio.get_running_loop().add_reader(app[INOTIFY].fd, app[INOTIFY].on_readable)
     app[JOBS].start_sweeper()
@@ -320,6 +331,9 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> bool:
             with contextlib.suppress(OSError):
                 path.unlink()
         await runner.cleanup()
+        if cgroups is not None and not app[HANDOVER]:
+            cgroups.sweep(app[JOBS].is_running)
+            cgroups.close()
     return bool(app[HANDOVER])
 
 

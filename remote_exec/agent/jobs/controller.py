@@ -41,7 +41,7 @@ from ..rpc import WithPayload
 from .diskjob import DiskJob, JobHome
 from .job import Job
 from .proctable import scan
-from .proctree import marked_processes, signal_all
+from .proctree import Tree, marked_processes, signal_all, trees_members
 from .ptyjob import PtyJob, not_a_tty
 from .readopt import readopt
 from .registry import JobLimits, JobRegistry, Watcher, seq
@@ -51,6 +51,7 @@ __all__ = ["JobController", "JobLimits", "Watcher"]
 
 log = logging.getLogger("remote_exec.agent")
 SWEEP = 1.0  # seconds between disk-cap checks of running jobs' files
+OBSERVE = 2.0  # seconds between looks at the trees of jobs without a cgroup (see _observe_trees)
 
 
 class JobController(JobRegistry):
@@ -68,6 +69,8 @@ class JobController(JobRegistry):
         super().__init__(instance_id, limits, budget, home, prefix)
         self._starting: dict[str, asyncio.Future[StartResult]] = {}
         self._sweeper: asyncio.TimerHandle | None = None
+        self._observing: asyncio.Task[None] | None = None
+        self._observe_due = 0.0
         # The next job's dir, made ahead (see .spare): off the start's path.
         self._spare = SpareDir(home.root.with_name(home.root.name + ".spare")) if home is not None else None
 
@@ -249,6 +252,8 @@ class JobController(JobRegistry):
         everything ends), then give the killed jobs a moment to have their ends recorded."""
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._observing is not None:
+            self._observing.cancel()
         if self._spare is not None:
             self._spare.close()
         for job in list(self._jobs.values()):
@@ -268,6 +273,8 @@ class JobController(JobRegistry):
         """The agent hands its jobs over: leave every process running, stop watching them."""
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._observing is not None:
+            self._observing.cancel()
         if self._spare is not None:
             self._spare.close()  # the next agent makes its own
         for job in self._jobs.values():
@@ -372,7 +379,28 @@ class JobController(JobRegistry):
                 for stream in job.files:
                     stream.enforce_cap()
         self.enforce_log_budget()
+        self._observe_trees()
         self._sweeper = asyncio.get_running_loop().call_later(SWEEP, self.start_sweeper)
+
+    def _observe_trees(self) -> None:
+        """Without a cgroup a job's members are known only as they are seen (the ledger of
+        :mod:`.proctree`): look at each such running job's tree every :data:`OBSERVE` seconds,
+        so that a child is seen under its parent before it can leave (``setsid``, a cleared
+        environment, its parent's exit). One walk of ``/proc`` for them all, in a thread."""
+        now = time.monotonic()
+        if now < self._observe_due or (self._observing is not None and not self._observing.done()):
+            return
+        self._observe_due = now + OBSERVE
+        trees = {j.job_id: j.tree() for j in self._jobs.values() if isinstance(j, DiskJob) and j.needs_looking}
+        if trees:
+            self._observing = asyncio.get_running_loop().create_task(self._look(trees))
+
+    @staticmethod
+    async def _look(trees: dict[str, Tree]) -> None:
+        try:
+            await scan(trees_members, trees)
+        except Exception:  # a bug here must not end the sweeper
+            log.exception("looking at job trees failed")
 
     async def _find_leftovers(self) -> None:
         found = await scan(marked_processes, self.prefix + "-")

@@ -35,6 +35,7 @@ from ..buffer import StreamBuffer
 from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
 from ..trash import Trash
+from .cgroup import CgroupHome, JobCgroup, joining
 from .exitwatch import LeaderWatch
 from .hitrecord import dump_hits, load_hits, should_save
 from .job import Job, _killpg
@@ -42,7 +43,7 @@ from .jobrecord import params_from_record, read_stdin_cursor, write_first_record
 from .logbudget import LogBudget
 from .logfile import Inotify, LogFile
 from .proctable import scan
-from .proctree import MARKER, end_tree, job_processes
+from .proctree import MARKER, Tree, end_tree, tree_members
 from .spare import SpareDir
 from .spawn import popen_session, spawn_error
 
@@ -58,6 +59,8 @@ class JobHome:
     :ivar cap: the default disk cap per stream (a start may set its own).
     :ivar logs: the agent-wide budget of all streams' bytes on disk (see :mod:`.logbudget`).
     :ivar trash: deletes released job dirs off the event loop (none: deleted in place).
+    :ivar cgroups: where each job gets a cgroup of its own (none: attribution alone; see
+        :mod:`.proctree`).
     """
 
     root: Path
@@ -66,6 +69,7 @@ class JobHome:
     cap: int
     logs: LogBudget | None = None
     trash: Trash | None = None
+    cgroups: CgroupHome | None = None
 
     def discard(self, path: Path) -> None:
         """Remove a job's dir without blocking the event loop on the unlink of its logs."""
@@ -111,6 +115,7 @@ class DiskJob(Job):
             stream.charge_to(home.logs)
         self.streams = cast("dict[int, StreamBuffer]", files)
         self.starttime: int | None = None
+        self.cgroup: JobCgroup | None = None
         self.leftovers: list[int] = []
         self.tree_ended = False  # its leftovers were ended at its timeout (kept in job.json)
         self._tree_task: asyncio.Task[None] | None = None
@@ -237,6 +242,7 @@ class DiskJob(Job):
         stdin_input = self._decode_input(p.input) if p.input is not None else None
         self.stdin.reserve_input(len(stdin_input or b""))
         stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC) if wants_stdin else (subprocess.DEVNULL, -1)
+        join_fds = self._join_cgroup(kwargs)
         try:
             # Not asyncio's subprocess: its child watcher reaps the job the moment it exits, and
             # an agent killed before it wrote that exit down lost it for good (nobody else can
@@ -257,6 +263,8 @@ class DiskJob(Job):
         finally:
             if stdin_r >= 0:
                 os.close(stdin_r)
+            for fd in join_fds:
+                os.close(fd)
         proc.returncode = 0  # Popen must never reap it (its __del__ would): _check_exit does
         self.pid = proc.pid
         if stdin_w >= 0:
@@ -267,6 +275,26 @@ class DiskJob(Job):
             self.stdin.write(stdin_input, offset=None, eof=not p.stdin_open, reserved=True)
         self._watch_exit()
         self._arm_timeout()
+
+    def _join_cgroup(self, kwargs: dict[str, object]) -> list[int]:
+        """Make the job's cgroup if the agent can, and have the leader join it (see
+        :func:`.cgroup.joining`); the fds to close after the spawn."""
+        self.cgroup = self.home.cgroups.make(self.mark) if self.home.cgroups is not None else None
+        return joining(self.cgroup, kwargs)
+
+    def tree(self) -> Tree:
+        """The job's leader (while it runs), session, start time and cgroup (see :mod:`.proctree`)."""
+        return Tree(self.mark, self.pid if self.running else 0, self.pid, self.starttime, self.cgroup)
+
+    @property
+    def needs_looking(self) -> bool:
+        """Running with no cgroup: its members are known only as they are seen (see :mod:`.proctree`)."""
+        return self.running and self.cgroup is None
+
+    def _tree_gone(self) -> None:
+        """The tree was seen empty: its cgroup goes (a later agent sweeps one left behind)."""
+        if self.cgroup is not None and self.cgroup.remove():
+            self.cgroup = None
 
     async def _attach_stdin(self, fd: int) -> None:
         os.set_blocking(fd, False)
@@ -317,6 +345,7 @@ class DiskJob(Job):
         if cursor is not None:
             job.stdin.written = cursor
         job.tree_ended = bool(meta.get("tree_ended"))
+        job.cgroup = home.cgroups.find(job.mark) if home.cgroups is not None else None
         end = meta.get("end")
         if end is not None:
             job._finish(end["state"], end.get("exit_code"), end.get("ended_at"), save=False)
@@ -390,6 +419,7 @@ class DiskJob(Job):
         if self.home.keeper.present:
             asyncio.get_running_loop().create_task(self.home.keeper.request({"op": "drop", "key": self.mark}))
         self._done.set()
+        self._tree_gone()  # kept while leftovers run (their timeout or the agent's end removes it)
         if save:
             self.save()
         self._notify()
@@ -412,7 +442,8 @@ class DiskJob(Job):
 
     async def _end_leftovers(self, grace: float) -> None:
         """End what the job left running: SIGTERM, ``grace`` seconds, SIGKILL for the rest."""
-        await end_tree(self.mark, 0, grace)
+        await end_tree(self.tree(), grace)
+        self._tree_gone()
         self.leftovers = []
         if not self.tree_ended:
             self.tree_ended = True
@@ -459,7 +490,7 @@ class DiskJob(Job):
         descendants in other sessions and children forked during the grace included. On an
         ended job, ends its leftovers the same way. Returns once none of its processes is left."""
         if not self.running:
-            found: set[int] = await scan(job_processes, self.mark, 0)
+            found: set[int] = await scan(tree_members, self.tree())
             if self.leftovers or found:
                 await self._end_leftovers(self.params.kill_grace if grace is None else grace)
             return KillResult(state=self._state, exit_code=self.exit_code)
@@ -472,7 +503,8 @@ class DiskJob(Job):
 
         self._ending_tree = True
         try:
-            await end_tree(self.mark, self.pid, grace, close_stdin)
+            await end_tree(self.tree(), grace, close_stdin)
+            self._tree_gone()
         finally:  # cancelled too (the agent stops): the held end is told, not lost
             self._ending_tree = False
             if self._held_exit is not None and not self._done.is_set():
@@ -484,6 +516,8 @@ class DiskJob(Job):
         """The agent is shutting down: end the tree now (the controller sweeps leftovers)."""
         if self.running:
             _killpg(self.pid, signal.SIGKILL)
+        if self.cgroup is not None:
+            self.cgroup.kill()  # members that left the group and cleared their marker too
         for t in self._timers:
             t.cancel()
 

@@ -34,6 +34,7 @@ from ..budget import MemoryBudget
 from .environment import job_environment
 from .output import WATCH_TTL, JobOutput
 from .proctable import group_alive, scan
+from .proctree import Tree
 from .stdin import StdinQueue
 
 __all__ = ["Job"]
@@ -310,6 +311,10 @@ class Job(JobOutput):
             return taken
         await self.stdin.wait_room()
         return self.write_stdin(raw, offset, eof) if self.stdin.open else 0
+
+    def tree(self) -> Tree:
+        """What names the job's processes (see :mod:`.proctree`): here its leader and session."""
+        return Tree(self.mark, self.pid if self.running else 0, self.pid)
 
     def send_signal(self, sig: int) -> None:
         """Send ``sig`` to the job's whole process group."""

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from ...errors import InvalidParamsError
 from ...protocol import JobPolicy, StartParams
 from ..keeperlink import KeeperLink
-from ..metrics import add_orphans, read_trees
 from ..stream import CURRENT_PEER, Peers
+from ..treestats import add_orphans, read_trees
 from .job import Job
 from .proctable import scan
 from .watch import RuleScanner, compile_rules
@@ -143,11 +143,12 @@ class PolicyWatcher:
                 w.due = now + w.every
                 self._check_output(w, now)
                 self._check_clients(w, now)
-        trees = {w.job.pid: w for w in self._watched.values() if w.job.running and _limits(w.policy)}
+        trees = {j: w for j, w in self._watched.items() if w.job.running and _limits(w.policy)}
         if trees:
-            readings = await add_orphans(self._keeper, await scan(read_trees, frozenset(trees)))
-            for pid, w in trees.items():
-                r = readings.get(pid)
+            wanted = {j: w.job.tree() for j, w in trees.items()}
+            readings = await add_orphans(self._keeper, await scan(read_trees, wanted))
+            for j, w in trees.items():
+                r = readings.get(j)
                 if r is None:
                     continue
                 limit, cpu = w.policy.memory_limit, w.policy.cpu_time

@@ -3,25 +3,56 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple, TypeVar
 
-__all__ = ["SessionProcess", "group_alive", "group_members", "scan", "session_members", "session_processes"]
+__all__ = [
+    "SessionProcess",
+    "group_alive",
+    "group_members",
+    "prestart",
+    "scan",
+    "session_members",
+    "session_processes",
+]
 
 T = TypeVar("T")
 # Threads of their own, not the default pool: kills, timeouts and interrupts wait on these scans,
 # and must not queue behind file operations stuck in a worker thread (a hung mount, a slow disk).
-_POOL = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rx-proctable")
+# Made at the agent's start (prestart): a kill must not need a new thread when a fork bomb holds
+# every pid of the box ("can't start new thread" failed 4 kills in 6).
+WORKERS = 2
+_POOL = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="rx-proctable")
+
+
+def prestart() -> None:
+    """Start this module's threads now, while threads can still be made (blocks until they run)."""
+    ready = threading.Barrier(WORKERS + 1)
+    try:
+        for _ in range(WORKERS):
+            _POOL.submit(ready.wait, 10.0)  # each waits: the next submit must make a new thread
+    except RuntimeError:  # no thread to be had even now: the scans run inline (see scan)
+        ready.abort()
+        return
+    with contextlib.suppress(threading.BrokenBarrierError):
+        ready.wait(10.0)
 
 
 async def scan(fn: Callable[..., T], *args: object) -> T:
-    """``fn(*args)`` (one of this module's readers) in this module's own threads.
+    """``fn(*args)`` (one of this module's readers) in this module's own threads, or inline on
+    the event loop when no thread can be had (every pid taken): slower, never a failure.
 
     Cancelling the await abandons the result; the scan itself finishes in its thread.
     """
-    return await asyncio.get_running_loop().run_in_executor(_POOL, fn, *args)
+    try:
+        future = asyncio.get_running_loop().run_in_executor(_POOL, fn, *args)
+    except RuntimeError:  # "can't start new thread"
+        return fn(*args)
+    return await future
 
 
 def _proc_stats() -> Iterator[tuple[int, list[bytes]]]:

@@ -158,6 +158,8 @@ class PtyJob(DiskJob):
         argv = ["/bin/sh", "-c", p.command] if isinstance(p.command, str) else list(p.command)
         env, switch = self._environment()
         kwargs: dict[str, Any] = dict(switch)
+        kwargs["preexec_fn"] = _take_terminal  # one ioctl between fork and exec: no lock taken
+        join_fds = self._join_cgroup(kwargs)  # and the job's cgroup (see .cgroup)
         env[MARKER] = self.mark
         if not (p.env and "TERM" in p.env):
             env["TERM"] = DEFAULT_TERM  # the agent's own TERM (often "dumb" or none) is not the job's
@@ -171,13 +173,15 @@ class PtyJob(DiskJob):
                 env=env,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=_take_terminal,  # one ioctl between fork and exec: no lock taken
                 **kwargs,
             )
         except (OSError, ValueError) as exc:
             raise spawn_error(exc, self.job_id, repr(argv[0])) from None
         except subprocess.SubprocessError as exc:
             raise SpawnError(f"cannot start {argv[0]!r}: {exc}", job_id=self.job_id) from None
+        finally:
+            for fd in join_fds:
+                os.close(fd)
         proc.returncode = 0  # never reaped by Popen: the LeaderWatch does, after recording the end
         self.pid = proc.pid
 

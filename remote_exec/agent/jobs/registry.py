@@ -26,6 +26,7 @@ from ..statefile import planted, read_state_file
 from .diskjob import JobHome
 from .job import Job
 from .logbudget import evict
+from .proctree import Tree
 
 __all__ = ["COUNTER", "JobLimits", "JobRegistry", "Watcher", "seq"]
 
@@ -120,6 +121,20 @@ class JobRegistry:
         :raises JobNotFoundError: no such job here.
         """
         return self._get(job_id).info()
+
+    def is_running(self, job_id: str) -> bool:
+        """Whether ``job_id`` is a job of this agent still running (no error if unknown)."""
+        job = self._jobs.get(job_id)
+        return job is not None and job.running
+
+    def running_tree(self, job_id: str) -> Tree | None:
+        """What names the job's processes (see :func:`.proctree.tree_members`) while it runs,
+        ``None`` once it ended (for the sampler).
+
+        :raises JobNotFoundError: no such job here.
+        """
+        job = self._get(job_id)
+        return job.tree() if job.running else None
 
     def running_pid(self, job_id: str) -> int | None:
         """The job's pid (its session id) while it runs, ``None`` once it ended (for the sampler).

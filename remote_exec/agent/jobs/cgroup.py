@@ -1,0 +1,278 @@
+"""A cgroup per job, wherever one can be made: the membership of a job's tree that no process
+can leave by ``setsid``, ``setpgid``, clearing its environment or being orphaned.
+
+The agent makes ``remote-exec-<state id>/<job id>`` below its *own* cgroup in every hierarchy it
+can write: the v2 one (``/sys/fs/cgroup``, or ``/sys/fs/cgroup/unified`` on a hybrid host) and
+the v1 ``pids``, ``memory``, ``cpuacct`` and ``freezer`` ones. Below its own, so whatever limit
+the agent is under (a container's, a test's) binds its jobs too. Root on a host, a container with
+a writable or delegated cgroup: made; a jail without ``/sys``, an unprivileged user: none, and
+:mod:`.proctree`'s attribution serves alone.
+
+A job's leader joins its cgroups between ``fork`` and ``exec`` (``preexec_fn`` writing ``0``, "me",
+to fds opened before the fork), so every process it ever starts is born inside. Killing goes
+through the cgroup: ``cgroup.kill`` on v2; on v1 the freezer (freeze, SIGKILL every member,
+thaw: nothing forks in between), else SIGKILL to each member. Every call here is a few small
+reads or writes of cgroupfs, done inline: the kill path makes no thread and no process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import os
+import re
+import signal
+from collections.abc import Callable
+from typing import cast
+
+__all__ = ["CgroupHome", "JobCgroup", "join", "joining"]
+
+MOUNT = "/sys/fs/cgroup"
+V1 = ("pids", "memory", "cpuacct", "freezer")
+V2 = "unified"  # our key for the v2 hierarchy, wherever it is mounted
+_SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
+_READ = 1 << 16
+FREEZE_READS = 1000  # reads of freezer.state before giving up on FROZEN (then: plain SIGKILLs)
+
+
+def _own_paths() -> dict[str, str]:
+    """This process's cgroup path in each hierarchy we use (``/proc/self/cgroup``)."""
+    paths: dict[str, str] = {}
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return paths
+    for line in lines:
+        num, _, rest = line.partition(":")
+        ctrls, _, path = rest.partition(":")
+        if num == "0" and not ctrls:
+            paths[V2] = path
+        for c in ctrls.split(","):
+            if c in V1:
+                paths[c] = path
+    return paths
+
+
+def _v2_mount() -> str | None:
+    for mount in (MOUNT, os.path.join(MOUNT, V2)):
+        if os.path.isfile(os.path.join(mount, "cgroup.controllers")):
+            return mount
+    return None
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        chunks = []
+        while chunk := os.read(fd, _READ):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _write(path: str, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+class CgroupHome:
+    """Where this agent makes its jobs' cgroups: one parent dir per hierarchy it can write."""
+
+    def __init__(self, parents: dict[str, str]) -> None:
+        self.parents = parents
+
+    @classmethod
+    def discover(cls, state_id: str) -> CgroupHome | None:
+        """Make (or find) ``remote-exec-<state_id>`` below our own cgroup in every hierarchy
+        that lets us; None if none does (no cgroupfs, read-only, not ours)."""
+        if not _SAFE.fullmatch(state_id):
+            return None
+        own = _own_paths()
+        mounts = {c: os.path.join(MOUNT, c) for c in V1}
+        v2 = _v2_mount()
+        if v2 is not None:
+            mounts[V2] = v2
+        parents: dict[str, str] = {}
+        for name, mount in mounts.items():
+            path = own.get(name)
+            if path is None or not os.path.isfile(os.path.join(mount, "cgroup.procs")):
+                continue
+            base = os.path.join(mount, path.lstrip("/"))
+            _sweep_parents(base)
+            parent = os.path.join(base, f"remote-exec-{state_id}")
+            try:
+                os.mkdir(parent, 0o755)
+            except FileExistsError:
+                pass
+            except OSError:
+                continue  # not writable here (no delegation, read-only cgroupfs)
+            if os.access(os.path.join(parent, "cgroup.procs"), os.W_OK):
+                parents[name] = parent
+        return cls(parents) if parents else None
+
+    def make(self, job_id: str) -> JobCgroup | None:
+        """The new job's cgroups (None if its id is no safe dir name, or none could be made)."""
+        if not _SAFE.fullmatch(job_id):
+            return None
+        dirs: dict[str, str] = {}
+        for name, parent in self.parents.items():
+            path = os.path.join(parent, job_id)
+            with contextlib.suppress(OSError):
+                os.mkdir(parent, 0o755)  # another agent's start may have swept it while empty
+            try:
+                os.mkdir(path, 0o755)
+            except FileExistsError:
+                pass  # an id is never reused: a leftover of a dead agent, still the job's
+            except OSError:
+                continue
+            dirs[name] = path
+        return JobCgroup(dirs) if dirs else None
+
+    def find(self, job_id: str) -> JobCgroup | None:
+        """A job's cgroups as an earlier agent made them (re-adoption), if any is there."""
+        if not _SAFE.fullmatch(job_id):
+            return None
+        dirs = {n: os.path.join(p, job_id) for n, p in self.parents.items()}
+        dirs = {n: d for n, d in dirs.items() if os.path.isdir(d)}
+        return JobCgroup(dirs) if dirs else None
+
+    def sweep(self, running: Callable[[str], bool]) -> int:
+        """Remove the empty cgroups of jobs not running (a dead agent's); return how many."""
+        gone = 0
+        for parent in self.parents.values():
+            with contextlib.suppress(OSError), os.scandir(parent) as it:
+                for entry in it:
+                    if entry.is_dir(follow_symlinks=False) and not running(entry.name):
+                        with contextlib.suppress(OSError):
+                            os.rmdir(entry.path)  # EBUSY while it has members: left for later
+                            gone += 1
+        return gone
+
+    def close(self) -> None:
+        """The agent stops: remove the parents if no job's cgroup is left in them."""
+        for parent in self.parents.values():
+            with contextlib.suppress(OSError):
+                os.rmdir(parent)
+
+
+def _sweep_parents(base: str) -> None:
+    """Remove the empty ``remote-exec-*`` dirs below ``base``: those of agents that died
+    (SIGKILL, OOM) with no job left. A live agent's is busy while it has a job, and made
+    again for its next one."""
+    with contextlib.suppress(OSError), os.scandir(base) as it:
+        for entry in it:
+            if entry.name.startswith("remote-exec-") and entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.rmdir(entry.path)  # EBUSY with a job's cgroup in it: left alone
+
+
+class JobCgroup:
+    """One job's cgroups, by hierarchy (``unified`` for v2, else the v1 controller)."""
+
+    def __init__(self, dirs: dict[str, str]) -> None:
+        self.dirs = dirs
+
+    def join_fds(self) -> list[int]:
+        """Write ends of each ``cgroup.procs`` for the leader to join with (see :func:`join`);
+        opened here, before the fork, with the agent's rights. The caller closes them."""
+        fds: list[int] = []
+        for d in self.dirs.values():
+            with contextlib.suppress(OSError):
+                fds.append(os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
+        return fds
+
+    def members(self) -> set[int]:
+        """Every process in the job's cgroups now (zombies are not: they left at their exit)."""
+        pids: set[int] = set()
+        for d in self.dirs.values():
+            with contextlib.suppress(OSError, ValueError):
+                pids.update(int(p) for p in _read(os.path.join(d, "cgroup.procs")).split())
+        return pids
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time of every process that was ever in the job, reaped orphans included."""
+        with contextlib.suppress(OSError, ValueError, KeyError):
+            if "cpuacct" in self.dirs:
+                return int(_read(os.path.join(self.dirs["cpuacct"], "cpuacct.usage"))) / 1e9
+            if V2 in self.dirs:
+                stat = dict(
+                    line.split() for line in _read(os.path.join(self.dirs[V2], "cpu.stat")).decode().splitlines()
+                )
+                return int(stat["usage_usec"]) / 1e6
+        return None
+
+    def kill(self) -> bool:
+        """One pass of SIGKILL to every member, through the cgroup where it can; True if a
+        pass that no fork escapes was made (``cgroup.kill``, or the freezer)."""
+        if V2 in self.dirs:
+            with contextlib.suppress(OSError):
+                _write(os.path.join(self.dirs[V2], "cgroup.kill"), b"1")
+                return True
+        if "freezer" in self.dirs and self._frozen_kill(self.dirs["freezer"]):
+            return True
+        for pid in self.members():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        return False
+
+    def _frozen_kill(self, d: str) -> bool:
+        state = os.path.join(d, "freezer.state")
+        try:
+            _write(state, b"FROZEN")
+            for _ in range(FREEZE_READS):  # FREEZING until every task stopped: a few reads
+                if _read(state).strip() == b"FROZEN":
+                    break
+            else:
+                return False
+            for pid in self.members():  # frozen: none forks meanwhile; they die at the thaw
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            return True
+        except OSError:
+            return False
+        finally:
+            with contextlib.suppress(OSError):
+                _write(state, b"THAWED")
+
+    def remove(self) -> bool:
+        """Remove the job's cgroups once empty; True if none is left."""
+        left = False
+        for d in self.dirs.values():
+            try:
+                os.rmdir(d)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                left = left or exc.errno == errno.EBUSY or os.path.isdir(d)
+        return not left
+
+
+def join(fds: list[int]) -> None:
+    """In the child, before ``exec``: move this process into the job's cgroups. Failures are
+    ignored (the job runs, found by :mod:`.proctree`'s attribution instead)."""
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.write(fd, b"0")
+
+
+def joining(cgroup: JobCgroup | None, popen_kwargs: dict[str, object]) -> list[int]:
+    """Have the leader of a spawn with ``popen_kwargs`` (``subprocess.Popen``'s) join ``cgroup``
+    before ``exec``, ahead of any ``preexec_fn`` already there; returns the fds to close after
+    the spawn (none without a cgroup)."""
+    fds = cgroup.join_fds() if cgroup is not None else []
+    if fds:
+        then = cast("Callable[[], None] | None", popen_kwargs.get("preexec_fn"))
+        popen_kwargs["preexec_fn"] = functools.partial(_in_child, fds, then)
+    return fds
+
+
+def _in_child(fds: list[int], then: Callable[[], None] | None) -> None:
+    join(fds)
+    if then is not None:
+        then()

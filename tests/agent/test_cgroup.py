@@ -1,0 +1,131 @@
+"""The job cgroup's kill, each way it can go: v2's ``cgroup.kill``, the v1 freezer (freeze,
+SIGKILL, thaw: nothing forks in between), and plain SIGKILLs to each member; and a parent made
+and removed by :class:`CgroupHome`. Real cgroups (test-made, below this process's own, with a
+pids limit set first) and real processes that keep forking and leaving their session."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from remote_exec.agent.jobs.cgroup import CgroupHome, JobCgroup
+
+pytestmark = pytest.mark.anyio
+
+MOUNT = Path("/sys/fs/cgroup")
+# Forks a new own-session sleeper every 10 ms, for ever (bounded by the pids limit).
+SPAWNER = "while :; do setsid sleep 300 & sleep 0.01; done"
+
+
+def _own(hierarchy: str) -> Path | None:
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        num, ctrls, path = line.split(":", 2)
+        if (hierarchy == "unified" and num == "0") or hierarchy in ctrls.split(","):
+            mount = MOUNT / hierarchy
+            if hierarchy == "unified" and (MOUNT / "cgroup.controllers").is_file():
+                mount = MOUNT
+            return mount / path.lstrip("/")
+    return None
+
+
+@contextlib.contextmanager
+def job_cgroup(*hierarchies: str) -> Iterator[JobCgroup]:
+    """A job cgroup in ``hierarchies`` (plus ``pids``, limited to 64, first), removed at the end."""
+    name = f"rxtest-{uuid.uuid4().hex[:8]}"
+    dirs: dict[str, str] = {}
+    try:
+        for h in ("pids", *hierarchies):
+            own = _own(h)
+            if own is None or os.geteuid() != 0 or not (own / "cgroup.procs").is_file():
+                pytest.skip(f"needs root and the {h} cgroup hierarchy")
+            (own / name).mkdir()
+            dirs[h] = str(own / name)
+            if h == "pids":
+                (own / name / "pids.max").write_text("64")
+        yield JobCgroup(dict(dirs))  # a test may narrow its copy
+    finally:
+        cg = JobCgroup(dirs)
+        for _ in range(100):
+            if not cg.members():
+                break
+            cg.kill()
+        for d in dirs.values():
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+
+
+def _start_in(cg: JobCgroup) -> subprocess.Popen[bytes]:
+    join = " && ".join(f"echo $$ > {d}/cgroup.procs" for d in cg.dirs.values())
+    return subprocess.Popen(["sh", "-c", f"{join} && exec sh -c '{SPAWNER}'"])
+
+
+async def _emptied(cg: JobCgroup, proc: subprocess.Popen[bytes]) -> bool:
+    with anyio.fail_after(30):
+        while len(cg.members()) < 10:  # noqa: ASYNC110  # a cgroup's membership has no change event here
+            await anyio.sleep(0.02)
+    with anyio.fail_after(30):
+        while cg.members():
+            cg.kill()
+            await anyio.sleep(0.02)
+    proc.wait(10)
+    return not cg.members()
+
+
+@pytest.mark.parametrize("hierarchy", ["unified", "freezer"])
+async def test_a_kill_through_the_cgroup_ends_a_forking_tree_in_one_pass(hierarchy: str) -> None:
+    with job_cgroup(hierarchy) as cg:
+        if hierarchy == "freezer":
+            del cg.dirs["pids"]  # membership and kill through the freezer alone
+        proc = _start_in(cg)
+        with anyio.fail_after(30):
+            while len(cg.members()) < 10:  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+        assert cg.kill() is True  # cgroup.kill, or freeze + SIGKILL + thaw
+        with anyio.fail_after(30):
+            while cg.members():  # noqa: ASYNC110  # the killed leave as they die
+                await anyio.sleep(0.02)
+        proc.wait(10)
+
+
+async def test_plain_sigkills_end_a_forking_tree_when_repeated() -> None:
+    with job_cgroup() as cg:  # pids only: no kill file, no freezer
+        proc = _start_in(cg)
+        assert await _emptied(cg, proc)
+
+
+def test_the_home_makes_and_removes_its_parent_and_a_dead_jobs_cgroup() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    state_id = f"rxtest{uuid.uuid4().hex[:8]}"
+    home = CgroupHome.discover(state_id)
+    if home is None:
+        pytest.skip("no writable cgroup hierarchy here")
+    cg = home.make(f"{state_id}-1")
+    assert cg is not None and all(os.path.isdir(d) for d in cg.dirs.values())
+    assert home.sweep(lambda job_id: False) >= 1  # empty and not running: a dead agent's
+    assert not any(os.path.isdir(d) for d in cg.dirs.values())
+    home.close()
+    assert not any(os.path.isdir(p) for p in home.parents.values())
+
+
+def test_a_dead_agents_empty_parent_goes_and_a_swept_one_comes_back() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    dead, live = f"rxtest{uuid.uuid4().hex[:8]}", f"rxtest{uuid.uuid4().hex[:8]}"
+    first = CgroupHome.discover(dead)  # an agent that dies without closing its home
+    if first is None:
+        pytest.skip("no writable cgroup hierarchy here")
+    home = CgroupHome.discover(live)  # the next agent's start sweeps the dead one's
+    assert home is not None and not any(os.path.isdir(p) for p in first.parents.values())
+    CgroupHome.discover(dead).close()  # type: ignore[union-attr]  # a third start sweeps the live one's too (empty)
+    cg = home.make(f"{live}-1")  # made again for its next job
+    assert cg is not None and all(os.path.isdir(d) for d in cg.dirs.values())
+    assert cg.remove()
+    home.close()
