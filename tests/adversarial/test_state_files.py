@@ -90,6 +90,12 @@ async def test_a_poisoned_state_dir_is_served(
     start = proc_starttime(victim.pid)
     meta = {"job_id": forged.name, "command": "sleep 300", "pid": victim.pid, "starttime": start}
     (forged / "job.json").write_text(json.dumps({**meta, "started_at": time.time() - 100, "timeout": 0.1}))
+    # The same, ended, with a start time before the victim's: its leftovers' end at the timeout
+    # once took every process of the session the record names (the victim's).
+    ended = jobs / f"{running_dir.name.rsplit('-', 1)[0]}-99998"
+    ended.mkdir(mode=0o700)
+    meta2 = {**meta, "job_id": ended.name, "starttime": 1, "started_at": time.time() - 100, "timeout": 0.1}
+    (ended / "job.json").write_text(json.dumps(meta2))
 
     with anyio.fail_after(60):  # the FIFO blocked the next agent for good; /dev/zero filled its memory
         async with rx.open_sandbox(url) as sb:
@@ -122,6 +128,7 @@ async def test_a_poisoned_state_dir_is_served(
             "a forged job.json names an outside process",
             victim_alive and f"skipped {forged / 'job.json'}: pid {victim.pid} is not a process" in log,
         ),
+        ("an ended forged job.json names an outside session", victim_alive),
     ]
     for case, refused in cases:
         adversary.tried("state files", case, refused=refused and served)

@@ -229,7 +229,7 @@ class DiskJob(Job):
         """Tell the keeper which process leads this job: the next agent re-adopts (and may
         signal) only a process in the keeper's ledger, never one a rewritten job.json names."""
         if self.home.keeper.present:
-            answer, _ = await self.home.keeper.request({"op": "lead", "key": self.job_id, "pid": self.pid})
+            answer, _ = await self.home.keeper.request({"op": "lead", "key": self.mark, "pid": self.pid})
             if answer.get("ok") is False:
                 log.warning("the keeper did not record job %s's leader: %s", self.job_id, answer.get("error"))
 
@@ -346,11 +346,14 @@ class DiskJob(Job):
             job.stdin.written = cursor
         job.tree_ended = bool(meta.get("tree_ended"))
         job.cgroup = home.cgroups.find(job.mark) if home.cgroups is not None else None
+        # Only the keeper's ledger makes the record's leader the job's: a job can rewrite its
+        # job.json to name any process (and, by its pid and start time, that process's session).
+        leader_ours = leads is None or leads.get(job.mark) == [job.pid, job.starttime]
         end = meta.get("end")
         if end is not None:
             job._finish(end["state"], end.get("exit_code"), end.get("ended_at"), save=False)
         elif job.pid and job.starttime is not None and proc_starttime(job.pid) == job.starttime:
-            if leads is None or leads.get(job.job_id) == [job.pid, job.starttime]:
+            if leader_ours:
                 await job._reattach()
             else:
                 log.warning(
@@ -362,6 +365,11 @@ class DiskJob(Job):
         else:
             how = exits.get(f"{job.pid}:{job.starttime}")
             job._finish("completed", None if how is None else how["code"], None if how is None else how["at"])
+        if not leader_ours:
+            # Its leftovers are found by its marker and cgroup only, never by the session a
+            # record names (a forged one named an outside session leader, which the leftovers'
+            # end at the job's timeout then killed).
+            job.starttime = None
         return job
 
     def _restored(self, meta: dict[str, Any]) -> None:
