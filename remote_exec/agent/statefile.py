@@ -15,10 +15,11 @@ Standard library only: the keeper reads ``job.json`` through it too.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 
-__all__ = ["open_state_dir", "planted", "read_state_file"]
+__all__ = ["claim_state_dir", "open_state_dir", "planted", "read_state_file", "same_dir"]
 
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -80,3 +81,31 @@ def open_state_dir(path: str | os.PathLike[str], *, dir_fd: int | None = None) -
             link = os.path.islink(path) if dir_fd is None else stat.S_ISLNK(os.lstat(path, dir_fd=dir_fd).st_mode)
             raise _Planted("a symlink" if link else "not a directory") from None
         raise
+
+
+def claim_state_dir(path: str | os.PathLike[str]) -> int:
+    """An fd of the directory ``path`` itself (made 0700 if missing); a symlink or file a job put
+    there is logged (``skipped PATH: WHY``) and replaced by an empty dir, its target untouched.
+    The caller closes the fd, and lists and opens through it (see :func:`open_state_dir`).
+
+    :raises OSError: no dir can be had there.
+    """
+    try:
+        return open_state_dir(path)
+    except FileNotFoundError:
+        os.mkdir(path, 0o700)
+    except ValueError as exc:
+        logging.getLogger("remote_exec.agent").warning("skipped %s: %s; replaced by an empty dir", path, exc)
+        os.unlink(path)
+        os.mkdir(path, 0o700)
+    return open_state_dir(path)
+
+
+def same_dir(fd: int, path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` still names the very directory ``fd`` is open on (not swapped since):
+    what a caller checks before an operation that can only go by path (a rename elsewhere)."""
+    try:
+        here, there = os.fstat(fd), os.lstat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)

@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 
 from ...errors import FileError
-from ..statefile import open_state_dir, read_state_file
+from ..statefile import claim_state_dir, read_state_file
 from .fileops import Write
 from .paths import resolve
 
@@ -78,7 +78,7 @@ class WriteJournal:
         if self.directory is None:
             return 0
         try:
-            dfd = self._open_dir(self.directory)
+            dfd = claim_state_dir(self.directory)
             try:
                 entries = os.listdir(dfd)
                 removed = sum(self._recover_entry(dfd, entry) for entry in entries)
@@ -91,18 +91,6 @@ class WriteJournal:
         if removed:
             log.info("removed %d temporary file(s) left by writes of an agent that was killed", removed)
         return removed
-
-    @staticmethod
-    def _open_dir(directory: Path) -> int:
-        try:
-            return open_state_dir(directory)
-        except FileNotFoundError:
-            os.mkdir(directory, 0o700)
-        except ValueError as exc:  # a symlink or a file: put there by a job, not by us
-            log.warning("skipped %s: %s; replaced by an empty dir", directory, exc)
-            os.unlink(directory)
-            os.mkdir(directory, 0o700)
-        return open_state_dir(directory)
 
     def _recover_entry(self, dfd: int, entry: str) -> int:
         assert self.directory is not None

@@ -1,0 +1,69 @@
+"""``<state>/shells`` is a job's to replace too (issue #21, point 7, a variant of the trash case).
+
+The next agent looks through every entry of ``shells`` to re-adopt the sessions an earlier agent
+left, and removes each entry it cannot re-adopt. A job (the agent's user) replaced ``shells`` by
+a symlink to an outside dir, and the next agent emptied that dir (every file there "a session it
+cannot describe"); an entry of ``shells`` that is a symlink to an outside dir must not make the
+agent delete what is behind it either. With a real ``local://`` agent and its keeper.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+
+import remote_exec as rx
+from tests.agent.rawhttp import rpc
+
+from ..conftest import wait_exit
+from .conftest import Adversary
+from .test_state_files import poison
+
+pytestmark = pytest.mark.anyio
+
+
+def _outside(at: Path) -> Path:
+    at.mkdir()
+    (at / "canary").write_text("keep me")
+    (at / "sub").mkdir()
+    (at / "sub" / "canary").write_text("keep me too")
+    return at
+
+
+def _intact(at: Path) -> bool:
+    return sorted(os.listdir(at)) == ["canary", "sub"] and os.listdir(at / "sub") == ["canary"]
+
+
+async def test_the_shells_dir_cannot_point_outside(fresh_agent_dir: Path, tmp_path: Path, adversary: Adversary) -> None:
+    """``shells`` replaced by a symlink to an outside dir, then (next start) one entry of it."""
+    d, url = fresh_agent_dir, f"local://?dir={fresh_agent_dir}"
+    whole, entry = _outside(tmp_path / "whole"), _outside(tmp_path / "entry")
+    async with rx.open_sandbox(url) as sb:
+        sh = await sb.shell()
+        assert (await sh.run("echo hi")).stdout == "hi\n"
+        kept = await sb.run(["echo", "kept"])
+
+    async def next_agent() -> bool:
+        async with rx.open_sandbox(url) as sb:
+            agent = sb.info.pid
+            served = (await sb.read_output(kept.job_id or "")).data == b"kept\n"
+        await anyio.to_thread.run_sync(rpc, d / "agent.sock", "server_handover")
+        assert await anyio.to_thread.run_sync(wait_exit, agent, 30.0)
+        return served
+
+    with anyio.fail_after(120):
+        assert await next_agent()  # the first agent gone: no agent runs now
+        poison(d / "shells", os.fspath(whole))
+        served = await next_agent()
+        log = (d / "agent.log").read_text(errors="replace")
+        whole_refused = served and _intact(whole) and f"skipped {d / 'shells'}: a symlink" in log
+        poison(d / "shells" / "rx-evil", os.fspath(entry))
+        served = await next_agent()
+        entry_refused = served and _intact(entry) and not (d / "shells" / "rx-evil").exists()
+    adversary.tried("state files", "shells -> an outside dir", refused=whole_refused)
+    adversary.tried("state files", "an entry of shells -> an outside dir", refused=entry_refused)
+    assert whole_refused, (os.listdir(whole), log[-2000:])
+    assert entry_refused, os.listdir(entry)
