@@ -67,3 +67,30 @@ async def test_the_shells_dir_cannot_point_outside(fresh_agent_dir: Path, tmp_pa
     adversary.tried("state files", "an entry of shells -> an outside dir", refused=entry_refused)
     assert whole_refused, (os.listdir(whole), log[-2000:])
     assert entry_refused, os.listdir(entry)
+
+
+async def test_a_jobs_dir_swapped_for_a_symlink_does_not_stop_the_agent_for_good(
+    fresh_agent_dir: Path, tmp_path: Path, adversary: Adversary
+) -> None:
+    """A job moves ``jobs`` away and puts a symlink to an outside dir there (or a file): every
+    next agent refused to start ("a symlink"), for good. Now it is replaced by an empty dir."""
+    d, url = fresh_agent_dir, f"local://?dir={fresh_agent_dir}"
+    outside = _outside(tmp_path / "outside")
+    async with rx.open_sandbox(url) as sb:
+        await sb.run(["sh", "-c", f"mv {d}/jobs {d}/jobs.moved && ln -s {outside} {d}/jobs"])
+        agent = sb.info.pid
+    await anyio.to_thread.run_sync(rpc, d / "agent.sock", "server_handover")
+    assert await anyio.to_thread.run_sync(wait_exit, agent, 30.0)
+    with anyio.fail_after(60):
+        try:
+            async with rx.open_sandbox(url) as sb:
+                served = (await sb.run(["echo", "served"])).stdout == "served\n"
+        except rx.AgentUnavailableError as exc:
+            served, why = False, str(exc)
+        else:
+            why = ""
+    log = (d / "agent.log").read_text(errors="replace")
+    refused = served and _intact(outside) and f"skipped {d / 'jobs'}: a symlink" in log
+    adversary.tried("state files", "jobs -> an outside dir (the next agent never started)", refused=refused)
+    assert refused, (why[-500:], os.listdir(outside), log[-1500:])
+    assert (d / "jobs").is_dir() and not (d / "jobs").is_symlink()
