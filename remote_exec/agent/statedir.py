@@ -20,16 +20,16 @@ import fcntl
 import os
 import select
 import socket
-import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from ..errors import AgentUnavailableError, UntrustedAgentError
-from ..protocol.ownership import check_peer, check_socket, check_state_dir, describe_uid
+from ..protocol.ownership import check_peer, check_socket, check_state_dir
 from .keeper import KEEPER_SOCKET
 from .keeperlink import keeper_call
+from .statefile import open_own_file
 
 __all__ = ["describe", "ensure_server", "open_private", "secure_dir", "server_command", "socket_accepts"]
 
@@ -90,19 +90,13 @@ def open_private(path: Path, flags: int) -> int:
     :raises UntrustedAgentError: the entry is a symlink, not a regular file, or not ours alone.
     """
     try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:  # full, read-only...: the caller says it in one line
-            raise
-        raise UntrustedAgentError(f"cannot open {path} safely: it is a symlink (planted there?)") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
-        os.close(fd)
+        return open_own_file(path, flags)
+    except ValueError as exc:  # another user's: refused, and said
+        if str(exc) == "a symlink":
+            raise UntrustedAgentError(f"cannot open {path} safely: it is a symlink (planted there?)") from None
         raise UntrustedAgentError(
-            f"{path} is not a private file of yours (owner {describe_uid(st.st_uid)}, "
-            f"{st.st_nlink} links): remove it and check who could write {path.parent}"
-        )
-    return fd
+            f"{path} is {exc} and not yours alone: remove it and check who could write {path.parent}"
+        ) from None
 
 
 def server_command(state_dir: Path, extra: list[str], sub: str = "serve") -> list[str]:
