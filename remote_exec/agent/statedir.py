@@ -20,6 +20,7 @@ import fcntl
 import os
 import select
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -99,6 +100,22 @@ def open_private(path: Path, flags: int) -> int:
         ) from None
 
 
+def _log_tail(path: Path, size: int = 2000) -> str:
+    """The last ``size`` bytes of the log at ``path``, for an error message: only a regular file
+    (a job can make ``agent.log`` a symlink to ``/dev/zero`` or a FIFO), and only its tail read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"(no log: {exc})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return f"(no log: {path} is not a regular file)"
+        return os.pread(fd, size, max(0, st.st_size - size)).decode(errors="replace")
+    finally:
+        os.close(fd)
+
+
 def server_command(state_dir: Path, extra: list[str], sub: str = "serve") -> list[str]:
     """The argv that runs ``serve`` (or ``sub``) with this very agent (package or frozen bundle)."""
     if getattr(sys, "frozen", False):
@@ -136,7 +153,7 @@ def _ensure_server(state_dir: Path, serve_args: list[str] | None) -> bool:
             answer = keeper_call(state_dir, {"op": "start", "argv": agent}, READY_TIMEOUT)
             if answer is not None and answer.get("ok"):
                 return True
-            tail = log_path.read_bytes()[-2000:].decode(errors="replace")
+            tail = _log_tail(log_path)
             why = answer.get("error") if answer else "the keeper did not answer"
             raise AgentUnavailableError(f"agent server in {state_dir} did not start ({why}):\n{tail}")
         read_fd, write_fd = os.pipe()
@@ -158,7 +175,7 @@ def _ensure_server(state_dir: Path, serve_args: list[str] | None) -> bool:
         finally:
             os.close(read_fd)
         if line != b"ready":
-            tail = log_path.read_bytes()[-2000:].decode(errors="replace")
+            tail = _log_tail(log_path)
             raise AgentUnavailableError(f"agent server in {state_dir} did not start:\n{tail}")
     return True
 

@@ -53,3 +53,20 @@ async def test_a_planted_lock_or_log_is_replaced(
     what = "a FIFO" if how == "fifo" else "a symlink"
     adversary.tried("state files", f"{name} replaced by {what} (ensure)", refused=served and replaced)
     assert served and replaced, why
+
+
+@pytest.mark.parametrize("how", ["fifo", "/dev/zero"])
+def test_a_failed_starts_log_tail_reads_only_a_regular_file(tmp_path: Path, how: str, adversary: Adversary) -> None:
+    """A failed start quotes ``agent.log``'s tail: it read the whole file, so a job's symlink to
+    ``/dev/zero`` filled the client's memory and a FIFO blocked it."""
+    from remote_exec.agent.statedir import _log_tail
+
+    log = tmp_path / "agent.log"
+    poison(log, how)
+    tail = _log_tail(log)  # returns at once, without reading the device
+    refused = len(tail) < 200 and "no log" in tail
+    adversary.tried("state files", f"agent.log -> {how} in a failed start's message", refused=refused)
+    assert refused, tail[:200]
+    log.unlink()
+    log.write_bytes(b"x" * 5000 + b"the end\n")
+    assert _log_tail(log).endswith("the end\n") and len(_log_tail(log)) == 2000
