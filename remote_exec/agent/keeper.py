@@ -46,6 +46,7 @@ from .keeperauth import AGENT_OPS, Leaders, peer_of
 from .keepercap import CapSweeper, disk_cap_of
 from .orphancpu import OrphanCpu
 from .procfacts import proc_starttime, reset_signals
+from .statefile import open_own_file
 
 __all__ = ["HANDOVER_EXIT", "KEEPER_PROTOCOL", "KEEPER_SOCKET", "main", "run_cli"]
 
@@ -110,7 +111,10 @@ class Keeper:
     def spawn_agent(self) -> None:
         read_fd, write_fd = os.pipe()
         os.set_inheritable(write_fd, True)
-        log = os.open(os.path.join(self.state_dir, "agent.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:  # a FIFO a job put there blocked this open, and the keeper with it, for good
+            log = open_own_file(os.path.join(self.state_dir, "agent.log"), os.O_WRONLY | os.O_APPEND)
+        except (OSError, ValueError):
+            log = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
         try:
             argv = [*self.agent_argv, "--ready-fd", str(write_fd)]
             actions = [

@@ -44,7 +44,7 @@ from .shell.controller import ShellController, ShellLimits
 from .shell.methods import shell_methods
 from .shell.process import ShellHome
 from .statedir import secure_dir
-from .statefile import planted, read_state_file
+from .statefile import claim_state_dir, planted, read_state_file
 from .stream import STREAM_SOCKET, Peers, serve_frames
 from .trash import Trash
 
@@ -117,7 +117,7 @@ def build_app(config: ServerConfig) -> web.Application:
     instance_id = secrets.token_hex(4)
     budget = MemoryBudget(config.memory_budget)
     intake = Intake(budget)
-    jobs_root = secure_dir(config.state_dir / "jobs")
+    jobs_root = secure_dir(_claimed(config.state_dir / "jobs"))
     keeper = KeeperLink(config.state_dir)
     inotify = Inotify()
     logs = LogBudget(config.log_budget or default_log_budget(jobs_root))
@@ -234,6 +234,14 @@ def build_app(config: ServerConfig) -> web.Application:
     app[HANDOVER] = False
     app[STOP] = asyncio.Event()
     return app
+
+
+def _claimed(path: Path) -> Path:
+    """``path``, a dir again if a job put a symlink or file there (logged): in the agent's own
+    0700 state dir only its user (a job) can have, and refusing it stopped every next agent."""
+    with contextlib.suppress(OSError):  # none can be made (no state dir yet, read-only): secure_dir says
+        os.close(claim_state_dir(path))
+    return path
 
 
 def _state_id(jobs_root: Path) -> str:

@@ -27,9 +27,10 @@ import time
 from pathlib import Path
 
 from ..errors import AgentUnavailableError, UntrustedAgentError
-from ..protocol.ownership import check_peer, check_socket, check_state_dir, describe_uid
+from ..protocol.ownership import check_peer, check_socket, check_state_dir
 from .keeper import KEEPER_SOCKET
 from .keeperlink import keeper_call
+from .statefile import open_own_file
 
 __all__ = ["describe", "ensure_server", "open_private", "secure_dir", "server_command", "socket_accepts"]
 
@@ -90,19 +91,29 @@ def open_private(path: Path, flags: int) -> int:
     :raises UntrustedAgentError: the entry is a symlink, not a regular file, or not ours alone.
     """
     try:
-        fd = os.open(path, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        if exc.errno != errno.ELOOP:  # full, read-only...: the caller says it in one line
-            raise
-        raise UntrustedAgentError(f"cannot open {path} safely: it is a symlink (planted there?)") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1:
-        os.close(fd)
+        return open_own_file(path, flags)
+    except ValueError as exc:  # another user's: refused, and said
+        if str(exc) == "a symlink":
+            raise UntrustedAgentError(f"cannot open {path} safely: it is a symlink (planted there?)") from None
         raise UntrustedAgentError(
-            f"{path} is not a private file of yours (owner {describe_uid(st.st_uid)}, "
-            f"{st.st_nlink} links): remove it and check who could write {path.parent}"
-        )
-    return fd
+            f"{path} is {exc} and not yours alone: remove it and check who could write {path.parent}"
+        ) from None
+
+
+def _log_tail(path: Path, size: int = 2000) -> str:
+    """The last ``size`` bytes of the log at ``path``, for an error message: only a regular file
+    (a job can make ``agent.log`` a symlink to ``/dev/zero`` or a FIFO), and only its tail read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"(no log: {exc})"
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return f"(no log: {path} is not a regular file)"
+        return os.pread(fd, size, max(0, st.st_size - size)).decode(errors="replace")
+    finally:
+        os.close(fd)
 
 
 def server_command(state_dir: Path, extra: list[str], sub: str = "serve") -> list[str]:
@@ -142,7 +153,7 @@ def _ensure_server(state_dir: Path, serve_args: list[str] | None) -> bool:
             answer = keeper_call(state_dir, {"op": "start", "argv": agent}, READY_TIMEOUT)
             if answer is not None and answer.get("ok"):
                 return True
-            tail = log_path.read_bytes()[-2000:].decode(errors="replace")
+            tail = _log_tail(log_path)
             why = answer.get("error") if answer else "the keeper did not answer"
             raise AgentUnavailableError(f"agent server in {state_dir} did not start ({why}):\n{tail}")
         read_fd, write_fd = os.pipe()
@@ -164,7 +175,7 @@ def _ensure_server(state_dir: Path, serve_args: list[str] | None) -> bool:
         finally:
             os.close(read_fd)
         if line != b"ready":
-            tail = log_path.read_bytes()[-2000:].decode(errors="replace")
+            tail = _log_tail(log_path)
             raise AgentUnavailableError(f"agent server in {state_dir} did not start:\n{tail}")
     return True
 

@@ -15,10 +15,11 @@ Standard library only: the keeper reads ``job.json`` through it too.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import stat
 
-__all__ = ["open_state_dir", "planted", "read_state_file"]
+__all__ = ["claim_state_dir", "open_own_file", "open_state_dir", "planted", "read_state_file", "same_dir"]
 
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -80,3 +81,66 @@ def open_state_dir(path: str | os.PathLike[str], *, dir_fd: int | None = None) -
             link = os.path.islink(path) if dir_fd is None else stat.S_ISLNK(os.lstat(path, dir_fd=dir_fd).st_mode)
             raise _Planted("a symlink" if link else "not a directory") from None
         raise
+
+
+def claim_state_dir(path: str | os.PathLike[str]) -> int:
+    """An fd of the directory ``path`` itself (made 0700 if missing); a symlink or file a job put
+    there is logged (``skipped PATH: WHY``) and replaced by an empty dir, its target untouched.
+    The caller closes the fd, and lists and opens through it (see :func:`open_state_dir`).
+
+    :raises OSError: no dir can be had there.
+    """
+    try:
+        return open_state_dir(path)
+    except FileNotFoundError:
+        os.mkdir(path, 0o700)
+    except ValueError as exc:
+        logging.getLogger("remote_exec.agent").warning("skipped %s: %s; replaced by an empty dir", path, exc)
+        os.unlink(path)
+        os.mkdir(path, 0o700)
+    return open_state_dir(path)
+
+
+def same_dir(fd: int, path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` still names the very directory ``fd`` is open on (not swapped since):
+    what a caller checks before an operation that can only go by path (a rename elsewhere)."""
+    try:
+        here, there = os.fstat(fd), os.lstat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
+_OWN = os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+def open_own_file(path: str | os.PathLike[str], flags: int) -> int:
+    """Open (or create, 0600) one of the agent's own files in its private state dir
+    (``agent.lock``, ``agent.log``); the caller closes the fd.
+
+    What a job put there instead (a symlink, a FIFO: the ``open`` blocked the client or the
+    keeper for good, a hard link) is unlinked, logged and made afresh, its target untouched:
+    in a private dir only the agent's user can have made it. Made by another user (the dir was
+    open once) it is refused, never written through.
+
+    :raises ValueError: another user's plant (:func:`planted`; its text says what it is).
+    :raises OSError: it cannot be opened or made.
+    """
+    for again in (False, True):
+        try:
+            fd = os.open(path, flags | _OWN, 0o600)
+        except OSError as exc:
+            if exc.errno not in (errno.ELOOP, errno.ENXIO):
+                raise
+            why = "a symlink" if exc.errno == errno.ELOOP else "not a regular file (a FIFO or a socket)"
+        else:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_nlink == 1:
+                return fd
+            os.close(fd)
+            why = f"not a private file (mode {stat.filemode(st.st_mode)}, uid {st.st_uid}, {st.st_nlink} links)"
+        if again or os.lstat(path).st_uid != os.geteuid():
+            raise _Planted(why)
+        logging.getLogger("remote_exec.agent").warning("skipped %s: %s; replaced by a new file", path, why)
+        os.unlink(path)
+    raise AssertionError("unreachable")  # pragma: no cover

@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 
 from ...errors import FileError
+from ..statefile import claim_state_dir, read_state_file
 from .fileops import Write
 from .paths import resolve
 
@@ -30,6 +31,7 @@ __all__ = ["WriteJournal"]
 log = logging.getLogger("remote_exec.agent")
 _O_PATH = getattr(os, "O_PATH", os.O_RDONLY)
 _SUFFIXES = (".rxtmp", ".rxstage")
+MAX_ENTRY = 16 * 1024  # an entry is a path (at most 4 KiB) and a name, as JSON
 
 
 class WriteJournal:
@@ -66,30 +68,48 @@ class WriteJournal:
 
     def recover(self) -> int:
         """Make the journal's directory, and remove every temporary an earlier agent's entries
-        name (that agent is gone: this runs before the server accepts). Returns how many."""
+        name (that agent is gone: this runs before the server accepts). Returns how many.
+
+        The directory and its entries are a job's to replace (jobs run as the agent's user):
+        the directory is used through an fd of itself (a symlink there is replaced by an empty
+        dir, never followed), and an entry is read only if it is a small regular file (a FIFO
+        blocked this read for good, a symlink to ``/dev/zero`` filled the agent's memory).
+        What is skipped is logged with its path and why."""
         if self.directory is None:
             return 0
         try:
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
-            entries = os.listdir(self.directory)
+            dfd = claim_state_dir(self.directory)
+            try:
+                entries = os.listdir(dfd)
+                removed = sum(self._recover_entry(dfd, entry) for entry in entries)
+            finally:
+                os.close(dfd)
         except OSError as exc:
             log.warning("no write journal in %s (%s): writes go on without one", self.directory, exc)
             self.directory = None
             return 0
-        removed = 0
-        for entry in entries:
-            removed += self._remove_leftover(entry)
-            self.remove(entry)
         if removed:
             log.info("removed %d temporary file(s) left by writes of an agent that was killed", removed)
         return removed
 
-    def _remove_leftover(self, entry: str) -> int:
+    def _recover_entry(self, dfd: int, entry: str) -> int:
         assert self.directory is not None
         try:
-            record = json.loads((self.directory / entry).read_bytes())
+            data = read_state_file(entry, MAX_ENTRY, dir_fd=dfd)
+        except (OSError, ValueError) as exc:
+            log.warning("skipped %s: %s; removed", self.directory / entry, exc)
+            data = None
+        removed = self._remove_leftover(data) if data is not None else 0
+        with contextlib.suppress(OSError):
+            os.unlink(entry, dir_fd=dfd)
+        return removed
+
+    @staticmethod
+    def _remove_leftover(data: bytes) -> int:
+        try:
+            record = json.loads(data)
             name, where, staged = str(record["name"]), str(record["dir"]), bool(record["staged"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):
             return 0  # not an entry of ours (or cut short by the crash): nothing to remove
         # Only a name of the form begin_write makes, in the recorded directory: an entry can never
         # make us remove anything else.

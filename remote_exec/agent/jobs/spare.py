@@ -14,19 +14,30 @@ that follows every start. It holds no job and no id, so nothing is lost with
 it: an agent that dies leaves at most an empty spare, which the next one removes and remakes.
 A spare is made under ``jobs.spare.new`` and renamed into place whole, so ``jobs.spare`` is
 either absent or complete (with its three files) to a start and to anyone who looks.
+
+``jobs.spare`` is a job's to replace (jobs run as the agent's user): swapped for a symlink to an
+outside dir, it became the next job's dir (its output shown was that dir's ``stdout``, its records
+written there). So the spare's dir is held open from its making, its files are made through that
+fd, and a start takes it only while ``jobs.spare`` is that very dir, checked again after the
+rename (``statefile.same_dir``); otherwise the start makes its own dir.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import shutil
 import threading
 from pathlib import Path
 from typing import NamedTuple
 
+from ..statefile import open_state_dir, same_dir
+
 __all__ = ["SpareDir", "SpareFiles"]
+
+log = logging.getLogger("remote_exec.agent")
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 
@@ -46,6 +57,7 @@ class SpareDir:
         self.path = path
         self._making = path.with_name(path.name + ".new")
         self._fds: SpareFiles | None = None
+        self._dir = -1  # an fd of the spare's dir itself, while there is one
         self._stale = True  # a previous agent's spare may be there: removed before the first fill
         self._closed = False
         self._filling = False
@@ -76,21 +88,34 @@ class SpareDir:
         if self._fds is not None or self._closed:
             return
         if self._stale:
+            self._unplant()
             shutil.rmtree(self.path, ignore_errors=True)
             self._stale = False
         shutil.rmtree(self._making, ignore_errors=True)  # a fill that died half-way
         fds: list[int] = []
         try:
             os.mkdir(self._making, 0o700)
+            fds.append(open_state_dir(self._making))
             for name in ("stdout", "stderr"):
-                fds.append(os.open(self._making / name, _FLAGS, 0o600))
+                fds.append(os.open(name, _FLAGS, 0o600, dir_fd=fds[0]))
             meta_flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW
-            fds.append(os.open(self._making / "job.json", meta_flags, 0o600))
+            fds.append(os.open("job.json", meta_flags, 0o600, dir_fd=fds[0]))
+            self._unplant()
             os.rename(self._making, self.path)
-        except OSError:
+            if not same_dir(fds[0], self.path):
+                raise OSError(f"{self.path} is not the dir just made")
+        except (OSError, ValueError):
             self._discard(fds)
             return
-        self._fds = SpareFiles(*fds)
+        self._dir = fds[0]
+        self._fds = SpareFiles(*fds[1:])
+
+    def _unplant(self) -> None:
+        # A symlink or file a job put where the spare goes: the rename would fail on it for good.
+        with contextlib.suppress(OSError):
+            if not os.path.isdir(self.path) or os.path.islink(self.path):
+                os.unlink(self.path)
+                log.warning("skipped %s: not a dir of ours; removed", self.path)
 
     def take(self, dest: Path) -> SpareFiles | None:
         """Move the spare to ``dest`` and return its files' fds (the caller closes them), or
@@ -99,24 +124,41 @@ class SpareDir:
             return None  # being made right now
         try:
             fds, self._fds = self._fds, None
+            dfd, self._dir = self._dir, -1
             if fds is None:
                 return None
             try:
+                if not same_dir(dfd, self.path):
+                    raise OSError(f"{self.path} was replaced")
                 os.rename(self.path, dest)
-            except OSError:
-                self._discard(fds)
+                if not same_dir(dfd, dest):  # swapped between the check and the rename
+                    self._unmake(dest)
+                    raise OSError(f"{self.path} was replaced")
+            except OSError as exc:
+                log.warning("skipped %s: %s; the job makes its own dir", self.path, exc)
+                self._discard([dfd, *fds])
                 return None
+            os.close(dfd)
             return fds
         finally:
             self._lock.release()
+
+    @staticmethod
+    def _unmake(dest: Path) -> None:
+        """Remove what a job swapped in and a rename moved to ``dest`` (never what it points to)."""
+        if os.path.islink(dest) or not os.path.isdir(dest):
+            os.unlink(dest)
+        else:
+            shutil.rmtree(dest)
 
     def close(self) -> None:
         """No more spares (shutdown, handover): remove the one there is."""
         self._closed = True
         with self._lock:  # a fill in progress finishes first (it then sees ``_closed``)
             fds, self._fds = self._fds, None
+            dfd, self._dir = self._dir, -1
             if fds is not None:
-                self._discard(fds)
+                self._discard([dfd, *fds])
 
     def _discard(self, fds: tuple[int, ...] | list[int]) -> None:
         for fd in fds:

@@ -44,6 +44,8 @@ from ..jobs.controller import JobController
 from ..jobs.job import Job
 from ..jobs.proctable import scan
 from ..jobs.proctree import kill_tree
+from ..keeperlink import KeeperLink
+from ..statefile import claim_state_dir, same_dir
 from .process import ShellHome, default_shell
 from .record import read_key, read_record
 from .run import ShellRun
@@ -250,16 +252,29 @@ class ShellController:
         ended (``JobController.end_dead_shells`` finds them by their marker).
         """
         root, keeper = self.home.root, self.home.keeper
-        if root is None or keeper is None or not keeper.present or not root.is_dir():
+        if root is None or keeper is None or not keeper.present:
             return 0
+        try:
+            # ``shells`` is a job's to replace: as a symlink to an outside dir, every file there
+            # was "a session it cannot describe", and was removed.
+            root_fd = claim_state_dir(root)
+        except OSError as exc:
+            log.warning("no shells dir %s (%s): no session re-adopted", root, exc)
+            return 0
+        try:
+            return await self._restore_from(root, root_fd, keeper)
+        finally:
+            os.close(root_fd)
+
+    async def _restore_from(self, root: Path, root_fd: int, keeper: KeeperLink) -> int:
         restored = 0
         answer, _ = await keeper.request({"op": "leads"})
         leads = answer.get("leads")  # None: a keeper too old to keep a ledger (the record is all)
-        for entry in os.scandir(root):
-            sid = entry.name
+        for sid in os.listdir(root_fd):
+            entry = root / sid
             fds: builtins.list[int] = []  # (`list` is a method here)
             try:
-                record = read_record(Path(entry.path))
+                record = read_record(entry)
                 if record.get("session_id") != sid or not sid.startswith(self.jobs.prefix + "-sh"):
                     raise ValueError("not a session of this state dir")
                 if isinstance(leads, dict) and leads.get(sid) != [record.get("pid"), record.get("starttime")]:
@@ -275,13 +290,13 @@ class ShellController:
                 stdin, fds = fds[0], fds[1:]
                 # Its ended runs, which the job re-adoption found: retained as this session's again.
                 session.runs.extend(self.jobs.shell_runs(sid))
-                await session.resume(record, Path(entry.path), key, stdin, self._run_maker(session))
+                await session.resume(record, entry, key, stdin, self._run_maker(session))
                 restored += 1
             # The record is a file the shell's user may write: anything in it may be hostile,
             # and a session it cannot describe is ended (IndexError, OverflowError: a short
             # list, a number no file offset can be).
             except (OSError, ValueError, KeyError, TypeError, IndexError, OverflowError, RemoteExecError) as exc:
-                log.warning("skipped %s (shell %s): %s; ending it by its marker", entry.path, sid, exc)
+                log.warning("skipped %s (shell %s): %s; ending it by its marker", entry, sid, exc)
                 half = self._sessions.pop(sid, None)
                 if half is not None:  # stopped part-way: let go of what it opened, end its run
                     half.detach()
@@ -292,7 +307,10 @@ class ShellController:
                     await scan(kill_tree, f"{self.jobs.prefix}-{sid}")
                     await keeper.request({"op": "drop", "key": sid})
                     await keeper.request({"op": "drop", "key": f"{sid}.key"})
-                self.home.discard(Path(entry.path))
+                if same_dir(root_fd, root):  # the removal goes by path: not if swapped meanwhile
+                    self.home.discard(entry)
+                else:
+                    log.warning("skipped %s: no longer the shells dir checked; nothing removed", root)
             finally:
                 for fd in fds:
                     os.close(fd)
