@@ -175,7 +175,7 @@ export default {
       term.options.disableStdin = !running || !model.get("stdin_open");
       error.textContent = disconnected
         ? "The kernel that showed this view is gone; the job goes on in the sandbox." +
-          (model.get("hint") ? ` In a running kernel: ${model.get("hint")}` : "")
+          (rxAttachHint(model) ? ` In a running kernel: ${rxAttachHint(model)}` : "")
         : model.get("error");
     };
 

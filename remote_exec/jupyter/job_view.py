@@ -45,7 +45,6 @@ from .follow import Outcome, follow, loop_of
 from .record import RECORD_LINE_CHARS, RECORD_LINES, JobRecord, as_reply_to, current_parent
 from .saving import RECORD_META
 from .transcript import DEFAULT_TAIL_LINES
-from .trust import attach_hint
 
 __all__ = ["QUIET_AFTER", "RECORD_PERIOD", "SAMPLE_PERIOD", "SHOWN", "USAGE_POINTS", "WATCH_TTL", "JobView"]
 
@@ -119,9 +118,6 @@ class JobView(StreamWidget):
     hits = traitlets.Int(0).tag(sync=True)  # watch-rule matches seen so far
     stdin_open = traitlets.Bool(False).tag(sync=True)
     """The job's stdin takes input: the view shows an input line (Enter sends, Ctrl+D closes)."""
-    hint = traitlets.Unicode("").tag(sync=True)
-    """What a disconnected view tells the user to type: ``%exec_remote_attach`` on its job and
-    sandbox, quoted (:func:`~remote_exec.jupyter.trust.attach_hint`); empty for an unsafe id."""
 
     def __init__(
         self,
@@ -149,7 +145,6 @@ class JobView(StreamWidget):
             command=_command_text(command, f"job {job_id}"),
             job_id=job_id,
             sandbox=sandbox,
-            hint=attach_hint(job_id, sandbox) or "",
             started_at=started_at,
             **{"stdin_open": info.stdin_open if info is not None else proc.async_process.options.stdin_open, **traits},
         )

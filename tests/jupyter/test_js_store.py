@@ -81,3 +81,36 @@ def test_arrival_times_are_kept_per_line_and_capped_with_the_lines() -> None:
     out = json.loads(proc.stdout)
     assert out["kept"] == 100  # the cap holds; the times live on the lines, so they go with them
     assert out["timed"] == 99 and out["untimed"] == 0  # every text line kept has its arrival time
+
+
+HINTS = r"""
+const model = (traits) => ({get: (k) => traits[k]});
+const evil = 'import os; os.system("id")';
+console.log(JSON.stringify([
+  rxAttachHint(model({job_id: "j0a1b2c3d4e5f6a7b", sandbox: "docker://box", hint: evil})),
+  rxAttachHint(model({job_id: "j-1", sandbox: "k8s://ns/pod?kubectl=./x y"})),
+  rxAttachHint(model({job_id: "j-1", sandbox: "ssh://h?config=./c'x"})),
+  rxAttachHint(model({job_id: 'x{__import__("os")}', sandbox: "local://", hint: evil})),
+  rxAttachHint(model({job_id: "j-1", sandbox: "local://\nimport os"})),
+]));
+"""
+
+
+def test_a_disconnected_views_hint_is_made_from_its_id_and_url() -> None:
+    """A stranger's notebook can save any widget state, a ready-made ``hint`` included: the
+    views build the magic they tell the user to paste from the job id and URL (trust.py's rules),
+    so a saved hint is never shown, nor a hint for an unsafe id or a URL of more than one line."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    code = (STATIC / "common.js").read_text() + HINTS
+    proc = subprocess.run([node, "-e", code], capture_output=True, text=True, timeout=30, check=True)
+    assert json.loads(proc.stdout) == [
+        "%exec_remote_attach j0a1b2c3d4e5f6a7b --sandbox docker://box",
+        "",  # a space: not one plain word of a line
+        "%exec_remote_attach j-1 --sandbox 'ssh://h?config=./c'\"'\"'x'",
+        "",
+        "",
+    ]
+    for view in ("job_view.js", "terminal_view.js"):
+        assert 'model.get("hint")' not in (STATIC / view).read_text()

@@ -18,6 +18,7 @@ from remote_exec.jupyter import JobView, RemoteCommandError
 from remote_exec.jupyter.background import BackgroundJob
 from remote_exec.jupyter.headless import HeadlessFrontEnd
 from remote_exec.jupyter.record import ansi_to_html
+from remote_exec.jupyter.trust import attach_hint
 
 from .conftest import gone, wait_for
 
@@ -64,7 +65,7 @@ def test_a_running_record_says_how_to_reconnect(sb: rx.Sandbox, front: HeadlessF
     data = data[0] if isinstance(data, tuple) else data
     hint = f"%exec_remote_attach {proc.job_id} --sandbox {shlex.quote(sb.url)}"  # pasted: these values exactly
     assert html.escape(hint) in data["text/html"] and hint in data["text/plain"]
-    assert view.hint == hint  # what the view says once its kernel is gone
+    assert attach_hint(view.job_id, view.sandbox) == hint  # what the view says once its kernel is gone (rxAttachHint)
     view.kill()
     assert gone(proc.pid)
 

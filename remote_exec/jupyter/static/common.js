@@ -270,6 +270,21 @@ class RxPaneView {
   }
 }
 
+// The magic a disconnected view tells the user to paste, made here from its job id and sandbox
+// URL by trust.py's attach_hint rules (a safe-form id; a URL of one plain printable line; both
+// quoted as shlex.quote does). Never text taken from the model: a stranger's notebook can save
+// any widget state, and a saved ready-made hint would be shown as ours, verbatim.
+const RX_JOB_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+const rxShellQuote = (s) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'"'"'`)}'`);
+function rxAttachHint(model) {
+  const id = model.get("job_id");
+  const url = model.get("sandbox");
+  if (typeof id !== "string" || !RX_JOB_ID.test(id) || typeof url !== "string" || !/^[\x21-\x7e]{1,2048}$/.test(url)) {
+    return "";
+  }
+  return `%exec_remote_attach ${rxShellQuote(id)} --sandbox ${rxShellQuote(url)}`;
+}
+
 // One element with an optional class and text (every view builds its DOM with it).
 function rxEl(tag, cls, text) {
   const e = document.createElement(tag);

@@ -195,7 +195,7 @@ export default {
       if (reconnect.button.textContent !== "Reconnect") return; // its own message stands
       error.textContent = disconnected
         ? "The kernel that showed this view is gone; the job goes on in the sandbox. Reconnect" +
-          (model.get("hint") ? `, or in a running kernel: ${model.get("hint")}` : "")
+          (rxAttachHint(model) ? `, or in a running kernel: ${rxAttachHint(model)}` : "")
         : model.get("error");
     };
     // -- health -----------------------------------------------------------------------------
