@@ -82,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--kill-grace", type=float, default=5.0, help="seconds from SIGTERM (or Ctrl-C's SIGINT) to the kill"
     )
-    run.add_argument("--label", help="a name for `ps`")
+    run.add_argument("--label", help="a label shown by `ps` (attach, kill, logs and wait take it too)")
+    run.add_argument("--name", help="a name for the job (tags['name'], as the notebook's --bg --name)")
     run.add_argument("--detach", "-d", action="store_true", help="print the job id and leave it running")
     run.add_argument(
         "--tty", "-t", action="store_true", help="run in a terminal: this one, raw, its size; Ctrl-] leaves"
@@ -190,6 +191,7 @@ async def _dispatch(sb: AsyncSandbox, args: argparse.Namespace) -> int:
             timeout=args.timeout,
             kill_grace=args.kill_grace,
             label=args.label,
+            tags={"name": args.name} if args.name else None,
             policy=policy,
         )
         if args.tty:  # bytes, not text: the local terminal decodes them (a split UTF-8 character too)
@@ -246,7 +248,7 @@ async def _kill(sb: AsyncSandbox, info: JobInfo, grace: float | None) -> int:
     if info.state == "running":
         print(f"killed {job} (SIGTERM)")
     else:
-        print(f"{job} had already ended ({terminal_safe(info.state)}, exit {info.exit_code})")
+        print(f"{job} had already ended (exit {info.exit_code})")
     return 0
 
 
@@ -261,7 +263,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``remote-exec``."""
     args = _parser().parse_args(argv)
     try:
-        if args.cmd == "shell" and (args.lines or args.session):  # blocking API: the prompt reads here
+        # The line mode when asked, or when stdin is no terminal (a pipe of commands, as `docker
+        # exec -i` without -t); blocking API: the prompt reads the terminal in this thread.
+        if args.cmd == "shell" and (args.lines or args.session or args.keep or not sys.stdin.isatty()):
             status = shell_repl(args.sandbox, args.session, keep=args.keep)
         else:
             status = asyncio.run(_main(args))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import shutil
 import sys
 from typing import Any
 
@@ -21,6 +20,7 @@ from ..protocol import JobInfo
 from ..termsafe import terminal_safe
 from .jobref import job_name
 from .top import quiet_text
+from .tty import local_size
 
 __all__ = ["NEWLINE", "add_ps_parser", "print_ps", "ps_lines", "select_jobs"]
 
@@ -120,6 +120,6 @@ def print_ps(jobs: list[JobInfo], args: argparse.Namespace) -> None:
         return
     lines = ps_lines(chosen)
     if sys.stdout.isatty() and not args.no_trunc:
-        width = shutil.get_terminal_size().columns
+        width = (local_size() or (80, 24))[0]  # the terminal's own size, not $COLUMNS
         lines = [line if len(line) <= width else line[: width - 1] + "\u2026" for line in lines]
     print("\n".join(lines))

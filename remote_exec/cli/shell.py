@@ -6,10 +6,11 @@ the same terminal handling as ``run -t`` (:func:`.tty.follow_tty`: raw mode, its
 resizes, ``Ctrl-]`` leaves it running); ``top``, ``clear``, ``python3``'s prompt work. Local
 ``$TERM`` is passed on, as ssh does.
 
-``--lines`` (or ``--session ID``) is the line mode: a prompt on a shell *session*, to step into
-the shell a notebook uses. Each line read is one run in the session: its stdout and stderr are
-printed as they arrive and a non-zero exit code is shown after it. Lines come from a terminal (readline editing, history
-in ``~/.remote_exec_shell_history``) or from a pipe. Ctrl-C stops the running command and keeps
+``--lines`` (or ``--session ID``, ``--keep``, or a stdin that is no terminal) is the line
+mode: a prompt on a shell *session*, to step into the shell a notebook uses. Each line read is
+one run in the session: its stdout and stderr are printed as they arrive and a non-zero exit
+code is shown after it. Lines come from a terminal (readline editing, history in
+``~/.remote_exec_shell_history``) or from a pipe. Ctrl-C stops the running command and keeps
 the shell; Ctrl-D (end of input) leaves. ``exit N`` closes the shell and leaves with N.
 
 At a terminal, the lines typed while a command runs are its stdin, as in a local shell
@@ -71,8 +72,6 @@ def add_shell_parser(sub: Any) -> None:
 async def shell_pty(sb: AsyncSandbox, args: argparse.Namespace) -> int:
     """The login shell as a PTY job in this terminal, until it exits (its status) or ``Ctrl-]``
     (0, the shell left running). Cancelling it kills the shell, as ``run -t``'s job."""
-    if not sys.stdin.isatty():
-        raise SystemExit("remote-exec shell: needs a terminal on stdin (use --lines in a pipe)")
     term = os.environ.get("TERM")
     opts = ExecRemoteOptions(
         tty=True,

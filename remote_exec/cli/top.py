@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
 import sys
 import termios
 import tty
@@ -34,6 +33,7 @@ from ..errors import AgentUnresponsiveError, JobNotFoundError
 from ..protocol import JobInfo, JobStats, SandboxStats
 from ..termsafe import terminal_safe
 from .health import LINK_WORDS, link_line
+from .tty import local_size
 
 __all__ = ["add_top_parser", "human", "quiet_text", "render", "top"]
 
@@ -157,7 +157,7 @@ async def _screens(sb: AsyncSandbox, args: argparse.Namespace, quit: asyncio.Eve
         except AgentUnresponsiveError:
             screen = link_line(sb.url, sb.link.status)  # frozen: say so, and ask again next round
         if redraw:
-            width = shutil.get_terminal_size().columns
+            width = (local_size() or (80, 24))[0]  # the terminal's own size, not $COLUMNS
             cut = [line if len(line) <= width else line[: width - 1] + "\u2026" for line in screen.splitlines()]
             print(HOME_CLEAR + "\n".join(cut), flush=True)
         else:
