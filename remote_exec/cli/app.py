@@ -95,14 +95,32 @@ def _parser() -> argparse.ArgumentParser:
         policy.add_argument(*flags, **kwargs)
     run.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     add_ps_parser(sub)
-    att = sub.add_parser("attach", help="follow a job's output (Ctrl-C detaches; the job goes on)")
+    raw = argparse.RawDescriptionHelpFormatter
+    att = sub.add_parser(
+        "attach",
+        help="follow a job's output (Ctrl-C detaches; the job goes on)",
+        epilog="examples:\n  remote-exec attach train          by --name, label or id\n"
+        "  remote-exec attach -t JOB_ID     a tty job: be its terminal too (Ctrl-] leaves)\n",
+        formatter_class=raw,
+    )
     att.add_argument("--tty", "-t", action="store_true", help="be a tty job's terminal too (keys, size); Ctrl-] leaves")
     att.add_argument("job_id", metavar="JOB", help=JOB_HELP)
     att.add_argument("--quiet-after", type=float, default=QUIET_AFTER, help=quiet_help)
-    kill = sub.add_parser("kill", help="kill a job (says whether it had already ended)")
+    kill = sub.add_parser(
+        "kill",
+        help="kill a job (says whether it had already ended)",
+        epilog="examples:\n  remote-exec kill train           killed JOB (SIGTERM)\n"
+        "  remote-exec kill --grace 0 JOB_ID   SIGKILL right after the SIGTERM\n",
+        formatter_class=raw,
+    )
     kill.add_argument("job_id", metavar="JOB", help=JOB_HELP)
     kill.add_argument("--grace", type=float, help="seconds from SIGTERM to SIGKILL")
-    wait = sub.add_parser("wait", help="wait for a job's end; exit with its status")
+    wait = sub.add_parser(
+        "wait",
+        help="wait for a job's end; exit with its status",
+        epilog="example:\n  remote-exec wait train && echo trained\n",
+        formatter_class=raw,
+    )
     wait.add_argument("job_id", metavar="JOB", help=JOB_HELP)
     add_shell_parser(sub)
     add_cp_parser(sub)

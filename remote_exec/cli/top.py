@@ -43,7 +43,13 @@ HOME_CLEAR = "\x1b[H\x1b[2J"  # cursor home, clear the screen: the next screen r
 
 def add_top_parser(sub: Any) -> None:
     """The ``top`` subcommand's options on ``sub`` (argparse's subparsers)."""
-    p = sub.add_parser("top", help="CPU, memory and disk of the sandbox and its running jobs (q quits)")
+    p = sub.add_parser(
+        "top",
+        help="CPU, memory and disk of the sandbox and its running jobs (q quits)",
+        epilog="examples:\n  remote-exec top                  redraws every 2 s on a terminal; q quits\n"
+        "  remote-exec top -n 1 | cat       one plain table, for a script\n",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--interval", "-d", type=float, default=2.0, help="seconds between refreshes")
     p.add_argument("--count", "-n", type=int, default=0, help="refreshes before exiting (0: until Ctrl-C)")
 
