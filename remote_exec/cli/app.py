@@ -36,7 +36,7 @@ from ..client.policyopts import POLICY_OPTIONS, policy_from_args
 from ..client.process import ExecRemoteProcess
 from ..client.sandbox import AsyncSandbox
 from ..client.types import Completed, ExecRemoteOptions, StderrChunk, StdoutChunk
-from ..errors import AgentUnresponsiveError, ExecTimeoutError
+from ..errors import AgentUnresponsiveError, ExecTimeoutError, TransportError
 from ..protocol import JobInfo
 from ..sandboxes import open_sandbox
 from ..termsafe import terminal_safe
@@ -274,7 +274,12 @@ def _one_line(exc: BaseException) -> str:
     """The error as one line: the innermost of a group (a task group wraps what failed in it)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    return f"remote-exec: {type(exc).__name__}: {terminal_safe(exc)}"  # may quote the agent
+    hint = (
+        " (check that the sandbox is up and reachable; --debug shows the chain)"
+        if isinstance(exc, TransportError)
+        else ""
+    )
+    return f"remote-exec: {type(exc).__name__}: {terminal_safe(exc)}{hint}"  # may quote the agent
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -102,7 +102,8 @@ class StateMagics(Magics):
                 raise
             if isinstance(exc, SandboxError):
                 raise UsageError(str(exc)) from None
-            raise UsageError(f"{type(exc).__name__}: {exc} (set {DEBUG_ENV}=1 for the whole chain)") from None
+            hint = f"check that the sandbox is up and reachable; {DEBUG_ENV}=1 shows the whole chain"
+            raise UsageError(f"{type(exc).__name__}: {exc} ({hint})") from None
 
     def _store(self, name: str | None, value: object) -> None:
         if name is not None:
