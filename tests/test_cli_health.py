@@ -125,7 +125,7 @@ def test_ps_shows_how_long_a_running_job_is_quiet(agent_dir: Path, tmp_path: Pat
         assert 0 <= int(quiet[:-1]) <= time.time() - info.last_output_at + 1
         gate.touch()
         job.wait()
-        ps = run_cli("-s", url, "ps")
+        ps = run_cli("-s", url, "ps", "-a")  # an ended job is listed with -a
         ended = next(r for r in ps.stdout.splitlines() if r.startswith(job.job_id or "?"))
         assert ended[col].strip() == "", ended  # an ended job is not "quiet"
 

@@ -105,7 +105,7 @@ def test_shell_prompt_types_into_the_running_command(agent_dir: Path) -> None:
     """At ``remote-exec shell``'s prompt, what is typed while a command runs is that command's
     stdin (the terminal echoes and edits it, as for a local command); Ctrl-D ends that stdin,
     not the prompt; Ctrl-C still interrupts the command and keeps the shell."""
-    child = cli(agent_dir, "shell")
+    child = cli(agent_dir, "shell", "--lines")
     child.expect_exact("$ ")
     child.send("printf 'name? '; read name; echo \"hi $name\"\r")
     child.expect_exact("name? ")

@@ -1,8 +1,16 @@
-"""``remote-exec shell``: a prompt on a shell session, to step into the shell a notebook uses.
+"""``remote-exec shell``: an interactive shell in the sandbox, as ``docker exec -it``,
+``kubectl exec -it`` and ``ssh`` give one.
 
-Each line read is one run in the session: its stdout and stderr are printed as they arrive and
-a non-zero exit code is shown after it. Lines come from a terminal (readline editing, history
-in ``~/.remote_exec_shell_history``) or from a pipe. Ctrl-C stops the running command and keeps
+By default it is a PTY job running the sandbox user's login shell (:data:`SHELL_COMMAND`), with
+the same terminal handling as ``run -t`` (:func:`.tty.follow_tty`: raw mode, its size and
+resizes, ``Ctrl-]`` leaves it running); ``top``, ``clear``, ``python3``'s prompt work. Local
+``$TERM`` is passed on, as ssh does.
+
+``--lines`` (or ``--session ID``, ``--keep``, or a stdin that is no terminal) is the line
+mode: a prompt on a shell *session*, to step into the shell a notebook uses. Each line read is
+one run in the session: its stdout and stderr are printed as they arrive and a non-zero exit
+code is shown after it. Lines come from a terminal (readline editing, history in
+``~/.remote_exec_shell_history``) or from a pipe. Ctrl-C stops the running command and keeps
 the shell; Ctrl-D (end of input) leaves. ``exit N`` closes the shell and leaves with N.
 
 At a terminal, the lines typed while a command runs are its stdin, as in a local shell
@@ -16,20 +24,63 @@ way out unless ``--keep``. A session named with ``--session`` is left open for i
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from ..blocking import BlockingExecRemoteProcess, BlockingShellSession, connect
-from ..client.types import Completed, StderrChunk, StdoutChunk
+from ..client.sandbox import AsyncSandbox
+from ..client.types import Completed, ExecRemoteOptions, StderrChunk, StdoutChunk
 from ..errors import ExecTimeoutError, ShellBusyError
 from ..termsafe import terminal_safe
+from .tty import follow_tty, local_size
 from .typein import typed_lines_to
 
-__all__ = ["shell_repl"]
+__all__ = ["SHELL_COMMAND", "add_shell_parser", "shell_pty", "shell_repl"]
 
 HISTORY = os.path.expanduser("~/.remote_exec_shell_history")
+SHELL_COMMAND = [  # the same as the notebook's %remote_shell (which the CLI may not import)
+    "sh",
+    "-c",
+    # The sandbox user's login shell (its $SHELL, else its passwd entry), else bash, else sh.
+    's=${SHELL:-$(getent passwd "$(id -u)" 2>/dev/null | cut -d: -f7)}; '
+    '[ -x "$s" ] || s=$(command -v bash || echo /bin/sh); exec "$s" -i',
+]
+SHELL_LABEL = "remote-exec shell"
+EXAMPLES = """examples:
+  remote-exec shell                     an interactive shell in a terminal (Ctrl-] leaves it running)
+  remote-exec shell --lines             line mode: one command per line in a shell session
+  remote-exec shell --session SID       line mode, in the session a notebook uses
+"""
+
+
+def add_shell_parser(sub: Any) -> None:
+    """The ``shell`` subcommand's options on ``sub`` (argparse's subparsers)."""
+    p = sub.add_parser(
+        "shell",
+        help="an interactive shell in the sandbox, in this terminal",
+        epilog=EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--lines", action="store_true", help="line mode: a prompt on a shell session, no terminal")
+    p.add_argument("--session", help="(line mode) join this session (default: open a new one and print its id)")
+    p.add_argument("--keep", action="store_true", help="(line mode) leave the new session open on exit")
+
+
+async def shell_pty(sb: AsyncSandbox, args: argparse.Namespace) -> int:
+    """The login shell as a PTY job in this terminal, until it exits (its status) or ``Ctrl-]``
+    (0, the shell left running). Cancelling it kills the shell, as ``run -t``'s job."""
+    term = os.environ.get("TERM")
+    opts = ExecRemoteOptions(
+        tty=True,
+        tty_size=local_size(),
+        encoding="base64",
+        label=SHELL_LABEL,
+        env={"TERM": term} if term else None,
+    )
+    return await follow_tty(sb.exec_remote(SHELL_COMMAND, opts))
 
 
 def shell_repl(url: str, session_id: str | None = None, *, keep: bool = False) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import keyword
+import os
 import shlex
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
@@ -21,10 +22,14 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, cell_magic, line_magic
 
 from ..blocking import Sandbox
-from ..errors import SandboxError
+from ..errors import SandboxError, TransportError
 from .kernel_state import KernelState
 
-__all__ = ["StateMagics"]
+__all__ = ["DEBUG_ENV", "StateMagics"]
+
+DEBUG_ENV = "REMOTE_EXEC_DEBUG"
+"""Set (to anything but ``""`` or ``0``), a sandbox that cannot be opened raises its own error,
+with its whole chain, instead of the one-line ``UsageError``."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -88,10 +93,17 @@ class StateMagics(Magics):
         self.state = state
 
     def _sandbox(self, url: str) -> Sandbox:
+        # A sandbox that cannot be opened or reached is the user's to fix (a URL, a daemon, a
+        # host): one line, as IPython shows a UsageError, not a chain through asyncssh/asyncio.
         try:
             return self.state.sandbox(url)
-        except SandboxError as exc:
-            raise UsageError(str(exc)) from None
+        except (SandboxError, TransportError) as exc:
+            if os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+                raise
+            if isinstance(exc, SandboxError):
+                raise UsageError(str(exc)) from None
+            hint = f"check that the sandbox is up and reachable; {DEBUG_ENV}=1 shows the whole chain"
+            raise UsageError(f"{type(exc).__name__}: {exc} ({hint})") from None
 
     def _store(self, name: str | None, value: object) -> None:
         if name is not None:

@@ -62,7 +62,7 @@ def test_ps_prints_each_hostile_label_and_command_safely(sandbox: str, adversary
             proc = sb.exec_remote(["sh", "-c", f": {evil}"], rx.ExecRemoteOptions(label=f"{case} {evil}"))
             proc.wait()
             ids[case] = proc.job_id
-    r = subprocess.run([*CLI, "-s", sandbox, "ps"], capture_output=True, timeout=60)
+    r = subprocess.run([*CLI, "-s", sandbox, "ps", "-a"], capture_output=True, timeout=60)
     assert r.returncode == 0 and r.stderr == b""
     out = decoded(r.stdout)
     rows = out.splitlines()[1:]
@@ -72,7 +72,7 @@ def test_ps_prints_each_hostile_label_and_command_safely(sandbox: str, adversary
         refused = not unsafe_chars(row) and case in row
         adversary.tried("terminal escapes", f"ps label and command: {case}", refused=refused)
         assert refused, row
-    assert "\\x1b]52;c;" in out and "\\u202e" in out and "\\x9b" in out and "\\n" in out  # shown, not run
+    assert "\\x1b]52;c;" in out and "\\u202e" in out and "\\x9b" in out and "\u23ce" in out  # shown, not run
     assert not unsafe_chars(out)
 
 

@@ -109,7 +109,7 @@ async def test_user_scope_is_shared(runtime: Path, tmp_path: Path, monkeypatch: 
     async with rx.open_sandbox("local://?scope=user") as sb:
         assert (await sb.server_info()).pid == pid
         assert job_id in [j.job_id for j in await sb.jobs()]
-    assert job_id in cli(b, "--sandbox", "local://?scope=user", "ps").stdout
+    assert job_id in cli(b, "--sandbox", "local://?scope=user", "ps", "-a").stdout  # an ended job: -a
 
 
 @pytest.mark.parametrize("channel", ["socket", "stdio"])
