@@ -59,10 +59,11 @@ QUICK_TESTS := tests/test_api.py tests/test_docs.py tests/test_blocking.py tests
 	tests/jupyter/test_packaging.py
 
 check: lint typecheck
-	$(BIN)/pytest -q -p no:randomly -m "not slow" -k "not stdio" $(QUICK_TESTS)
+	$(BIN)/pytest -q -m "not slow" -k "not stdio" $(QUICK_TESTS)
 
 test: lint typecheck docs $(AGENT)
 	$(BIN)/pytest --durations=25
+	# Not in random order: nbval's items are a notebook's cells, which run top to bottom.
 	$(BIN)/pytest --nbval notebooks --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg -p no:randomly
 
 # Re-run every notebook top to bottom and store its real outputs (what the nbval run above compares).
