@@ -130,10 +130,13 @@ async def end_tree(job_id: str, leader: int, grace: float, after_term: Callable[
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + grace
-    signal_all(await scan(job_processes, job_id, leader), signal.SIGTERM)
+    # The leader's group first, in one kill: a shell and its child get SIGTERM together, so the
+    # shell dies of its own before it can report the child's death ("Terminated" on the job's
+    # stderr, when one by one reached the child first and a loaded machine ran the shell between).
     if leader:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(leader, signal.SIGTERM)
+    signal_all(await scan(job_processes, job_id, leader), signal.SIGTERM)  # what left the group
     if after_term is not None:
         after_term()
     # No event exists for "every process of the tree is gone": poll the table during grace.
