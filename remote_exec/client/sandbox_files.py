@@ -9,6 +9,7 @@ one screenful per concern. The work is done by :class:`~remote_exec.client.files
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncGenerator, Sequence
 from typing import Literal, overload
@@ -16,7 +17,7 @@ from typing import Literal, overload
 from ..protocol import FileInfo
 from .core import SandboxCore
 from .files import TEXT_LIMIT, FileClient
-from .transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, ProgressBar, TransferResult, download_tree, upload_tree
+from .transfer import DEFAULT_MAX_BYTES, DEFAULT_MAX_FILES, TransferResult, download_tree, progress_bar, upload_tree
 
 __all__ = ["SandboxFiles"]
 
@@ -100,7 +101,7 @@ class SandboxFiles:
         :raises RemoteIsADirectoryError: ``path`` is a directory (use :meth:`download`).
         """
         size = (await self.stat(path)).size if progress else None
-        bar = ProgressBar(size or 0, f"download {path}", progress)
+        bar = await progress_bar(size or 0, f"download {path}", progress)
         try:
             return await self._files().read_to(path, local_path, progress=bar.update, size_hint=size)
         finally:
@@ -145,7 +146,8 @@ class SandboxFiles:
         :raises RemoteIsADirectoryError: ``path`` is a directory.
         :raises PathEscapeError: ``path`` leads out of :attr:`workspace_root`.
         """
-        bar = ProgressBar(os.stat(local_path).st_size if progress else 0, f"upload {os.fspath(local_path)}", progress)
+        size = (await asyncio.to_thread(os.stat, local_path)).st_size if progress else 0  # (not on the loop)
+        bar = await progress_bar(size, f"upload {os.fspath(local_path)}", progress)
         try:
             return await self._files().write_from(
                 local_path, path, mode=mode, keep_mtime=keep_mtime, parents=parents, progress=bar.update

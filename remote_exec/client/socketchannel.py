@@ -127,7 +127,10 @@ class SocketChannel(StdioChannel):
             try:
                 reader, writer = await self._open()
             except OSError as exc:
-                if not self._path.exists() and (self._path.parent / "agent.sock").exists():
+                older = await asyncio.to_thread(  # (stats: not on the loop)
+                    lambda: not self._path.exists() and (self._path.parent / "agent.sock").exists()
+                )
+                if older:
                     # Its HTTP socket answers, but it has no frame stream: an agent from an
                     # older remote_exec still serves this directory. Retrying cannot help.
                     raise AgentUnavailableError(

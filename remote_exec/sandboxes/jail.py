@@ -25,6 +25,7 @@ state dir in the box's private ``/tmp``.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import sys
 import tempfile
@@ -113,7 +114,8 @@ class JailTransport(ExecTransport):
         if self.pid is None or (self.box is not None and not self.box.alive()):
             raise SandboxError(f"the jail of {self.url} is not running")
         if self.box is None:
-            check_box(self.pid)  # a box we attached to may have died and its PID been reused
+            # A box we attached to may have died and its PID been reused. (/proc reads: in a thread)
+            await asyncio.to_thread(check_box, self.pid)
         return await spawn_local(exec_argv(self.pid, argv))
 
     async def _start_box(self) -> None:
@@ -142,7 +144,7 @@ class JailTransport(ExecTransport):
             if self.pid is None:
                 await self._start_box()
             else:
-                check_box(self.pid)
+                await asyncio.to_thread(check_box, self.pid)
             # `ensure` up front starts the agent now and says why it cannot run (a stdio channel
             # to a failing agent would only look like a dropped connection).
             ensure = ["sh", "-c", 'exec "$@" 2>&1', "sh", *self._agent_args("ensure")]
@@ -161,7 +163,7 @@ class JailTransport(ExecTransport):
             return SandboxLostError(f"{self.url}: the jail's box has exited; its jobs died with it")
         if self.box is None and self.pid is not None:
             try:
-                check_box(self.pid)
+                await asyncio.to_thread(check_box, self.pid)
             except SandboxError:
                 return SandboxLostError(f"{self.url}: the jail's box (pid {self.pid}) is gone")
         return None

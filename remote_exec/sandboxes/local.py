@@ -130,9 +130,13 @@ class LocalTransport(SandboxTransport):
         :raises UntrustedAgentError: the state dir, the socket or its listener is another
             user's (checked before connecting, and the peer's uid once connected).
         """
-        try:
+
+        def owned_socket() -> bool:  # (lstats: in a thread, not on the loop)
             check_state_dir(self.state_dir)
-            if not check_socket(self.socket_path):
+            return check_socket(self.socket_path)
+
+        try:
+            if not await asyncio.to_thread(owned_socket):
                 return False
             _, writer = await asyncio.open_unix_connection(os.fspath(self.socket_path))
         except OSError:
@@ -151,7 +155,7 @@ class LocalTransport(SandboxTransport):
         :raises AgentUnavailableError: the agent could not be started.
         """
         if self._scoped:
-            secure_parent(self.state_dir)
+            await asyncio.to_thread(secure_parent, self.state_dir)  # (a mkdir and lstats: not on the loop)
         if await self._socket_accepts():
             return
         proc = await asyncio.create_subprocess_exec(

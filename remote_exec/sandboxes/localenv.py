@@ -19,14 +19,22 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["ALLOWED", "agent_environment"]
+__all__ = ["ALLOWED", "TO_AGENT_ONLY", "agent_environment"]
 
 ALLOWED = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TMPDIR", "XDG_RUNTIME_DIR"})
+# The test suite's switch for the agent's guard against blocking its event loop
+# (remote_exec.agent.loopguard), which takes it out of the agent's environment: no job sees it.
+TO_AGENT_ONLY = frozenset({"REMOTE_EXEC_BLOCKBUSTER"})
+
+
+# Resolved once, here: agent_environment runs on the event loop (ensure_agent), where a
+# resolve() (lstat of each component) would block it.
+_PACKAGE_PARENT = os.fspath(Path(__file__).resolve().parents[2])
 
 
 def agent_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The environment to start the ``local://`` agent (and its relay processes) with."""
-    env = {k: v for k, v in environ.items() if k in ALLOWED or k.startswith("LC_")}
+    env = {k: v for k, v in environ.items() if k in ALLOWED or k in TO_AGENT_ONLY or k.startswith("LC_")}
     if environ.get("PYTHONPATH"):
-        env["PYTHONPATH"] = os.fspath(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = _PACKAGE_PARENT
     return env

@@ -17,7 +17,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,7 +32,9 @@ from .conftest import Adversary
 
 pytestmark = pytest.mark.anyio
 
-DEADLINE = 5.0  # seconds any refusal may take; a blocked open never answers at all
+# Generous (a loaded machine), yet far short of what a refusal that fails looks like: a blocked
+# open never answers at all, and the jobs killed here sleep 60 s.
+DEADLINE = 30.0
 
 
 @pytest.fixture
@@ -120,7 +121,6 @@ async def test_fifo_reads_in_flight_do_not_stop_timeouts_stat_or_sigterm(
             try:
                 # A job that ignores SIGTERM and outlives its timeout: only SIGKILL ends it.
                 job = await sb.exec_remote("trap '' TERM; echo up; sleep 60", timeout=0.5, kill_grace=0.5).started()
-                t0 = time.monotonic()
                 async with asyncio.timeout(DEADLINE):
                     info = await sb.stat(str(specials["fifo"].parent / "plain.txt"))
                 assert info.size == 6
@@ -131,7 +131,7 @@ async def test_fifo_reads_in_flight_do_not_stop_timeouts_stat_or_sigterm(
                         )
                         if polled.state != "running":
                             break
-                killed = polled.state == "timed_out" and time.monotonic() - t0 < DEADLINE
+                killed = polled.state == "timed_out"  # within the timeout above (the job sleeps 60 s)
                 adversary.tried("special files", "timed-out job SIGKILLed with 10 FIFO reads in flight", refused=killed)
                 assert killed, polled
             finally:
@@ -153,11 +153,10 @@ async def test_kills_do_not_wait_for_a_stuck_worker_pool(adversary: Adversary) -
     try:
         started = await jobs.start(StartParams(command="trap '' TERM; sleep 60", timeout=0.3, kill_grace=0.3))
         job = jobs._get(started.job_id)
-        t0 = time.monotonic()
         async with asyncio.timeout(DEADLINE):
             while job.running:
                 await job.poll(PollParams(job_id=started.job_id, wait=1.0))
-        killed = job.state == "timed_out" and time.monotonic() - t0 < DEADLINE
+        killed = job.state == "timed_out"  # within the timeout above (the job sleeps 60 s)
         adversary.tried("special files", "timed-out job SIGKILLed with the worker pool stuck", refused=killed)
         assert killed
     finally:

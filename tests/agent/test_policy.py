@@ -6,6 +6,7 @@ job's state and exit, the ``reason`` in the result and in ``jobs()``, the record
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import textwrap
@@ -17,6 +18,7 @@ import pytest
 
 import remote_exec as rx
 from remote_exec.agent.jobs.policy import TICK
+from remote_exec.protocol import MAX_WAIT
 
 from ..conftest import agent_killed, sigkilled_client
 from .rawhttp import rpc
@@ -120,15 +122,14 @@ async def test_a_new_hit_answers_a_long_poll(agent_sock: Path) -> None:
     job_id = (await anyio.to_thread.run_sync(rpc, agent_sock, "exec_remote_start", start))["result"]["job_id"]
     try:
         offset, hits = 0, 0
-        with anyio.fail_after(60):
-            while hits == 0:
-                params = {"job_id": job_id, "stdout_offset": offset, "wait": 25, "hits": hits}
-                began = time.monotonic()
-                res = (await anyio.to_thread.run_sync(rpc, agent_sock, "exec_remote_poll", params))["result"]
-                took = time.monotonic() - began
-                # The output answers at once, the hit within a policy tick: never the full wait.
-                assert took < 10 * TICK, f"a poll took {took:.1f} s with hits {res['hits']}"
-                offset, hits = res["stdout_offset"], res["hits"]
+        while hits == 0:
+            # The output answers at once, the hit within a policy tick: never the full wait, 30 s
+            # (the cap), which the generous 20 s bound tells apart from the news on a loaded machine.
+            params = {"job_id": job_id, "stdout_offset": offset, "wait": MAX_WAIT, "hits": hits}
+            with anyio.fail_after(20):
+                call = functools.partial(rpc, agent_sock, "exec_remote_poll", params)
+                res = (await anyio.to_thread.run_sync(call, abandon_on_cancel=True))["result"]
+            offset, hits = res["stdout_offset"], res["hits"]
         assert offset == 4 and hits == 1 and res["state"] == "running"
     finally:
         await anyio.to_thread.run_sync(rpc, agent_sock, "exec_remote_kill", {"job_id": job_id, "grace": 0})
@@ -263,7 +264,7 @@ async def test_kill_on_disconnect_after_the_client_process_is_sigkilled(agent_di
         elapsed = time.monotonic() - t0
         print(f"\non_disconnect=kill: job ended {elapsed:.2f} s after its client was SIGKILLed (grace 2 s)")
         assert info.state == "killed" and info.reason == "killed: no client attached for 2 s"
-        assert 2.0 - TICK <= elapsed <= 2.0 + 10 * TICK + 5  # grace, a tick, and a loaded machine
+        assert elapsed >= 2.0 - TICK  # the grace was waited out (the end itself: _until's bound)
         kept = await _info(sb, keep_id)
         assert kept.state == "running" and kept.reason is None  # the "keep" job lives
         await (await sb.attach(keep_id)).kill()

@@ -146,8 +146,10 @@ async def test_reading_pauses_while_the_host_does_not_acknowledge(ctl: PortContr
 
     async with serving(flood) as port:
         cid = (await ctl.connect(PortConnectParams(port=port))).conn_id
-        await asyncio.sleep(0.5)  # nobody receives: the agent must stop reading, not buffer 8 MiB
-        (info,) = (await ctl.list(Empty())).conns
+        # Nobody receives: the agent must stop reading, not buffer 8 MiB.
+        async with asyncio.timeout(30):
+            while not (info := (await ctl.list(Empty())).conns[0]).reading_paused:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
         assert info.reading_paused and info.buffered <= 256 * 1024 + 256 * 1024  # the limit, plus one read
         assert not sent.is_set()  # the sender is held back by TCP
         data, end = await recv_all(ctl, cid)

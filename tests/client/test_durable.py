@@ -73,6 +73,14 @@ def alive(pid: int) -> bool:
         return False
 
 
+def parent(pid: int) -> int:
+    """The parent pid of ``pid`` (0 once it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+    except OSError:
+        return 0
+
+
 def agent_rss(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -168,6 +176,11 @@ async def test_a_shell_that_cannot_be_readopted_says_so(fresh_agent_dir: Path) -
         proc = sh.start("echo running; sleep 300")
         assert await anext(aiter(proc)) == rx.StdoutChunk("running\n")
         bash = sh.pid
+        # This run's own sleep, by its parent: "sleep 300" alone also names other tests' jobs
+        # (a session-wide agent's, or another suite's on a shared machine), which made this
+        # test fail under load while it passed alone.
+        sleeps = [pid for pid in procs_with("sleep 300") if parent(pid) == bash]
+        assert len(sleeps) == 1, sleeps
         for slot in ("session.0.json", "session.1.json"):
             (fresh_agent_dir / "shells" / sh.session_id / slot).unlink()
         os.kill(sb.info.pid, signal.SIGKILL)
@@ -179,7 +192,7 @@ async def test_a_shell_that_cannot_be_readopted_says_so(fresh_agent_dir: Path) -
             assert lost.value.data["session_id"] == sh.session_id
             with pytest.raises(rx.AgentLostError, match=f"shell {sh.session_id} was not re-adopted"):
                 await sh.run("pwd")
-        await wait_until("the shell and its run are gone", lambda: not alive(bash) and procs_with("sleep 300") == [])
+        await wait_until("the shell and its run are gone", lambda: not alive(bash) and not alive(sleeps[0]))
         assert not (fresh_agent_dir / "shells" / sh.session_id).exists()
 
 

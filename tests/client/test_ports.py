@@ -113,8 +113,13 @@ async def test_a_slow_reader_holds_the_sender_back_and_loses_nothing(url: str) -
             with anyio.fail_after(10):  # the agent stops reading from the server (asked, not signalled)
                 while not (conns := await fwd.connections()) or not conns[0].reading_paused:  # noqa: ASYNC110
                     await anyio.sleep(0.05)
-            await anyio.sleep(0.5)  # and stays stopped
-            (conn,) = await fwd.connections()
+            with anyio.fail_after(30):  # and stays stopped: paused twice running, having received nothing between
+                (conn,) = await fwd.connections()
+                while True:
+                    (again,) = await fwd.connections()
+                    if conn.reading_paused and again.reading_paused and again.received == conn.received:
+                        break
+                    conn = again
             # It holds at most its buffer (4 MiB) for the host, which holds one answer in flight
             # and its write buffer; the rest is in socket buffers, the server is blocked.
             assert conn.reading_paused and conn.buffered <= 4 * 1024 * 1024 + 256 * 1024, conn

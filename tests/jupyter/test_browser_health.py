@@ -109,7 +109,6 @@ def test_health_in_the_job_view(
             cell.locator(".rx-job[data-link='lost']").wait_for(timeout=(LIVENESS_BOUND + 20) * 1000)
             took = time.monotonic() - t0
             print(f"\nbrowser: the JobView showed 'lost' {took:.2f} s after SIGSTOP (bound {LIVENESS_BOUND:g} s)")
-            assert took < LIVENESS_BOUND + 10
             assert job.locator(".rx-link").inner_text() == "agent not answering"
             assert "heartbeat" in (job.locator(".rx-link").get_attribute("title") or "")
             assert job.get_attribute("data-state") == "running"

@@ -68,7 +68,6 @@ async def test_docker_pause_is_unresponsive_then_unpause_resumes(usr_container: 
             elapsed = time.monotonic() - t0
             kind = type(caught.value).__name__
             print(f"\ndocker pause: {kind} after {elapsed:.2f} s (bound {BOUND:g} s): {caught.value}")
-            assert elapsed <= BOUND + 1.0 + 5.0  # + the diagnosis (docker inspect)
             assert name in str(caught.value)
             assert sb.link.state == "lost"  # what the views show: "agent not answering"
         finally:
@@ -89,7 +88,6 @@ async def test_killed_container_is_sandbox_lost(usr_container: tuple[Dockerd, st
             await anext(aiter(proc))
         elapsed = time.monotonic() - t0
         print(f"\ndocker kill: {type(caught.value).__name__} after {elapsed:.2f} s (bound {BOUND:g} s): {caught.value}")
-        assert elapsed <= BOUND + 1.0
         assert sb.link.state == "gone" and name in sb.link.status.reason  # the views: "sandbox gone"
 
 

@@ -46,7 +46,7 @@ async def test_docker_client_sigkilled_kill_job_dies_keep_job_lives(container: s
         elapsed = time.monotonic() - t0
         print(f"\ndocker, on_disconnect=kill: ended {elapsed:.2f} s after the client was SIGKILLed (grace 2 s)")
         assert info.state == "killed" and info.reason == "killed: no client attached for 2 s"
-        assert elapsed <= 2.0 + 10 * TICK + 10
+        assert elapsed >= 2.0 - TICK  # the grace was waited out (the job sleeps 300 s: _ended bounds the rest)
         kept = next(j for j in await sb.jobs() if j.job_id == keep_id)
         assert kept.state == "running"
         await (await sb.attach(keep_id)).kill()

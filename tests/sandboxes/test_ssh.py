@@ -50,13 +50,20 @@ async def wait_accepted(server: SSHServer, n: int) -> None:
 async def test_changed_host_key_is_refused_before_anything_runs(server: SSHServer, tmp_path: Path) -> None:
     known = tmp_path / "known_hosts"
     known.write_text(f"[127.0.0.1]:{server.port} {make_key(tmp_path / 'impostor')}\n")
-    before = server.accepted()
+    before, ended = server.accepted(), _preauth_lines(server)
     with pytest.raises(rx.SandboxError, match="does NOT match") as info:
         async with rx.open_sandbox(server.url(known_hosts=str(known))):
             pass
     assert "man-in-the-middle" in str(info.value)
-    await asyncio.sleep(0.2)
+    with anyio.fail_after(30):  # sshd's own record of the connection's end (a log file: polled)
+        while _preauth_lines(server) == ended:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
     assert server.accepted() == before  # refused before authenticating: no session, no command
+
+
+def _preauth_lines(server: SSHServer) -> int:
+    """sshd's log lines about connections that ended before authentication."""
+    return server.log.read_text().count("[preauth]")
 
 
 async def test_unknown_host_is_refused_unless_the_check_is_waived(
@@ -96,6 +103,8 @@ async def test_many_streaming_jobs_share_one_connection(server: SSHServer) -> No
     before = server.accepted()
     script = "for i in 1 2 3 4 5; do echo $JOB.$i; sleep 0.1; done"
     outputs: dict[int, list[str]] = {}
+    streaming: set[int] = set()
+    all_streaming = anyio.Event()
 
     async def stream(sb: rx.AsyncSandbox, n: int) -> None:
         chunks: list[str] = []
@@ -103,6 +112,9 @@ async def test_many_streaming_jobs_share_one_connection(server: SSHServer) -> No
             if isinstance(ev, rx.StdoutChunk):
                 assert isinstance(ev.data, str)
                 chunks.append(ev.data)
+                streaming.add(n)
+                if len(streaming) == 24:
+                    all_streaming.set()
         outputs[n] = chunks
 
     async with rx.open_sandbox(server.url()) as sb:
@@ -110,7 +122,7 @@ async def test_many_streaming_jobs_share_one_connection(server: SSHServer) -> No
             async with anyio.create_task_group() as tg:
                 for n in range(24):  # > MaxSessions 10: only the multiplexed channel makes this work
                     tg.start_soon(stream, sb, n)
-                await asyncio.sleep(0.3)
+                await all_streaming.wait()
                 assert server.established() == 1
     assert {n: "".join(c) for n, c in outputs.items()} == {
         n: "".join(f"{n}.{i}\n" for i in range(1, 6)) for n in range(24)

@@ -306,10 +306,14 @@ async def end_tree(tree: Tree, grace: float, after_term: Callable[[], None] | No
         signal_all(stopped, signal.SIGTERM)
     else:
         stopped = set()
-        signal_all(await scan(tree_members, tree), signal.SIGTERM)
+    # The leader's group first, in one kill: a shell and its child get SIGTERM together, so the
+    # shell dies of its own before it can report the child's death ("Terminated" on the job's
+    # stderr, when one by one reached the child first and a loaded machine ran the shell between).
     if tree.leader:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(tree.leader, signal.SIGTERM)
+    if tree.cgroup is not None:
+        signal_all(await scan(tree_members, tree), signal.SIGTERM)  # what left the group
     signal_all(stopped, signal.SIGCONT)
     if after_term is not None:
         after_term()

@@ -81,6 +81,8 @@ class SpareDir:
                 self.fill()
         finally:
             self._filling = False
+        if self._closed:  # closed while this fill ran: close() left what it made to this thread
+            self._discard_locked()
 
     def fill(self) -> None:
         """Make the spare if there is none (a failure leaves none: a start then makes its own).
@@ -152,9 +154,20 @@ class SpareDir:
             shutil.rmtree(dest)
 
     def close(self) -> None:
-        """No more spares (shutdown, handover): remove the one there is."""
+        """No more spares (shutdown, handover): remove the one there is. Never waits: it runs
+        on the event loop, and a fill in progress (a loaded disk) removes what it made itself."""
         self._closed = True
-        with self._lock:  # a fill in progress finishes first (it then sees ``_closed``)
+        if not self._lock.acquire(blocking=False):
+            return  # the fill's thread holds it: that thread sees ``_closed`` once done, and discards
+        try:
+            fds, self._fds = self._fds, None
+            if fds is not None:
+                self._discard(fds)
+        finally:
+            self._lock.release()
+
+    def _discard_locked(self) -> None:
+        with self._lock:  # (in the fill's thread: it may wait)
             fds, self._fds = self._fds, None
             dfd, self._dir = self._dir, -1
             if fds is not None:

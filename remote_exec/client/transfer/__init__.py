@@ -18,6 +18,7 @@ Symlinks and special files are not transferred: they are listed in ``TransferRes
 from .ignore import DEFAULT_IGNORES as DEFAULT_IGNORES
 from .ignore import IgnoreRules as IgnoreRules
 from .progress import ProgressBar as ProgressBar
+from .progress import progress_bar as progress_bar
 from .result import TransferResult as TransferResult
 from .tree_copy import DEFAULT_MAX_BYTES as DEFAULT_MAX_BYTES
 from .tree_copy import DEFAULT_MAX_FILES as DEFAULT_MAX_FILES
@@ -30,6 +31,7 @@ __all__ = [
     "DEFAULT_MAX_FILES",
     "IgnoreRules",
     "ProgressBar",
+    "progress_bar",
     "TransferResult",
     "download_tree",
     "upload_tree",

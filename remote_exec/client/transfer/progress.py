@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-__all__ = ["ProgressBar"]
+import asyncio
+import importlib
+import sys
+
+__all__ = ["ProgressBar", "progress_bar"]
+
+
+async def progress_bar(total: int, desc: str, enabled: bool) -> ProgressBar:
+    """A :class:`ProgressBar`, with tqdm imported in a worker thread the first time: an import
+    reads files, and the event loop must not wait on them. Cancelling abandons the import, which
+    completes in its thread."""
+    if enabled and total > 0 and "tqdm.auto" not in sys.modules:
+        await asyncio.to_thread(importlib.import_module, "tqdm.auto")
+    return ProgressBar(total, desc, enabled)
 
 
 class ProgressBar:

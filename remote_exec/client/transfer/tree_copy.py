@@ -15,7 +15,7 @@ from ..fanout import fan_out
 from ..files import FileClient, _pipelined
 from ..localtree import LocalTree, check_listing
 from .ignore import IgnoreRules
-from .progress import ProgressBar
+from .progress import progress_bar
 from .result import TransferResult
 from .trees import Entry, check_caps, remote_tree, same_content, same_entry, scan_local, sha256_of, stale_entries
 
@@ -112,7 +112,7 @@ async def upload_tree(
 
     if new_dirs:
         await _pipelined(range(len(new_dirs)), make_dir, SMALL_FILES_AT_ONCE)
-    bar = ProgressBar(sum(f.size for f in todo), f"upload {top.name or top}", progress)
+    bar = await progress_bar(sum(f.size for f in todo), f"upload {top.name or top}", progress)
 
     async def send(f: Entry) -> None:
         await files.write_from(top / f.rel, posixpath.join(remote_dir, f.rel), parents=True, progress=bar.update)
@@ -221,7 +221,7 @@ async def download_tree(
             skipped=tree.skipped,
             deleted=stale,
         )
-        bar = ProgressBar(
+        bar = await progress_bar(
             sum(f.size for f in todo), f"download {posixpath.basename(remote_dir.rstrip('/')) or remote_dir}", progress
         )
 
