@@ -40,6 +40,7 @@ from ..client.channel import Channel, PipeProcess
 from ..errors import AgentUnavailableError, RemoteExecError, SandboxError, SandboxLostError
 from .base import ExecTransport, spawn_local
 from .jailbox import Bind, JailBox, JailConfig, exec_argv, prepare_work
+from .jailcgroup import procs_of
 from .jailcheck import check_box
 
 __all__ = ["JailTransport"]
@@ -116,7 +117,11 @@ class JailTransport(ExecTransport):
         if self.box is None:
             # A box we attached to may have died and its PID been reused. (/proc reads: in a thread)
             await asyncio.to_thread(check_box, self.pid)
-        return await spawn_local(exec_argv(self.pid, argv))
+        if self.box is not None:
+            procs = self.box.cgroup.procs() if self.box.cgroup is not None else []
+        else:  # an attached box: its cgroup is wherever its init is (/proc reads: in a thread)
+            procs = await asyncio.to_thread(procs_of, self.pid)
+        return await spawn_local(exec_argv(self.pid, argv, procs))
 
     async def _start_box(self) -> None:
         created = True

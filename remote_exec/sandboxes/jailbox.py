@@ -34,7 +34,8 @@ sockets, and a read-only bind does not stop ``connect()``: a root job once reach
 - The box sees only the system dirs programs need (:data:`SYSTEM_DIRS`), the agent's paths
   and the asked-for binds; not ``/var``, ``/home``, ``/root``, ``/srv``, ``/mnt``, ``/sys``...
   where daemons and agents keep their sockets. No ``/sys`` at all: the host's would list the
-  host's network interfaces, and bwrap 0.8 cannot mount a fresh one.
+  host's network interfaces, and bwrap 0.8 cannot mount a fresh one. Only the box's own
+  delegated cgroup dirs appear under ``/sys/fs/cgroup`` (:mod:`.jailcgroup`), as root.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..errors import SandboxError
+from .jailcgroup import BoxCgroup, joined
 
 __all__ = [
     "JAIL_ENV",
@@ -186,8 +188,9 @@ def _parents(dest: str) -> list[str]:
     return [arg for path in paths if not _under(path, SYSTEM_DIRS) for arg in ("--perms", "0755", "--dir", path)]
 
 
-def bwrap_argv(config: JailConfig, status_fd: int) -> list[str]:
-    """The ``bwrap`` command line that starts the box's init for ``config``."""
+def bwrap_argv(config: JailConfig, status_fd: int, cgroup: BoxCgroup | None = None) -> list[str]:
+    """The ``bwrap`` command line that starts the box's init for ``config``, showing the box's
+    delegated ``cgroup`` (if any) where the agent looks for its own (see :mod:`.jailcgroup`)."""
     argv = ["bwrap"]
     # The system dirs, read-only, one by one on bwrap's tmpfs root (not `--ro-bind / /`: that
     # would show every host socket, and leave nowhere to create the /workspace mount point).
@@ -206,6 +209,8 @@ def bwrap_argv(config: JailConfig, status_fd: int) -> list[str]:
         argv += [*_parents(path), "--ro-bind", path, path]
     for bind in config.binds:
         argv += [*_parents(bind.dest), "--bind" if bind.writable else "--ro-bind", bind.source, bind.dest]
+    if cgroup is not None:
+        argv += cgroup.binds()
     # No --unshare-all: as root it adds a user namespace mapping box root to host root, and
     # execs could then not switch to JAIL_UID. A non-root bwrap needs one (and maps to us).
     argv += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "jail"]
@@ -221,8 +226,9 @@ def bwrap_argv(config: JailConfig, status_fd: int) -> list[str]:
     return [*argv, "--json-status-fd", str(status_fd), "--", *_INIT]
 
 
-def exec_argv(pid: int, argv: Sequence[str]) -> list[str]:
-    """The host command that runs ``argv`` in the box whose init is host PID ``pid``.
+def exec_argv(pid: int, argv: Sequence[str], cgroup_procs: Sequence[str] = ()) -> list[str]:
+    """The host command that runs ``argv`` in the box whose init is host PID ``pid``, joining
+    the box's cgroup first (its ``cgroup_procs`` files, see :mod:`.jailcgroup`) if it has one.
 
     It starts in :data:`WORKSPACE` with just :data:`JAIL_ENV`, no capabilities, as
     :func:`jail_uid` (when we are root), and dies by SIGKILL when the host-side ``nsenter`` dies.
@@ -236,11 +242,17 @@ def exec_argv(pid: int, argv: Sequence[str]) -> list[str]:
     drop = ["--pdeathsig", "KILL", "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs"]
     # Non-root, the box's user namespace maps only us: keep our ids instead of nsenter's setuid(0).
     keep = ["--preserve-credentials"] if os.geteuid() != 0 else []
-    return [
-        *["nsenter", "--all", *keep, "--target", str(pid), "--root", "--"],
-        *["setpriv", *switch, *drop, "--"],
-        *["env", "-i", "-C", WORKSPACE, *assignments, *argv],
-    ]
+    # Joined before nsenter enters the box's cgroup namespace: inside it, the exec's cgroup
+    # then reads "/" (from outside the namespace's root it would read "/..", and the agent
+    # would find no cgroup of its own).
+    return joined(
+        cgroup_procs,
+        [
+            *["nsenter", "--all", *keep, "--target", str(pid), "--root", "--"],
+            *["setpriv", *switch, *drop, "--"],
+            *["env", "-i", "-C", WORKSPACE, *assignments, *argv],
+        ],
+    )
 
 
 class JailBox:
@@ -251,12 +263,14 @@ class JailBox:
     ``--die-with-parent`` fires when the *thread* that started it exits.
 
     :ivar pid: host PID of the box's init (valid once :meth:`wait_ready` returned).
+    :ivar cgroup: the box's delegated cgroup (None without one), removed by :meth:`kill`.
     """
 
-    def __init__(self, proc: subprocess.Popen[bytes], status_fd: int) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], status_fd: int, cgroup: BoxCgroup | None = None) -> None:
         self._proc = proc
         self._status_fd = status_fd
         self.pid = 0
+        self.cgroup = cgroup
 
     @classmethod
     def launch(cls, config: JailConfig) -> JailBox:
@@ -264,10 +278,14 @@ class JailBox:
 
         :raises SandboxError: bwrap cannot be run.
         """
+        cgroup = BoxCgroup.make(jail_uid())
+        procs = cgroup.procs() if cgroup is not None else []
         read_fd, write_fd = os.pipe()
         try:
+            # bwrap joins the box's cgroup before it runs: its init unshares the cgroup
+            # namespace there, so the box's "/" is the box's cgroup.
             proc = subprocess.Popen(
-                bwrap_argv(config, write_fd),
+                joined(procs, bwrap_argv(config, write_fd, cgroup)),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -276,10 +294,12 @@ class JailBox:
             )
         except OSError as exc:
             os.close(read_fd)
+            if cgroup is not None:
+                cgroup.remove()
             raise SandboxError(f"cannot run bwrap: {exc}") from None
         finally:
             os.close(write_fd)
-        return cls(proc, read_fd)
+        return cls(proc, read_fd, cgroup)
 
     @classmethod
     def start(cls, config: JailConfig, timeout: float = 30.0) -> JailBox:
@@ -331,7 +351,7 @@ class JailBox:
         if ready != b"ready\n":
             self._terminate()
             err = self._proc.stderr.read().decode(errors="replace").strip()
-            self._close_pipes()
+            self.kill()  # the pipes, and the box's cgroup
             raise SandboxError(f"bwrap failed to start the jail: {err or 'no message'}")
         self._close_pipes()  # nothing more comes; the init must never block on a full pipe
 
@@ -340,10 +360,14 @@ class JailBox:
         return self._proc.poll() is None
 
     def kill(self) -> None:
-        """SIGKILL the init (and so everything in the box); wait for bwrap. Idempotent."""
+        """SIGKILL the init (and so everything in the box); wait for bwrap; remove the box's
+        cgroup (waits for its last processes to leave). Idempotent."""
         self._terminate()
         self._close_pipes()
         self._close_status()
+        cgroup, self.cgroup = self.cgroup, None
+        if cgroup is not None:
+            cgroup.remove()
 
     def _terminate(self) -> None:
         # While the bwrap monitor lives, its child (the init) is not reaped, so `pid` cannot
