@@ -31,9 +31,14 @@ def agent(state_dir: Path, *args: str) -> Iterator[int]:
     try:
         yield pid
     finally:
+        stop_agent(pid)
+
+
+def stop_agent(pid: int) -> None:
+    """SIGTERM agent ``pid``; SIGKILL it if it has not exited 10 s later (a failing test)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    if not wait_exit(pid, 10):
         with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        if not wait_exit(pid, 10):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            wait_exit(pid, 10)
+            os.kill(pid, signal.SIGKILL)
+        wait_exit(pid, 10)

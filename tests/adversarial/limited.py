@@ -15,12 +15,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
 import pytest
 
-from ..conftest import wait_exit
-from .agentproc import AGENT
+import remote_exec as rx
 
-__all__ = ["LimitedCgroup", "agent_in", "limited_cgroup", "live"]
+from ..client.test_durable import procs_with, wait_until
+from ..conftest import wait_exit
+from .agentproc import AGENT, stop_agent
+
+__all__ = ["ESCAPED", "LimitedCgroup", "agent_in", "limited_cgroup", "live", "orphan_left_after", "starts"]
 
 MOUNT = Path("/sys/fs/cgroup")
 
@@ -105,12 +109,7 @@ def agent_in(group: LimitedCgroup, state_dir: Path, *args: str) -> Iterator[int]
     try:
         yield pid
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-        if not wait_exit(pid, 10):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            wait_exit(pid, 10)
+        stop_agent(pid)
 
 
 def live(pid: int, start: int) -> bool:
@@ -120,3 +119,35 @@ def live(pid: int, start: int) -> bool:
     except OSError:
         return False
     return fields[0] != b"Z" and int(fields[19]) == start
+
+
+def starts(pids: list[int]) -> dict[int, int]:
+    """``{pid: /proc start time}`` of those of ``pids`` still alive."""
+    out = {}
+    for pid in pids:
+        try:
+            out[pid] = int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
+        except OSError:
+            continue
+    return out
+
+
+# A grandchild that clears its environment, leaves the session and is orphaned at once (its
+# parent exits): no marker, no session, no parent links it to the job.
+ESCAPED = "env -i setsid sh -c '(sleep {t} &); exit' & echo ready; while :; do sleep 0.05; done"
+
+
+async def orphan_left_after(sb: rx.AsyncSandbox, t: int, how: str) -> list[int]:
+    """Run :data:`ESCAPED` (its orphan ``sleep t``), end the job by ``how`` (``kill`` or a 3 s
+    ``timeout``), and return the orphan's pids still alive once the end is told."""
+    proc = sb.exec_remote(["sh", "-c", ESCAPED.format(t=t)], kill_grace=0.5, timeout=3.0 if how == "timeout" else None)
+    assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
+    await wait_until("the orphan is up", lambda: procs_with(f"sleep {t}"))
+    escaped = starts(procs_with(f"sleep {t}"))
+    with anyio.fail_after(60):
+        if how == "kill":
+            await proc.kill()
+        else:
+            with pytest.raises(rx.ExecTimeoutError):
+                await proc.wait()
+    return [pid for pid, start in escaped.items() if live(pid, start)]

@@ -10,19 +10,18 @@ from __future__ import annotations
 
 import os
 
-import anyio
 import pytest
 
 import remote_exec as rx
 from remote_exec.sandboxes.jail import JailTransport
 
-from ..client.test_durable import procs_with, wait_until
 from ..sandboxes.backend_jail import require_jail
 from .conftest import Adversary
-from .limited import live
-from .test_job_tree import AREA, ESCAPED, _starts
+from .limited import orphan_left_after
 
 pytestmark = pytest.mark.anyio
+
+AREA = "job tree"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -40,20 +39,8 @@ def _any_dir(paths: list[str]) -> bool:
 async def test_an_env_cleared_orphan_in_a_jail_ends_with_its_job(adversary: Adversary, how: str) -> None:
     t = 47150 if how == "kill" else 47151
     async with rx.open_sandbox("jail://") as sb:
-        proc = sb.exec_remote(
-            ["sh", "-c", ESCAPED.format(t=t)], kill_grace=0.5, timeout=3.0 if how == "timeout" else None
-        )
-        assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
-        await wait_until("the orphan is up", lambda: procs_with(f"sleep {t}"))
-        escaped = _starts(procs_with(f"sleep {t}"))
-        with anyio.fail_after(60):
-            if how == "kill":
-                await proc.kill()
-            else:
-                with pytest.raises(rx.ExecTimeoutError):
-                    await proc.wait()
         # Read while the box still runs: its end would kill the orphan anyway.
-        left = [pid for pid, start in escaped.items() if live(pid, start)]
+        left = await orphan_left_after(sb, t, how)
     adversary.tried(AREA, f"env-cleared setsid orphan in jail:// outlives {how}", refused=not left)
     assert not left
 

@@ -26,22 +26,12 @@ from ..client.test_durable import procs_with, wait_until
 from ..conftest import agent_killed
 from .agentproc import agent
 from .conftest import Adversary
-from .limited import LimitedCgroup, agent_in, limited_cgroup, live
+from .limited import ESCAPED, LimitedCgroup, agent_in, limited_cgroup, live, orphan_left_after, starts
 
 pytestmark = pytest.mark.anyio
 
 AREA = "job tree"
 FLOOD_CAP = 512 << 20  # the test cgroup's memory limit: a flood never reaches the machine's
-
-
-def _starts(pids: list[int]) -> dict[int, int]:
-    out = {}
-    for pid in pids:
-        try:
-            out[pid] = int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[19])
-        except OSError:
-            continue
-    return out
 
 
 # Each limit case runs with a cgroup per job and with the attribution alone (``--no-cgroups``).
@@ -81,28 +71,11 @@ async def test_a_setsid_cpu_burner_is_killed_by_the_cpu_limit(
     assert held, result
 
 
-# A grandchild that clears its environment, leaves the session and is orphaned at once (its
-# parent exits): no marker, no session, no parent links it to the job.
-ESCAPED = "env -i setsid sh -c '(sleep {t} &); exit' & echo ready; while :; do sleep 0.05; done"
-
-
 @pytest.mark.parametrize("how", ["kill", "timeout"])
 async def test_an_env_cleared_orphan_ends_with_its_job(agent_dir: Path, adversary: Adversary, how: str) -> None:
     t = 47110 if how == "kill" else 47111
     async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
-        proc = sb.exec_remote(
-            ["sh", "-c", ESCAPED.format(t=t)], kill_grace=0.5, timeout=3.0 if how == "timeout" else None
-        )
-        assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
-        await wait_until("the orphan is up", lambda: procs_with(f"sleep {t}"))
-        escaped = _starts(procs_with(f"sleep {t}"))
-        with anyio.fail_after(60):
-            if how == "kill":
-                await proc.kill()
-            else:
-                with pytest.raises(rx.ExecTimeoutError):
-                    await proc.wait()
-    left = [pid for pid, start in escaped.items() if live(pid, start)]
+        left = await orphan_left_after(sb, t, how)
     adversary.tried(AREA, f"env-cleared setsid orphan outlives {how}", refused=not left)
     assert not left
 
@@ -114,7 +87,7 @@ async def test_a_readopted_job_loses_its_orphan_to_kill(fresh_agent_dir: Path, a
         proc = sb.exec_remote(["sh", "-c", ESCAPED.format(t=47140)], kill_grace=0.5)
         assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
         await wait_until("the orphan is up", lambda: procs_with("sleep 47140"))
-        escaped = _starts(procs_with("sleep 47140"))
+        escaped = starts(procs_with("sleep 47140"))
         await agent_killed(sb)
         with anyio.fail_after(60):
             await proc.kill()
@@ -184,7 +157,7 @@ async def test_without_cgroups_an_orphan_seen_once_stays_the_jobs(tmp_path: Path
             proc = sb.exec_remote(["sh", "-c", escaped], kill_grace=0.5)
             assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
             await wait_until("the child is up", lambda: procs_with("sleep 47120"))
-            sleeper = _starts(procs_with("sleep 47120"))
+            sleeper = starts(procs_with("sleep 47120"))
             assert (await proc.stats(window=0.05)).processes >= 3  # seen: the leader, sh, sleep
             gate.touch()  # its parent exits: the sleep is the keeper's now
             await wait_until("orphaned", lambda: not procs_with(str(gate)))
