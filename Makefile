@@ -66,18 +66,23 @@ check: $(STAMP)
 	@$(TIMED) $(MAKE) --no-print-directory lint typecheck && \
 	$(BIN)/pytest -q -m "not slow" -k "not stdio" --durations=25 $(QUICK_TESTS)
 
-# The notebooks not in random order: nbval's items are a notebook's cells, run top to bottom.
-# XDIST="-n 2 --dist loadgroup" runs the suite in pytest-xdist workers (a state dir each; tests
-# sharing a daemon grouped, tests/conftest.py). Not the default yet: not soaked.
-XDIST ?=
+# The suite runs in pytest-xdist workers (a state dir each; tests that share a daemon or a
+# costly set-up grouped onto one worker: tests/conftest.py), with the notebooks under nbval
+# alongside (their own agents, in a scratch dir; not in random order: nbval's items are a
+# notebook's cells, run top to bottom). The checks run together first; the agent bundle is the
+# only one the tests need. `make test XDIST=` runs the suite in one process.
+XDIST ?= -n 3 --dist loadgroup
 # The whole suite's order: one shuffled order, fixed, the one a full run was last seen green in
 # (`make test ORDER=` for a fresh random one; `make soak` always takes fresh ones). A new order
 # is soaked before it becomes the default, so CI never meets an order nobody ran.
 ORDER ?= --randomly-seed=1127
+NBVAL := $(BIN)/pytest --nbval notebooks --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg -p no:randomly -p no:xdist
 test: $(STAMP)
-	@$(TIMED) $(MAKE) --no-print-directory lint typecheck docs agent && \
-	$(BIN)/pytest $(XDIST) $(ORDER) --durations=25 && \
-	$(BIN)/pytest --nbval notebooks --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg -p no:randomly
+	@$(TIMED) $(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck docs agent || exit 1; \
+	nblog=$$(mktemp); $(NBVAL) >$$nblog 2>&1 & nbval=$$!; \
+	$(BIN)/pytest $(XDIST) $(ORDER) --durations=25; suite=$$?; \
+	wait $$nbval; notebooks=$$?; echo "== the notebooks (nbval, run alongside the suite)"; cat $$nblog; \
+	rm -f $$nblog; exit $$(( suite || notebooks ))
 
 # The flake hunt (issue #22): SOAK_RUNS runs of `make SOAK_TARGET`, each in a new random order,
 # with one core kept busy throughout (stress-ng if installed, else a Python busy loop); it stops

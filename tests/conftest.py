@@ -29,6 +29,9 @@ from remote_exec.client.channel import PipeProcess
 if TYPE_CHECKING:
     from .faults.suite import RunIn, Target
 
+# The run's closing summaries (adversarial and fault suites), merged across xdist workers.
+pytest_plugins = ["tests.runreport"]
+
 CHANNELS = ["socket", "stdio"]
 
 
@@ -109,11 +112,29 @@ def _xdist_group(item: pytest.Item) -> str | None:
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "sandbox_url" in callspec.params:
         return f"backend-{callspec.params['sandbox_url']}"  # the matrix: its session-wide backend
-    if item.path.parent.name == "jupyter" and item.path.name.startswith("test_browser"):
-        return "browser"  # JupyterLab and Chromium, one worker's memory at a time
     if item.path.parent.name == "sandboxes":
         return f"module-{item.path.stem}"  # module-scoped containers, sshd, boxes
+    stem = item.path.stem
+    if item.path.parent.name == "jupyter" and (stem.startswith("test_browser") or stem == "test_kernel"):
+        # What a module's tests share and a worker builds once: a browser module's pages and
+        # notebooks; test_kernel's ipykernel 6.29 venv. JupyterLab and Chromium themselves are
+        # per worker (session fixtures), so the browser modules spread over the workers.
+        return f"module-{stem}"
     return None
+
+
+# Jupyter modules whose tests share something costly that a worker builds once: a browser
+# module's page and notebook set-up; test_kernel's ipykernel 6.29 venv. JupyterLab and Chromium
+# themselves are per worker (session fixtures), so browser modules spread over the workers.
+SHARED_PER_MODULE = {
+    "test_kernel",
+    "test_browser",
+    "test_browser_dashboard",
+    "test_browser_health",
+    "test_browser_reopen",
+    "test_browser_terminal",
+    "test_browser_untrusted",
+}
 
 
 def agent_pid(state_dir: Path) -> int | None:

@@ -4,9 +4,9 @@ mybinder.org builds an image from the repository with ``pip install -r binder/re
 (run from the repository root), runs ``binder/postBuild`` as the unprivileged notebook user, and
 opens JupyterLab on ``notebooks/01-quickstart.ipynb``; there is no Docker and no root, so the
 notebook runs on ``local://``. This test does the same on this machine, from scratch: a copy of
-the tree as it would be committed, a fresh venv (pip's cache is used, so it is fast when warm),
+the tree as it would be committed, a fresh venv (installed with uv: ``tests/venvs.py``),
 ``postBuild`` with ``$HOME`` in a temporary directory, then the notebook executed by nbclient in
-the "python3" kernel that ``postBuild`` registered. Slow: a minute or two with a warm cache.
+the "python3" kernel that ``postBuild`` registered.
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import venv
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from .venvs import install, make_venv
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = "notebooks/01-quickstart.ipynb"
@@ -100,17 +101,10 @@ def test_binder_build_runs_the_quickstart_notebook(scratch: Path) -> None:
     post_build = repo / "binder" / "postBuild"
     assert os.access(post_build, os.X_OK), "binder/postBuild must be executable (Binder runs it directly)"
 
-    venv.create(env_dir, with_pip=True)
-    bindir = env_dir / "bin"
+    bindir = make_venv(env_dir).parent
     path = f"{bindir}{os.pathsep}{os.environ['PATH']}"
-    pip = subprocess.run(
-        [bindir / "pip", "install", "-q", "-r", "binder/requirements.txt"],
-        cwd=repo,  # as repo2docker does: `.` in the requirements is the repository
-        env=_clean_env(PATH=path, VIRTUAL_ENV=str(env_dir)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    # as repo2docker does, from the repository root: `.` in the requirements is the repository
+    pip = install(bindir / "python", "-r", "binder/requirements.txt", cwd=repo, env=_clean_env(PATH=path))
     assert pip.returncode == 0, pip.stdout + pip.stderr
 
     # From here on, as the notebook user of the image: its own $HOME, nothing of ours.

@@ -15,7 +15,7 @@ import random
 
 import pytest
 
-from .conftest import SUMMARIES
+from ..runreport import FAULT_LINES
 from .suite import Target, run_suite
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -32,5 +32,5 @@ async def test_fault_suite(target: Target) -> None:
     seed = _seed()
     print(f"fault suite seed={seed} ({target.name}); replay with REMOTE_EXEC_FAULT_SEED={seed}")
     outcome = await run_suite(target, seed, kills=20, upgrades=UPGRADES, log=print)
-    SUMMARIES.append(outcome.summary(target.name, seed))
+    FAULT_LINES.append(outcome.summary(target.name, seed))
     assert len(outcome.versions) == UPGRADES  # each handover went to another version

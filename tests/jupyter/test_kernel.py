@@ -6,7 +6,8 @@ interrupt (the notebook's ■) kills the job, and plain-text mode gives nbval a 
 
 Each test runs twice: in the installed ipykernel (>= 7.1) and in ipykernel 6.29.5, whose
 thread output works differently (7.0.0 broke it, ipykernel#1450). The 6.29 kernel runs in a
-venv of its own, built once per session (~20 s); where it cannot be built (no index) those
+venv of its own, built once per session (uv, a few seconds; the module's tests run in one xdist
+worker, so once per run); where it cannot be built (no index) those
 tests skip, or fail under ``REMOTE_EXEC_REQUIRE_BACKENDS=1`` (CI).
 """
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from nbclient import NotebookClient
 
 from remote_exec.jupyter.display import WIDGET_FRONT_END_ENV
 
+from ..venvs import install, make_venv
 from .conftest import gone
 
 pytestmark = pytest.mark.slow
@@ -53,20 +54,18 @@ def old_kernel_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = root / "venv"
     python = venv / "bin" / "python"
     check = f"import ipykernel; assert ipykernel.__version__ == {OLD_IPYKERNEL!r}, ipykernel.__version__"
-    pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-    steps = {
-        "python -m venv": [sys.executable, "-m", "venv", str(venv)],
-        "pip install": [*pip, "-e", f"{REPO}[jupyter]", f"ipykernel=={OLD_IPYKERNEL}"],
-        "import ipykernel": [str(python), "-c", check],
-    }
-    for step, cmd in steps.items():
+    make_venv(venv)
+    for step in ("uv pip install", "import ipykernel"):
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+            if step == "uv pip install":
+                done = install(python, "-e", f"{REPO}[jupyter]", f"ipykernel=={OLD_IPYKERNEL}")
+            else:
+                done = subprocess.run([str(python), "-c", check], capture_output=True, text=True, timeout=60)
         except subprocess.TimeoutExpired:
-            done = subprocess.CompletedProcess(cmd, -1, "", "timed out after 300 s")
+            done = subprocess.CompletedProcess([], -1, "", "timed out")
         if done.returncode != 0:
             lines = [line.strip() for line in (done.stderr + done.stdout).splitlines() if line.strip()]
-            why = [line for line in lines if line.startswith("ERROR")] or lines[-3:]  # pip's own reason
+            why = [line for line in lines if line.startswith(("ERROR", "error"))] or lines[-3:]  # the tool's reason
             unavailable(f"cannot build an ipykernel {OLD_IPYKERNEL} venv: {step} failed: " + " | ".join(why))
     spec = root / "share" / "kernels" / OLD_KERNEL_NAME / "kernel.json"
     spec.parent.mkdir(parents=True)

@@ -9,13 +9,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import venv
 import zipfile
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
+
+from ..venvs import install, make_venv
 
 ROOT = Path(__file__).resolve().parents[2]
 STATIC = ROOT / "remote_exec" / "jupyter" / "static"
@@ -84,10 +85,8 @@ def test_the_wheel_installs_by_its_name_and_loads_in_a_kernel(tmp_path: Path, mo
         assert any(n.endswith(lab_ext + name) for n in names), name
 
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True)
-    python = env_dir / "bin" / "python"
-    pip = [str(python), "-m", "pip", "install", "-q", f"{DIST}[jupyter] @ {wheel.as_uri()}", "ipykernel"]
-    done = subprocess.run(pip, capture_output=True, text=True, timeout=500, cwd=tmp_path)
+    python = make_venv(env_dir)
+    done = install(python, f"{DIST}[jupyter] @ {wheel.as_uri()}", "ipykernel", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
 
     agents = Path(tempfile.mkdtemp(prefix="rx-pkg-", dir="/tmp"))  # an agent socket path stays short
