@@ -61,9 +61,17 @@ def job_cgroup(*hierarchies: str) -> Iterator[JobCgroup]:
                 os.rmdir(d)
 
 
-def _start_in(cg: JobCgroup) -> subprocess.Popen[bytes]:
+@contextlib.contextmanager
+def _started_in(cg: JobCgroup) -> Iterator[subprocess.Popen[bytes]]:
+    """The spawner, in ``cg``; killed and reaped at the end, whatever the test found (an
+    unreaped one would fail a later test with a ResourceWarning)."""
     join = " && ".join(f"echo $$ > {d}/cgroup.procs" for d in cg.dirs.values())
-    return subprocess.Popen(["sh", "-c", f"{join} && exec sh -c '{SPAWNER}'"])
+    proc = subprocess.Popen(["sh", "-c", f"{join} && exec sh -c '{SPAWNER}'"])
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait(30)
 
 
 async def _emptied(cg: JobCgroup, proc: subprocess.Popen[bytes]) -> bool:
@@ -72,7 +80,7 @@ async def _emptied(cg: JobCgroup, proc: subprocess.Popen[bytes]) -> bool:
             await anyio.sleep(0.02)
     with anyio.fail_after(30):
         while cg.members():
-            cg.kill()
+            await cg.kill_async()
             await anyio.sleep(0.02)
     proc.wait(10)
     return not cg.members()
@@ -83,20 +91,19 @@ async def test_a_kill_through_the_cgroup_ends_a_forking_tree_in_one_pass(hierarc
     with job_cgroup(hierarchy) as cg:
         if hierarchy == "freezer":
             del cg.dirs["pids"]  # membership and kill through the freezer alone
-        proc = _start_in(cg)
-        with anyio.fail_after(30):
-            while len(cg.members()) < 10:  # noqa: ASYNC110
-                await anyio.sleep(0.02)
-        assert cg.kill() is True  # cgroup.kill, or freeze + SIGKILL + thaw
-        with anyio.fail_after(30):
-            while cg.members():  # noqa: ASYNC110  # the killed leave as they die
-                await anyio.sleep(0.02)
-        proc.wait(10)
+        with _started_in(cg) as proc:
+            with anyio.fail_after(30):
+                while len(cg.members()) < 10:  # noqa: ASYNC110
+                    await anyio.sleep(0.02)
+            assert await cg.kill_async() is True  # cgroup.kill, or freeze + SIGKILL + thaw
+            with anyio.fail_after(30):
+                while cg.members():  # noqa: ASYNC110  # the killed leave as they die
+                    await anyio.sleep(0.02)
+            proc.wait(10)
 
 
 async def test_plain_sigkills_end_a_forking_tree_when_repeated() -> None:
-    with job_cgroup() as cg:  # pids only: no kill file, no freezer
-        proc = _start_in(cg)
+    with job_cgroup() as cg, _started_in(cg) as proc:  # pids only: no kill file, no freezer
         assert await _emptied(cg, proc)
 
 

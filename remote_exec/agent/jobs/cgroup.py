@@ -12,18 +12,23 @@ A job's leader joins its cgroups between ``fork`` and ``exec`` (``preexec_fn`` w
 to fds opened before the fork), so every process it ever starts is born inside. Killing goes
 through the cgroup: ``cgroup.kill`` on v2; on v1 the freezer (freeze, SIGKILL every member,
 thaw: nothing forks in between), else SIGKILL to each member. Every call here is a few small
-reads or writes of cgroupfs, done inline: the kill path makes no thread and no process.
+reads or writes of cgroupfs, done inline: the kill path makes no thread and no process. The one
+wait, for the freezer to report FROZEN, sleeps between its reads (``kill`` in a thread,
+``kill_async`` on the loop): the tasks it waits for must get a CPU to stop, and a loop of reads
+on a loaded machine took it from them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import functools
 import os
 import re
 import signal
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Generator
 from typing import cast
 
 __all__ = ["CgroupHome", "JobCgroup", "join", "joining"]
@@ -33,7 +38,9 @@ V1 = ("pids", "memory", "cpuacct", "freezer")
 V2 = "unified"  # our key for the v2 hierarchy, wherever it is mounted
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 _READ = 1 << 16
-FREEZE_READS = 1000  # reads of freezer.state before giving up on FROZEN (then: plain SIGKILLs)
+# How long a freeze may stay FREEZING (every member not yet stopped) before the kill gives up on
+# it and sends plain SIGKILLs; the reads back off from 0.5 ms to 20 ms.
+FREEZE_WAIT = 2.0
 
 
 def _own_paths() -> dict[str, str]:
@@ -209,27 +216,50 @@ class JobCgroup:
 
     def kill(self) -> bool:
         """One pass of SIGKILL to every member, through the cgroup where it can; True if a
-        pass that no fork escapes was made (``cgroup.kill``, or the freezer)."""
+        pass that no fork escapes was made (``cgroup.kill``, or the freezer). Blocking for up
+        to ``FREEZE_WAIT`` on a v1 freezer: call it in a thread, or :meth:`kill_async`."""
+        steps = self._kill_steps()
+        try:
+            while True:
+                time.sleep(next(steps))
+        except StopIteration as done:
+            return bool(done.value)
+
+    async def kill_async(self) -> bool:
+        """:meth:`kill` for the event loop: the freezer's wait sleeps on the loop. Cancelled
+        during that wait: the cgroup is thawed, and no member was signalled."""
+        steps = self._kill_steps()
+        try:
+            while True:  # noqa: ASYNC110  # freezer.state has no change event to wait on
+                await asyncio.sleep(next(steps))
+        except StopIteration as done:
+            return bool(done.value)
+        finally:
+            steps.close()  # cancelled: the generator's finally thaws
+
+    def _kill_steps(self) -> Generator[float, None, bool]:
+        """The kill, yielding how long to sleep wherever it waits; returns what :meth:`kill` does."""
         if V2 in self.dirs:
             with contextlib.suppress(OSError):
                 _write(os.path.join(self.dirs[V2], "cgroup.kill"), b"1")
                 return True
-        if "freezer" in self.dirs and self._frozen_kill(self.dirs["freezer"]):
+        if "freezer" in self.dirs and (yield from self._frozen_kill(self.dirs["freezer"])):
             return True
         for pid in self.members():
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         return False
 
-    def _frozen_kill(self, d: str) -> bool:
+    def _frozen_kill(self, d: str) -> Generator[float, None, bool]:
         state = os.path.join(d, "freezer.state")
         try:
             _write(state, b"FROZEN")
-            for _ in range(FREEZE_READS):  # FREEZING until every task stopped: a few reads
-                if _read(state).strip() == b"FROZEN":
-                    break
-            else:
-                return False
+            deadline, pause = time.monotonic() + FREEZE_WAIT, 0.0005
+            while _read(state).strip() != b"FROZEN":  # FREEZING until every member stopped
+                if time.monotonic() > deadline:
+                    return False
+                yield pause
+                pause = min(pause * 2, 0.02)
             for pid in self.members():  # frozen: none forks meanwhile; they die at the thaw
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)

@@ -525,7 +525,7 @@ class DiskJob(Job):
         if self.running:
             _killpg(self.pid, signal.SIGKILL)
         if self.cgroup is not None:
-            self.cgroup.kill()  # members that left the group and cleared their marker too
+            await self.cgroup.kill_async()  # members that left the group and cleared their marker too
         for t in self._timers:
             t.cancel()
 

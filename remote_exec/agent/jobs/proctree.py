@@ -243,12 +243,12 @@ async def kill_all(tree: Tree) -> None:
     """
     refused: set[int] = set()
     passes = 0
-    if tree.cgroup is None or not tree.cgroup.kill():
+    if tree.cgroup is None or not await tree.cgroup.kill_async():
         refused = await _stop_all(tree)
     while True:
         passes += 1
         if tree.cgroup is not None:
-            tree.cgroup.kill()
+            await tree.cgroup.kill_async()
         pids = await scan(tree_members, tree) - refused
         if not pids:
             forget(tree.job_id)
