@@ -54,6 +54,7 @@ def test_a_foreground_cells_view_stops_its_job(
         assert RUNNING.search(cell.locator(".jp-InputPrompt").inner_text())  # the kernel is busy with it
         _click_until_gone(cell.locator(".rx-job"), button, int(pid_file.read_text()), f"foreground {button}")
         wait_done(cell)  # the cell ends with its job
+        assert "Task exception" not in cell.locator(".jp-OutputArea").inner_text()
         shot(page, f"busy-fg-{button.lower()}", cell)
 
 
@@ -79,6 +80,7 @@ def test_a_bg_view_kills_its_job_while_another_cell_runs(
         _click_until_gone(job, "Kill", int(pid_file.read_text()), "bg Kill while a cell runs")
         job.locator(".rx-badge", has_text="killed").wait_for()
         assert RUNNING.search(sleeper.locator(".jp-InputPrompt").inner_text())  # that cell still runs
+        assert "Task exception" not in bg.locator(".jp-OutputArea").inner_text()
         shot(page, "busy-bg-killed-while-busy", bg)
         interrupt = "[data-command='notebook:interrupt-kernel']"  # end the sleeping cell
         page.locator(f"jp-button{interrupt}, button{interrupt}").first.click()
@@ -119,4 +121,5 @@ def test_a_control_held_by_a_busy_kernel_says_so(
         page.locator(f"jp-button{interrupt}, button{interrupt}").first.click()
         assert gone(int(pid_file.read_text()), timeout=60)
         wait_done(cell)
+        assert "Task exception" not in cell.locator(".jp-OutputArea").inner_text()
         job.locator("button.rx-danger", has_text=re.compile(r"^Kill$")).wait_for()  # acknowledged
