@@ -131,6 +131,13 @@ class StreamWidget(anywidget.AnyWidget):
         self._wake = asyncio.Event()  # set when something new is due
         self._in_order = InOrder()
         self.on_msg(self._on_front_end_msg)
+
+    def _serve_controls(self) -> None:
+        """Have this widget's controls served on the kernel's control socket (see controls.py).
+
+        Called by each subclass at the end of its ``__init__``: the trait it sets goes out with a
+        round, which reads the subclass's counters.
+        """
         if widgets_enabled():
             self._loop.spawn(self._enable_controls)
 

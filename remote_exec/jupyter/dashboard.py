@@ -151,11 +151,11 @@ class Dashboard(anywidget.AnyWidget):
         self._unsubscribe = [sb.link.subscribe(self._on_link) for sb in self._sbs]
         self.links = {sb.url: _link(sb.link.status) for sb in self._sbs}
         self.on_msg(self._on_front_end_msg)
-        if widgets_enabled():
-            self._loop.spawn(self._enable_controls)
         self.observe(self._on_view_change, ["mine_only", "state_filter", "text_filter", "page", "expanded"])
         if not widgets_enabled():
             self.refresh()  # plain text shows a snapshot
+        else:  # last: its trait is set on the loop thread, which then owns the widget
+            self._loop.spawn(self._enable_controls)
 
     # -- refreshing (loop thread) -----------------------------------------------------------------
 

@@ -8,6 +8,8 @@ too large, or to a socket name with path characters is refused, and the socket i
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.cookiejar
 import json
 import os
 import secrets
@@ -47,6 +49,14 @@ def runtime() -> Iterator[Path]:
 @pytest.fixture(autouse=True)
 def runtime_env(runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(runtime))
+
+
+@pytest.fixture(autouse=True)
+def no_lost_task(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """No task of a widget failed unseen (a control trait sent before the view was built did)."""
+    yield
+    lost = [r.getMessage() for r in caplog.records if "Task exception was never retrieved" in r.getMessage()]
+    assert not lost, lost
 
 
 def _view(sb: rx.Sandbox) -> tuple[JobView, int]:
@@ -221,4 +231,42 @@ def test_the_route_forwards_to_the_kernel_and_refuses_the_rest(
     assert _route(base, name, other, auth=auth, kernel_token=token) == 404
     assert not gone(pid, timeout=0)  # every refusal answered, the job untouched
     assert _route(base, name, kill, auth=auth, kernel_token=token) == 200
+    assert gone(pid)
+
+
+def test_the_route_checks_xsrf_for_a_cookie_login(
+    sb: rx.Sandbox, front: HeadlessFrontEnd, server: tuple[str, str]
+) -> None:
+    """Logged in by cookie (as a browser is), a POST needs the ``_xsrf`` cookie's value in
+    ``X-XSRFToken``: a page of another origin cannot read that cookie, so it cannot post."""
+    base, auth = server
+    view, pid = _view(sb)
+    name, token, widget = view.controls["socket"], view.controls["token"], view.controls["widget"]
+    jar = http.cookiejar.CookieJar()
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    with opener.open(f"{base}api/status?token={auth}", timeout=30):
+        pass  # the server sets its login cookie
+    with contextlib.suppress(urllib.error.HTTPError), opener.open(f"{base}login", timeout=30):
+        pass  # a page sets the _xsrf cookie
+    xsrf = next((c.value for c in jar if c.name == "_xsrf"), None)
+    assert xsrf and any(c.name.startswith("username-") for c in jar), [c.name for c in jar]
+
+    def post(headers: dict[str, str]) -> int:
+        body = json.dumps({"widget": widget, "type": "kill"}).encode()
+        request = urllib.request.Request(
+            f"{base}remote-exec/controls/{name}",
+            data=body,
+            headers={TOKEN_HEADER: token, "Content-Type": "application/json", **headers},
+            method="POST",
+        )
+        try:
+            with opener.open(request, timeout=30) as r:
+                return int(r.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+
+    assert post({}) == 403  # the cookie alone
+    assert post({"X-XSRFToken": "not-the-cookie"}) == 403
+    assert not gone(pid, timeout=0)
+    assert post({"X-XSRFToken": xsrf}) == 200
     assert gone(pid)
