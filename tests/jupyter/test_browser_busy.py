@@ -123,3 +123,34 @@ def test_a_control_held_by_a_busy_kernel_says_so(
         wait_done(cell)
         assert "Task exception" not in cell.locator(".jp-OutputArea").inner_text()
         job.locator("button.rx-danger", has_text=re.compile(r"^Kill$")).wait_for()  # acknowledged
+
+
+def test_a_dashboard_row_kills_its_job_while_another_cell_runs(
+    lab: tuple[str, Path], page: Any, agent_dir: Path, tmp_path: Path
+) -> None:
+    pid_file = tmp_path / "dash.pid"
+    cells = [
+        _setup(agent_dir),
+        f"%%exec_remote --bg --name dashjob\necho $$ > {pid_file}\necho dash-started\nsleep 300",
+        "%remote_jobs",
+        "import time; print('sleeping', flush=True); time.sleep(120)",
+    ]
+    with failure_shot(page, "busy-dash-kill"):
+        open_notebook(page, lab, "busy-dash.ipynb", cells)
+        run_first_cell(page)
+        wait_done(run_cell(page, 1))
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the job's pid")
+        dash_cell = run_cell(page, 2)
+        wait_done(dash_cell)
+        dash = dash_cell.locator(".rx-dashboard")
+        row = dash.locator(".rx-dash-row", has_text="dash-started").first
+        row.wait_for()
+        sleeper = run_cell(page, 3)
+        sleeper.locator(".jp-OutputArea-output", has_text="sleeping").wait_for()
+        _click_until_gone(dash, "Kill", int(pid_file.read_text()), "dashboard row Kill while a cell runs")
+        dash.locator(".rx-dash-row", has_text=re.compile("killed", re.IGNORECASE)).wait_for()  # updated meanwhile
+        assert RUNNING.search(sleeper.locator(".jp-InputPrompt").inner_text())  # that cell still runs
+        shot(page, "busy-dash-killed-while-busy", dash_cell)
+        interrupt = "[data-command='notebook:interrupt-kernel']"
+        page.locator(f"jp-button{interrupt}, button{interrupt}").first.click()
+        wait_done(sleeper)
