@@ -60,7 +60,8 @@ NAME_PATTERN = re.compile(r"k-[0-9a-f]{32}\.sock")
 
 TOKEN_HEADER = "X-Remote-Exec-Token"
 MAX_BODY = 64 * 1024
-"""Bytes of one control request (a stdin line is the largest; the front end sends it whole)."""
+"""Bytes of one control request (a stdin line or a paste is the largest; the front end sends a
+larger one by the comm)."""
 
 _MAX_KEY = 64
 
@@ -73,6 +74,8 @@ class Controllable(Protocol):
 
 
 def control_dir() -> Path:
+    """Where the kernels' sockets are: :data:`SOCKET_DIR` under Jupyter's runtime dir (which a
+    kernel inherits from the server that started it)."""
     from jupyter_core.paths import jupyter_runtime_dir
 
     return Path(jupyter_runtime_dir()) / SOCKET_DIR
@@ -150,7 +153,8 @@ class ControlServer:
         return sock
 
     async def close(self) -> None:
-        """Stop serving and remove the socket file."""
+        """Stop serving and remove the socket file. Cancelled: the file may be left (the token dies
+        with the process; a connection to it is refused)."""
         if self._runner is not None:
             await self._runner.cleanup()
         if self.path is not None:
