@@ -104,6 +104,19 @@ def test_fetch_by_the_control_socket_answers_by_the_comm(sb: rx.Sandbox, front: 
     view.kill()
 
 
+def test_stdin_lines_by_the_control_socket_keep_their_order(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:
+    proc = sb.exec_remote(["bash", "-c", "echo ready; head -n 3"], stdin_open=True)
+    view = JobView(proc, command="head")
+    wait_for(lambda: view.controls and view.text("stdout") == "ready\n", what="the view's controls")
+    sock, token, widget = _socket_of(sb), view.controls["token"], view.controls["widget"]
+    for n in (1, 2, 0):  # numbered by the view; they may arrive out of order (concurrent requests)
+        body = {"widget": widget, "type": "stdin", "data": f"line {n}\n", "view": "v1", "n": n}
+        assert _post(sock, json.dumps(body).encode(), token)[0] == 200
+    outcome = view.wait(30)
+    assert outcome is not None and outcome.state == "completed"
+    assert view.text("stdout") == "ready\nline 0\nline 1\nline 2\n"
+
+
 def test_refusals_leave_the_job_running(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:
     view, pid = _view(sb)
     sock, token, widget = _socket_of(sb), view.controls["token"], view.controls["widget"]
