@@ -128,6 +128,9 @@ def test_a_control_held_by_a_busy_kernel_says_so(
 def test_a_dashboard_row_kills_its_job_while_another_cell_runs(
     lab: tuple[str, Path], page: Any, agent_dir: Path, tmp_path: Path
 ) -> None:
+    """Unlike the JobView tests, this one also passes without the route here: JupyterLab 4 sends
+    widget comm messages on a kernel subshell (ipykernel 7.4), and the Dashboard's comm Kill was
+    seen to act while a ``time.sleep`` cell ran (a JobView's did not; not yet understood)."""
     pid_file = tmp_path / "dash.pid"
     cells = [
         _setup(agent_dir),
