@@ -108,14 +108,14 @@ export default {
     const cmd = rxEl("span", "rx-mono rx-term-command");
     const meta = rxEl("span", "rx-muted rx-term-meta");
     const hidden = rxEl("span", "rx-muted rx-hidden");
-    const interrupt = rxButton("Ctrl-C", "Send SIGINT to the job", () => model.send({ type: "interrupt" }));
-    const kill = rxButton("Kill", "Kill the job (SIGTERM, then SIGKILL)", () => model.send({ type: "kill" }), "rx-danger");
+    const interrupt = rxButton("Ctrl-C", "Send SIGINT to the job", () => rxControl(model, { type: "interrupt" }, interrupt));
+    const kill = rxButton("Kill", "Kill the job (SIGTERM, then SIGKILL)", () => rxControl(model, { type: "kill" }, kill), "rx-danger");
     const copy = rxButton("Copy", "Copy the selection (or the screen); Ctrl+Shift+C in the terminal", () => {
       const text = term.hasSelection() ? term.getSelection() : rxTermScreenText(term);
       rxDeliver({ purpose: "copy", text }, "", copy);
     });
     const save = rxButton("Download", "Download the whole output (control sequences removed)", () =>
-      model.send({ type: "fetch", stream: null, purpose: "download" }),
+      rxControl(model, { type: "fetch", stream: null, purpose: "download" }, save),
     );
     header.append(badge, cmd, meta, hidden, interrupt, kill, copy, save);
     const error = rxEl("div", "rx-error rx-term-error");

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 import uuid
 from collections import deque
@@ -33,6 +34,7 @@ from typing import Any, ClassVar
 import anywidget
 import traitlets
 
+from .controls import ack_control, enable_controls
 from .display import widgets_enabled
 from .follow import Loop
 from .transcript import DEFAULT_TAIL_LINES, RateLimit, Transcript, strip_ansi
@@ -68,10 +70,15 @@ class InOrder:
 
     def __init__(self) -> None:
         self._next: dict[str, int] = {}
+        self._lock = threading.Lock()  # the comm's messages come on the main thread, the socket's on the loop
         self._waiting: dict[str, dict[int, dict[str, Any]]] = {}
 
     def take(self, msg: dict[str, Any]) -> list[dict[str, Any]]:
         """The messages that may be handled now, in order, ``msg`` among them or kept for later."""
+        with self._lock:
+            return self._take(msg)
+
+    def _take(self, msg: dict[str, Any]) -> list[dict[str, Any]]:
         view, n = msg.get("view"), msg.get("n")
         if not isinstance(view, str) or not isinstance(n, int) or isinstance(n, bool):
             return [msg]
@@ -103,6 +110,8 @@ class StreamWidget(anywidget.AnyWidget):
 
     _uid = traitlets.Unicode("").tag(sync=True)  # the front end keys its per-model store by it
     tail_lines = traitlets.Int(DEFAULT_TAIL_LINES).tag(sync=True)
+    controls = traitlets.Dict().tag(sync=True)
+    """``{socket, token, widget}``: where the front end sends controls past a busy kernel (controls.py)."""
 
     def __init__(self, loop: Loop, *, live: bool = False, tail_lines: int = DEFAULT_TAIL_LINES, **traits: Any) -> None:
         super().__init__(_uid=uuid.uuid4().hex, tail_lines=tail_lines, **traits)
@@ -122,6 +131,21 @@ class StreamWidget(anywidget.AnyWidget):
         self._wake = asyncio.Event()  # set when something new is due
         self._in_order = InOrder()
         self.on_msg(self._on_front_end_msg)
+
+    def _serve_controls(self) -> None:
+        """Have this widget's controls served on the kernel's control socket (see controls.py).
+
+        Called by each subclass at the end of its ``__init__``: the trait it sets goes out with a
+        round, which reads the subclass's counters.
+        """
+        if widgets_enabled():
+            self._loop.spawn(self._enable_controls)
+
+    async def _enable_controls(self) -> None:
+        """Serve this widget's controls on the kernel's control socket (loop thread)."""
+        value = await enable_controls(self, self.model_id)
+        if value is not None:
+            self._set(controls=value)
 
     def _rate_limit(self) -> RateLimit:
         """How often update rounds may go out (a terminal's echo needs shorter rounds)."""
@@ -256,8 +280,13 @@ class StreamWidget(anywidget.AnyWidget):
     def _on_front_end_msg(self, _widget: object, content: object, _buffers: object) -> None:
         if not isinstance(content, dict):
             return
+        ack_control(self._loop.call_soon, self.send, content)
         for msg in self._in_order.take(content):
             self._handle_front_end_msg(msg)
+
+    def control(self, content: dict[str, Any]) -> None:
+        """A message that came by the control socket (loop thread): handled as the comm's."""
+        self._on_front_end_msg(self, content, None)
 
     def _handle_front_end_msg(self, content: dict[str, Any]) -> None:
         kind = content.get("type")

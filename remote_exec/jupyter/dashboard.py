@@ -38,6 +38,7 @@ from ..client.sandbox import AsyncSandbox
 from ..errors import JobNotFoundError, JobNotRunningError, RemoteExecError, SandboxClosedError
 from ..protocol import JobInfo, JobStats
 from ._assets import css, esm
+from .controls import ack_control, enable_controls
 from .dashboard_view import STATE_FILTERS, Filters, Identity, Page, is_mine, job_row, session_row, visible
 from .display import jobs_table, widgets_enabled
 from .follow import loop_of
@@ -102,6 +103,7 @@ class Dashboard(anywidget.AnyWidget):
     expanded = traitlets.List(traitlets.Unicode()).tag(sync=True)
     counts = traitlets.Dict().tag(sync=True)
     links = traitlets.Dict().tag(sync=True)  # url -> {state, reason, since}: each channel's Link
+    controls = traitlets.Dict().tag(sync=True)  # {socket, token, widget}: controls past a busy kernel
 
     def __init__(
         self,
@@ -152,6 +154,8 @@ class Dashboard(anywidget.AnyWidget):
         self.observe(self._on_view_change, ["mine_only", "state_filter", "text_filter", "page", "expanded"])
         if not widgets_enabled():
             self.refresh()  # plain text shows a snapshot
+        else:  # last: its trait is set on the loop thread, which then owns the widget
+            self._loop.spawn(self._enable_controls)
 
     # -- refreshing (loop thread) -----------------------------------------------------------------
 
@@ -308,11 +312,22 @@ class Dashboard(anywidget.AnyWidget):
         }
         await self._publish()
 
+    async def _enable_controls(self) -> None:
+        # Row Kill/Interrupt by the kernel's control socket, which a running cell does not hold up.
+        value = await enable_controls(self, self.model_id)
+        if value is not None:
+            self.controls = value
+
+    def control(self, content: dict[str, Any]) -> None:
+        """A message that came by the control socket (loop thread): handled as the comm's."""
+        self._on_front_end_msg(self, content, None)
+
     # -- from the front end (main thread) ---------------------------------------------------------
 
     def _on_front_end_msg(self, _widget: object, content: object, _buffers: object) -> None:
         if not isinstance(content, dict):
             return
+        ack_control(self._loop.call_soon, self.send, content)
         kind, job_id, sb = content.get("type"), content.get("job_id"), self._sandbox(content.get("sandbox"))
         if kind == "hello":  # a view rendered: it has no rows yet, send them all
             self._loop.call_soon(self._hello)

@@ -161,6 +161,7 @@ class JobView(StreamWidget):
         self._usage: deque[tuple[float, float, int]] = deque(maxlen=USAGE_POINTS)
         self._sampler: asyncio.Task[None] | None = None
         self._stdin_lock = asyncio.Lock()  # a handle's stdin cursor takes one write at a time
+        self._serve_controls()
         self._loop.spawn(self._run)
 
     @classmethod

@@ -76,6 +76,7 @@ class ShellView(StreamWidget):
         self._stdin_lock = asyncio.Lock()  # one write at a time: the handle's stdin cursor
         self._idle_event = threading.Event()
         self._idle_event.set()
+        self._serve_controls()
 
     # -- work (loop thread) ----------------------------------------------------------------------
 

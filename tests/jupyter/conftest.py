@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +25,8 @@ from remote_exec.agent.jobs.proctable import group_members
 from remote_exec.jupyter.headless import HeadlessFrontEnd
 
 from .lab_page import BASE_URL, BROWSER_ARGS, CHROMIUM, LABEXTENSION, free_port, unavailable
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -128,6 +131,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
         "JUPYTERLAB_WORKSPACES_DIR": str(root / "workspaces"),
     }
     env.pop("REMOTE_EXEC_NONINTERACTIVE", None)  # the kernel detects its front end itself
+    # The checkout's server extensions that the venv's install may predate (what is tested is committed).
+    server_config = root / "config" / "jupyter_server_config.d"
+    server_config.mkdir(parents=True)
+    for name in ("remote_exec_controls.json",):
+        shutil.copy(ROOT / "jupyter-config" / "server-config" / name, server_config / name)
     news = root / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     news.parent.mkdir(parents=True)
     news.write_text('{"fetchNews": "false", "checkForUpdates": false}')  # no pop-up over the cells

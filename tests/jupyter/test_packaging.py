@@ -78,6 +78,8 @@ def test_the_wheel_installs_by_its_name_and_loads_in_a_kernel(tmp_path: Path, mo
     assert "remote_exec/py.typed" in names
     # the server extension that saves job records in place of widgets, enabled where pip installs it
     assert any(n.endswith(".data/data/etc/jupyter/jupyter_server_config.d/remote_exec.json") for n in names)
+    # and the route that carries the widgets' controls past a busy kernel (control_route.py)
+    assert any(n.endswith(".data/data/etc/jupyter/jupyter_server_config.d/remote_exec_controls.json") for n in names)
     assert not any(n.startswith("remote_exec/_widgets") for n in names)  # one place only
     # the prebuilt JupyterLab extension, where JupyterLab looks for extensions pip installed
     lab_ext = ".data/data/share/jupyter/labextensions/remote-exec/"
@@ -103,6 +105,10 @@ def test_the_wheel_installs_by_its_name_and_loads_in_a_kernel(tmp_path: Path, mo
     assert "hello from 42" in out and "exit code: 0" in out, out
     assert "ESM str True" in out, out  # installed: the module's text, nothing watched
     assert (env_dir / "etc" / "jupyter" / "jupyter_server_config.d" / "remote_exec.json").is_file()
+    controls = env_dir / "etc" / "jupyter" / "jupyter_server_config.d" / "remote_exec_controls.json"
+    assert json.loads(controls.read_text()) == {
+        "ServerApp": {"jpserver_extensions": {"remote_exec.jupyter.control_route": True}}
+    }
     # JupyterLab (this one: the fresh venv has no JupyterLab) sees it there, enabled, no build step
     listed = subprocess.run(
         [sys.executable, "-m", "jupyterlab.labextensions", "list"],

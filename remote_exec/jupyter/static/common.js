@@ -366,9 +366,127 @@ function rxDeliver({ purpose, text, stream }, filename, button) {
 }
 
 // A view's sender for messages whose order matters (keystrokes, stdin lines): each is numbered
-// within the view, and Python hands them on in that order (the kernel may swap two comm messages).
-function rxOrderedSender(model) {
+// within the view, and Python hands them on in that order (the kernel may swap two comm messages,
+// and two requests of the control route may overtake each other). They go as controls.
+function rxOrderedSender(model, button) {
   const view = Math.random().toString(36).slice(2) + Date.now().toString(36);
   let n = 0;
-  return (content) => model.send({ ...content, view, n: n++ });
+  return (content) => rxControl(model, { ...content, view, n: n++ }, button);
+}
+
+// -- controls that act while the kernel is busy -------------------------------------------------
+// Comm messages wait behind a running cell. A widget whose kernel serves a control socket has a
+// `controls` trait ({socket, token, widget}); its controls are then POSTed to the Jupyter Server
+// route remote-exec/controls/<socket> (remote_exec/jupyter/control_route.py), which hands them to
+// the kernel's loop thread at once. Without it (no trait, no page config, the route refused) the
+// comm carries them; one it has not acknowledged within RX_BUSY_MS is flagged on its button.
+
+const RX_BUSY_MS = 1500;
+const RX_BUSY_TEXT = "kernel busy: use ■";
+
+function rxPageConfig() {
+  if (rxPageConfig.cached !== undefined) return rxPageConfig.cached;
+  const el = document.getElementById("jupyter-config-data");
+  let config = null;
+  try {
+    config = el ? JSON.parse(el.textContent) : null;
+  } catch {
+    config = null;
+  }
+  rxPageConfig.cached = config;
+  return config;
+}
+
+function rxCookie(name) {
+  const m = document.cookie.match(new RegExp(`(?:^|;\\s*)${name}=([^;]*)`));
+  return m ? decodeURIComponent(m[1]) : "";
+}
+
+// The request that sends `content` by the control route, or null when there is none.
+function rxControlRequest(model, content) {
+  const controls = model.get("controls");
+  const config = rxPageConfig();
+  if (!controls || !controls.socket || !controls.token || !config || typeof config.baseUrl !== "string") return null;
+  const base = config.baseUrl.endsWith("/") ? config.baseUrl : `${config.baseUrl}/`;
+  const headers = { "Content-Type": "application/json", "X-Remote-Exec-Token": controls.token };
+  if (config.token) headers.Authorization = `token ${config.token}`;
+  const xsrf = rxCookie("_xsrf");
+  if (xsrf) headers["X-XSRFToken"] = xsrf;
+  return {
+    url: `${base}remote-exec/controls/${encodeURIComponent(controls.socket)}`,
+    init: { method: "POST", credentials: "same-origin", headers, body: JSON.stringify({ ...content, widget: controls.widget }) },
+  };
+}
+
+// Mark `root` with the route its controls take now (data-controls: "socket" or "comm"); returns
+// the function that stops following the trait.
+function rxMarkControls(model, root) {
+  const mark = () => {
+    root.dataset.controls = rxControlRequest(model, {}) ? "socket" : "comm";
+  };
+  mark();
+  model.on("change:controls", mark);
+  return () => model.off("change:controls", mark);
+}
+
+// Acknowledgements of comm-sent controls, per model: id -> callback.
+const RX_ACKS = new WeakMap();
+
+function rxAcks(model) {
+  let acks = RX_ACKS.get(model);
+  if (!acks) {
+    acks = new Map();
+    RX_ACKS.set(model, acks);
+    model.on("msg:custom", (msg) => {
+      if (msg && msg.kind === "ack" && acks.has(msg.id)) {
+        acks.get(msg.id)();
+        acks.delete(msg.id);
+      }
+    });
+  }
+  return acks;
+}
+
+// The comm route: the kernel acknowledges what it handled; no acknowledgement within RX_BUSY_MS
+// means the kernel is busy, and `button` says so until the acknowledgement comes.
+function rxControlByComm(model, content, button) {
+  const id = Math.random().toString(36).slice(2);
+  const acks = rxAcks(model);
+  let flagged = null;
+  const timer = setTimeout(() => {
+    if (!button || !acks.has(id)) return;
+    flagged = { text: button.textContent, title: button.title };
+    button.textContent = RX_BUSY_TEXT;
+    button.title = "The kernel runs a cell: this waits for it to end. Interrupt the kernel (■) to stop a foreground job now.";
+    button.classList.add("rx-busy");
+  }, RX_BUSY_MS);
+  acks.set(id, () => {
+    clearTimeout(timer);
+    if (flagged && button.textContent === RX_BUSY_TEXT) {
+      button.textContent = flagged.text;
+      button.title = flagged.title;
+      button.classList.remove("rx-busy");
+    }
+  });
+  model.send({ ...content, ack: id });
+}
+
+// Send a control (kill, interrupt, stdin, fetch, input...): by the route if the kernel serves one,
+// else (or if the route failed) by the comm. `button`, if given, shows a busy kernel.
+function rxControl(model, content, button) {
+  const request = rxControlRequest(model, content);
+  if (!request) {
+    rxControlByComm(model, content, button);
+    return;
+  }
+  // Only the kernel's own answer counts: a server without the route may answer with a redirect
+  // or a page (status 200), and the control would be lost.
+  fetch(request.url, { ...request.init, redirect: "error" })
+    .then((r) => (r.ok ? r.json() : null))
+    .then(
+      (answer) => {
+        if (!answer || answer.ok !== true) rxControlByComm(model, content, button);
+      },
+      () => rxControlByComm(model, content, button),
+    );
 }

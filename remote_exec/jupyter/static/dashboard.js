@@ -91,9 +91,9 @@ export default {
     const setText = (node, value) => {
       if (node.textContent !== value) node.textContent = value;
     };
-    const act = (entry, type) => () => {
+    const act = (entry, type) => (ev) => {
       const r = entry.data;
-      model.send({ type, sandbox: r.sandbox, job_id: r.job_id });
+      rxControl(model, { type, sandbox: r.sandbox, job_id: r.job_id }, ev && ev.currentTarget);
     };
     const makeRow = (key) => {
       const tr = rxEl("tr", "rx-dash-row");
@@ -290,8 +290,10 @@ export default {
     const timer = setInterval(() => {
       for (const entry of rows.values()) if (entry.data.state === "running") elapsed(entry);
     }, 1000);
+    const unmark = rxMarkControls(model, root);
     model.send({ type: "hello" });
     return () => {
+      unmark();
       clearInterval(timer);
       clearTimeout(textTimer);
       openedAbort?.abort();

@@ -65,7 +65,6 @@ function jobReconnectButton(model, root, onError) {
 // The input line of a job whose stdin is open: Enter sends the line (with its newline), Ctrl+D
 // or the button closes stdin (EOF). Shown only while the job runs with its stdin open.
 function rxJobStdinLine(model) {
-  const send = rxOrderedSender(model);
   const row = rxEl("div", "rx-job-stdin");
   row.setAttribute("data-lm-suppress-shortcuts", "true"); // Enter and Ctrl+D are the job's here
   const field = rxEl("input", "rx-mono rx-job-stdin-input");
@@ -73,6 +72,7 @@ function rxJobStdinLine(model) {
   const close = rxButton("Close stdin", "Close the job's stdin (EOF, as Ctrl+D in a terminal)", () =>
     send({ type: "close_stdin" }),
   );
+  const send = rxOrderedSender(model, close); // a busy kernel shows on the close button
   row.append(rxEl("span", "rx-muted", "stdin"), field, close);
   field.addEventListener("keydown", (ev) => {
     if (ev.key === "Enter") {
@@ -104,8 +104,8 @@ export default {
     const badge = rxEl("span", "rx-badge");
     const cmd = rxEl("span", "rx-mono rx-job-command");
     const meta = rxEl("span", "rx-muted rx-job-meta");
-    const interrupt = rxButton("Interrupt", "Send SIGINT (Ctrl-C) to the job", () => model.send({ type: "interrupt" }));
-    const kill = rxButton("Kill", "Kill the job (SIGTERM, then SIGKILL)", () => model.send({ type: "kill" }), "rx-danger");
+    const interrupt = rxButton("Interrupt", "Send SIGINT (Ctrl-C) to the job", () => rxControl(model, { type: "interrupt" }, interrupt));
+    const kill = rxButton("Kill", "Kill the job (SIGTERM, then SIGKILL)", () => rxControl(model, { type: "kill" }, kill), "rx-danger");
     // -- health: the link, "no output for N min", the usage sparklines, the bell ---------------
     const link = rxEl("span", "rx-link");
     const quiet = rxEl("span", "rx-quiet");
@@ -130,9 +130,9 @@ export default {
       const box = rxEl("div", `rx-pane rx-pane-${stream}`);
       const title = rxEl("div", "rx-pane-title");
       const hidden = rxEl("span", "rx-muted rx-hidden");
-      const copy = rxButton("Copy", `Copy the whole ${stream}`, () => model.send({ type: "fetch", stream, purpose: "copy" }));
+      const copy = rxButton("Copy", `Copy the whole ${stream}`, () => rxControl(model, { type: "fetch", stream, purpose: "copy" }, copy));
       const save = rxButton("Download", `Download the whole ${stream}`, () =>
-        model.send({ type: "fetch", stream, purpose: "download" }),
+        rxControl(model, { type: "fetch", stream, purpose: "download" }, save),
       );
       copies[stream] = copy;
       title.append(rxEl("strong", "", stream), hidden, rxEl("span", "rx-spacer"), copy, save);
@@ -250,8 +250,10 @@ export default {
     renderState();
     renderUsage();
     const timer = setInterval(() => model.get("state") === "running" && !disconnected && renderState(), 500);
+    const unmark = rxMarkControls(model, root);
     model.send({ type: "hello" });
     return () => {
+      unmark();
       clearInterval(timer);
       unwatch();
       since.cleanup();

@@ -24,8 +24,8 @@ export default {
     const reattach = rxButton("Reattach", "Switch this view to another session", () => {
       if (reattachId.value.trim()) model.send({ type: "reattach", session_id: reattachId.value.trim() });
     });
-    const interrupt = rxButton("Interrupt", "Ctrl-C: SIGINT to the running command", () => model.send({ type: "interrupt" }));
-    const copy = rxButton("Copy", "Copy the whole transcript", () => model.send({ type: "fetch", purpose: "copy" }));
+    const interrupt = rxButton("Interrupt", "Ctrl-C: SIGINT to the running command", () => rxControl(model, { type: "interrupt" }, interrupt));
+    const copy = rxButton("Copy", "Copy the whole transcript", () => rxControl(model, { type: "fetch", purpose: "copy" }, copy));
     header.append(badge, title, reattachId, reattach, interrupt, copy);
     const error = rxEl("div", "rx-error rx-shell-error");
 
@@ -60,7 +60,7 @@ export default {
         e.preventDefault();
         const command = input.value;
         if (!command.trim()) return;
-        model.send({ type: "run", command });
+        rxControl(model, { type: "run", command });
         input.value = "";
         pos = -1;
       } else if (e.key === "ArrowUp" && history.length) {
@@ -78,7 +78,7 @@ export default {
           input.value = draft;
         } else input.value = history[pos];
       } else if (e.key === "c" && e.ctrlKey && !input.selectionStart && !input.selectionEnd && model.get("busy")) {
-        model.send({ type: "interrupt" });
+        rxControl(model, { type: "interrupt" }, interrupt);
       }
     });
 
@@ -108,8 +108,10 @@ export default {
     const traits = "change:state change:busy change:cwd change:session_id change:error change:sandbox";
     model.on(traits, renderState);
     renderState();
+    const unmark = rxMarkControls(model, root);
     model.send({ type: "hello" });
     return () => {
+      unmark();
       store.listeners.delete(onMsg);
       model.off(traits, renderState);
     };

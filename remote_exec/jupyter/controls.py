@@ -1,0 +1,232 @@
+"""Widget controls that act while the kernel is busy: a private socket per kernel.
+
+A widget's buttons are comm messages, and comm messages travel on the kernel's shell channel:
+they wait behind a running cell, so Kill on a foreground ``%%exec_remote`` cell did nothing until
+the job had ended. The widgets' Python side runs on the blocking API's loop thread, which stays
+free while a cell runs; so this module serves the same messages there, on a route that does not
+pass the shell channel: one small aiohttp server per kernel on a Unix socket in a private
+directory (``0700``) under Jupyter's runtime dir, which the Jupyter Server extension
+:mod:`~remote_exec.jupyter.control_route` forwards the browser's ``POST`` to.
+
+A request carries the kernel's random token (made here, never written to disk; it dies with the
+kernel) and names a widget registered (weakly) under its model id; its JSON body is then handed to
+the very handler the comm calls (``control``): one code path, no second implementation
+of kill, stdin or fetch. Answers that carry data (Copy/Download) come back as kernel messages, as
+before: those flow from the loop thread while a cell runs. The server starts with the first
+widget, its socket file is removed at exit; a widget's synced ``controls`` trait tells its front
+end the socket's *name* (not a path), the token and the widget's key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import hmac
+import json
+import os
+import re
+import secrets
+import socket
+import stat
+import struct
+import threading
+import weakref
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from aiohttp import web
+
+__all__ = [
+    "MAX_BODY",
+    "NAME_PATTERN",
+    "SOCKET_DIR",
+    "TOKEN_HEADER",
+    "ack_control",
+    "ControlServer",
+    "Controllable",
+    "control_dir",
+    "enable_controls",
+    "private_dir",
+    "server_for",
+]
+
+SOCKET_DIR = "remote-exec-controls"
+"""The private directory, under Jupyter's runtime dir, that holds every kernel's socket."""
+
+NAME_PATTERN = re.compile(r"k-[0-9a-f]{32}\.sock")
+"""A socket's name (``fullmatch``): no path characters, bounded length. The route checks it too."""
+
+TOKEN_HEADER = "X-Remote-Exec-Token"
+MAX_BODY = 64 * 1024
+"""Bytes of one control request (a stdin line or a paste is the largest; the front end sends a
+larger one by the comm)."""
+
+_MAX_KEY = 64
+
+
+class Controllable(Protocol):
+    """A widget whose front-end messages the server can hand on."""
+
+    def control(self, content: dict[str, Any]) -> None:
+        """Handle ``content`` as the comm's handler does (called on the loop thread)."""
+
+
+def control_dir() -> Path:
+    """Where the kernels' sockets are: :data:`SOCKET_DIR` under Jupyter's runtime dir (which a
+    kernel inherits from the server that started it)."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return Path(jupyter_runtime_dir()) / SOCKET_DIR
+
+
+def private_dir(path: Path) -> Path:
+    """Make ``path`` (and its parents) if missing, and check it is a directory of ours with mode ``0700``.
+
+    A directory of ours with group/other bits (an old umask) gets them removed.
+
+    :raises PermissionError: it is a symlink, not a directory, or another user's.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    st = os.lstat(path)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise PermissionError(f"{path} is not a directory of this user's: no busy-kernel controls")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700, follow_symlinks=False)
+    return path
+
+
+def _peer_uid(request: web.Request) -> int | None:
+    sock = request.transport.get_extra_info("socket") if request.transport is not None else None
+    if sock is None:
+        return None
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+class ControlServer:
+    """One kernel's control socket (see the module doc); driven on the loop thread."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.name = f"k-{secrets.token_hex(16)}.sock"
+        self.token = secrets.token_urlsafe(32)
+        self._directory = directory
+        self.path: Path | None = None
+        self._widgets: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+        self._runner: web.AppRunner | None = None
+        self._started: asyncio.Task[None] | None = None
+
+    def register(self, key: str, widget: Controllable) -> None:
+        """Let requests naming ``key`` reach ``widget`` (for as long as it lives)."""
+        self._widgets[key] = widget
+
+    async def start(self) -> None:
+        """Start serving (once; later calls wait for the first). Cancelled: the server may be up."""
+        if self._started is None:
+            self._started = asyncio.get_running_loop().create_task(self._start())
+        await asyncio.shield(self._started)
+
+    async def _start(self) -> None:
+        sock = await asyncio.to_thread(self._bind)  # file-system calls: off the loop
+        app = web.Application(client_max_size=MAX_BODY)
+        app.router.add_post("/control", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        await web.SockSite(self._runner, sock).start()
+
+    def _bind(self) -> socket.socket:
+        directory = private_dir(self._directory or control_dir())
+        path = directory / self.name
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(os.fspath(path))  # too long a path (108 bytes) raises: no controls, the comm remains
+            os.chmod(path, 0o600)
+            sock.listen(64)
+        except BaseException:
+            sock.close()
+            raise
+        self.path = path
+        atexit.register(_unlink, path)
+        return sock
+
+    async def close(self) -> None:
+        """Stop serving and remove the socket file. Cancelled: the file may be left (the token dies
+        with the process; a connection to it is refused)."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self.path is not None:
+            await asyncio.to_thread(_unlink, self.path)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        # Everything here may come from a hostile page through the route: checked again.
+        if _peer_uid(request) != os.geteuid():
+            return _answer(403, "not our user")
+        token = request.headers.get(TOKEN_HEADER, "")
+        if not hmac.compare_digest(token.encode(), self.token.encode()):
+            return _answer(403, "bad token")
+        try:
+            content = json.loads(await request.read())
+        except web.HTTPRequestEntityTooLarge:
+            return _answer(413, "too large")
+        except ValueError:
+            return _answer(400, "not JSON")
+        if not isinstance(content, dict):
+            return _answer(400, "not an object")
+        key, kind = content.pop("widget", None), content.get("type")
+        if not isinstance(key, str) or len(key) > _MAX_KEY or not isinstance(kind, str):
+            return _answer(400, "no widget or type")
+        widget = self._widgets.get(key)
+        if widget is None:
+            return _answer(404, "no such widget")
+        widget.control(content)
+        return _answer(200, "ok")
+
+
+def _answer(status: int, reason: str) -> web.Response:
+    return web.json_response({"ok": status == 200, "reason": reason}, status=status)
+
+
+def _unlink(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def ack_control(
+    call_soon: Callable[..., None], send: Callable[[dict[str, Any]], None], content: dict[str, Any]
+) -> None:
+    """Acknowledge a control that came by the comm (its ``ack`` id): the front end flags a control
+    not acknowledged soon as waiting for a busy kernel. Sent from the loop thread, as all else."""
+    ack = content.pop("ack", None)
+    if isinstance(ack, str) and 0 < len(ack) <= 32:
+        call_soon(send, {"kind": "ack", "id": ack})
+
+
+_servers: dict[int, ControlServer] = {}
+_servers_lock = threading.Lock()
+
+
+def server_for(loop: asyncio.AbstractEventLoop) -> ControlServer:
+    """The control server of this process's widgets on ``loop`` (made, not started, on first use)."""
+    with _servers_lock:
+        server = _servers.get(id(loop))
+        if server is None:
+            server = _servers[id(loop)] = ControlServer()
+        return server
+
+
+async def enable_controls(widget: Controllable, key: str) -> dict[str, str] | None:
+    """Start the process's control server if needed and register ``widget`` under ``key``; the
+    value for its ``controls`` trait, or ``None`` when no socket could be made (the comm remains).
+
+    Runs on the widgets' loop. Cancelled: the widget is not registered.
+    """
+    server = server_for(asyncio.get_running_loop())
+    try:
+        await server.start()
+    except OSError:
+        return None
+    server.register(key, widget)
+    return {"socket": server.name, "token": server.token, "widget": key}
