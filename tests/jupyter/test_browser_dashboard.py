@@ -57,10 +57,10 @@ def busy(fresh_agent_dir: Path) -> Iterator[tuple[str, rx.Sandbox, list[Any]]]:
             wait_for(lambda: all(p.job_id for p in procs), timeout=90, what=f"{JOBS} jobs started")
             yield url, sb, procs
         finally:
-            # Closing the sandbox would kill each tracked job with a call of its own, and each
-            # kill walks /proc on its own: O(jobs x processes), 11 s for 1 000 jobs at load 4.5
-            # and past a minute under the parallel suite. The agent's shutdown ends them all in
-            # one sweep (1.5-3.5 s for 1 000), so the handles let go and the agent is stopped.
+            # Closing the sandbox would kill each tracked job with an RPC of its own (8-11 s for
+            # 1 000 jobs at load 3-4, and the stop after it once ran past 60 s under the
+            # parallel suite); the agent's shutdown ends them all in one sweep (1-3.5 s for
+            # 1 000). So the handles let go, and the agent is stopped.
             pids = [p.pid for p in procs if p.pid is not None]
             for proc in procs:
                 proc.detach()
