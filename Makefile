@@ -110,6 +110,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/run.py
 	$(BIN)/python bench/widgets.py
 	$(BIN)/python bench/terminal.py  # needs Chromium (.ci/setup-browser.sh)
+	$(BIN)/python bench/dashboard.py  # needs Chromium
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache dist/agent site
