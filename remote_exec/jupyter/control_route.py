@@ -25,7 +25,7 @@ import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 
-from .controls import MAX_BODY, NAME_PATTERN, TOKEN_HEADER, control_dir
+from .controls import MAX_BODY, NAME_PATTERN, TOKEN_HEADER, control_dir, socket_address
 
 __all__ = ["ControlHandler", "load_jupyter_server_extension"]
 
@@ -53,21 +53,25 @@ class ControlHandler(APIHandler):
         if not stat.S_ISSOCK(st.st_mode) or st.st_uid != os.geteuid():
             raise tornado.web.HTTPError(404, "no such kernel socket")
         try:
-            async with (
-                aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=os.fspath(path)), timeout=_TIMEOUT) as http,
-                http.post(
-                    "http://kernel/control",
-                    data=body,
-                    headers={TOKEN_HEADER: token, "Content-Type": "application/json"},
-                ) as resp,
-            ):
-                answer = await resp.read()
-                status = resp.status
+            with socket_address(path) as address:  # a long runtime dir: reached through its fd
+                answer, status = await _forward(address, body, token)
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise tornado.web.HTTPError(502, f"the kernel's control socket did not answer: {exc}") from None
         self.set_status(status)
         self.set_header("Content-Type", "application/json")
         self.finish(answer[:4096])
+
+
+async def _forward(address: str, body: bytes, token: str) -> tuple[bytes, int]:
+    """POST ``body`` to the kernel's socket at ``address``; its answer and status."""
+    connector = aiohttp.UnixConnector(path=address)
+    async with (
+        aiohttp.ClientSession(connector=connector, timeout=_TIMEOUT) as http,
+        http.post(
+            "http://kernel/control", data=body, headers={TOKEN_HEADER: token, "Content-Type": "application/json"}
+        ) as resp,
+    ):
+        return await resp.read(), resp.status
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:

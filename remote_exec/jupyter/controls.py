@@ -32,13 +32,14 @@ import stat
 import struct
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from aiohttp import web
 
 __all__ = [
+    "socket_address",
     "MAX_BODY",
     "NAME_PATTERN",
     "SOCKET_DIR",
@@ -79,6 +80,33 @@ def control_dir() -> Path:
     from jupyter_core.paths import jupyter_runtime_dir
 
     return Path(jupyter_runtime_dir()) / SOCKET_DIR
+
+
+# sun_path holds 108 bytes with its NUL: a longer socket path cannot be bound or reached by name.
+_SUN_PATH_MAX = 107
+
+
+@contextlib.contextmanager
+def socket_address(path: Path) -> Iterator[str]:
+    """An address that binds or reaches the socket at ``path``: the path itself, or, when it is
+    too long for ``sun_path`` (a runtime dir deep in a home or a test's temp dir), the same file
+    through an fd of its directory (``/proc/self/fd/N/NAME``, Linux), open while the caller binds
+    or connects.
+
+    :raises OSError: the path is too long and there is no ``/proc`` to shorten it.
+    """
+    raw = os.fsencode(path)
+    if len(raw) <= _SUN_PATH_MAX:
+        yield os.fspath(path)
+        return
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        short = f"/proc/self/fd/{fd}/{path.name}"
+        if not os.path.isdir(f"/proc/self/fd/{fd}"):
+            raise OSError(f"{path} is too long for a socket address and there is no /proc to shorten it")
+        yield short
+    finally:
+        os.close(fd)
 
 
 def private_dir(path: Path) -> Path:
@@ -142,7 +170,8 @@ class ControlServer:
         path = directory / self.name
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.bind(os.fspath(path))  # too long a path (108 bytes) raises: no controls, the comm remains
+            with socket_address(path) as address:
+                sock.bind(address)
             os.chmod(path, 0o600)
             sock.listen(64)
         except BaseException:

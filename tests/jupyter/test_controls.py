@@ -30,7 +30,14 @@ import pytest
 
 import remote_exec as rx
 from remote_exec.jupyter import JobView
-from remote_exec.jupyter.controls import MAX_BODY, SOCKET_DIR, TOKEN_HEADER, private_dir, server_for
+from remote_exec.jupyter.controls import (
+    MAX_BODY,
+    SOCKET_DIR,
+    TOKEN_HEADER,
+    private_dir,
+    server_for,
+    socket_address,
+)
 from remote_exec.jupyter.follow import loop_of
 from remote_exec.jupyter.headless import HeadlessFrontEnd
 
@@ -40,10 +47,15 @@ from .lab_page import free_port
 
 @pytest.fixture(scope="module")
 def runtime() -> Iterator[Path]:
-    """A short runtime dir (a socket's path has at most 107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="rx-rt-"))
+    """A runtime dir so deep that a socket's path in it is longer than ``sun_path`` (107 bytes),
+    as a test's temp dir under pytest-xdist or a deep home is: the kernel binds and the route
+    connects through the directory's fd (``socket_address``)."""
+    top = Path(tempfile.mkdtemp(prefix="rx-rt-"))
+    path = top / ("deep-" * 16) / "runtime"
+    path.mkdir(parents=True)
+    assert len(os.fsencode(path / SOCKET_DIR / ("k-" + "0" * 32 + ".sock"))) > 107
     yield path
-    shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
@@ -68,14 +80,15 @@ def _view(sb: rx.Sandbox) -> tuple[JobView, int]:
 
 
 def _post(sock: Path, body: bytes, token: str) -> tuple[int, Any]:
-    async def go() -> tuple[int, Any]:
+    async def go(address: str) -> tuple[int, Any]:
         async with (
-            aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(sock))) as http,
+            aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=address)) as http,
             http.post("http://kernel/control", data=body, headers={TOKEN_HEADER: token}) as r,
         ):
             return r.status, await r.json(content_type=None)
 
-    return asyncio.run(go())
+    with socket_address(sock) as address:
+        return asyncio.run(go(address))
 
 
 def _socket_of(sb: rx.Sandbox) -> Path:
