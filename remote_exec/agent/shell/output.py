@@ -167,7 +167,7 @@ class ShellOutput:
         frame = self.frame
         if frame is None:
             self._keep_stray(fd, data)
-            self._checkpoint_idle()
+            self.checkpoint_idle()
             return
         visible, rest = frame.feed(fd, data)
         if visible:
@@ -210,9 +210,11 @@ class ShellOutput:
         self._kept_from = sum(at)
         files.drop_before((at[0], at[1]))
 
-    def _checkpoint_idle(self) -> None:
-        """Between runs, every :data:`DROP_STEP` bytes of late output: record the offsets the
-        kept stray bytes start at, and punch the files' heads before them."""
+    def checkpoint_idle(self) -> None:
+        """Between runs, every :data:`DROP_STEP` bytes of late output, and once a run is over
+        (its log and end saved): record the offsets the kept stray bytes start at, and punch
+        the files' heads before them. At a run's end this drops what its last checkpoints left
+        (a run read in few, large pieces on a loaded machine kept up to its whole output)."""
         files = self.files
         if files is None or self.run is not None or self.frame is not None:
             return

@@ -362,7 +362,8 @@ class ShellSession:
                 self._ready.set_result(None)
             return
         self._remove_input(run)
-        run.finish(exit_code)
+        run.finish(exit_code)  # its log and end saved: the session's files need none of it now
+        self.output.checkpoint_idle()
 
     def _on_exit(self, code: int | None) -> None:
         self._exited = True
