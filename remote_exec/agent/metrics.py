@@ -151,6 +151,7 @@ class MetricsController:
 
         :raises JobNotFoundError: unknown job. :raises AgentLostError: a job of another instance.
         """
+        await self.jobs.held(p.job_id)  # a job still spawning is asked about once it runs
         (stats,) = await self._stats([(p.job_id, self.jobs.running_tree(p.job_id))], p.window)
         return stats
 

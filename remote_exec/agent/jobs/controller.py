@@ -141,31 +141,31 @@ class JobController(JobRegistry):
         return result
 
     async def poll(self, p: PollParams) -> PollResult | bytes | WithPayload:
-        job = self._get(p.job_id)
+        job = await self.held(p.job_id)
         try:
             return await job.poll(p)
         except ValueError as exc:  # a cursor past the end of a stream
             raise InvalidParamsError(str(exc), data={"job_id": p.job_id}) from None
 
     async def write_stdin(self, p: WriteStdinParams, payload: memoryview | None = None) -> WriteStdinResult:
-        job = self._get(p.job_id)
+        job = await self.held(p.job_id)
         written = await job.write_stdin_encoded(p.data, p.offset, p.eof, payload)
         return WriteStdinResult(written=written, stdin_bytes=job.stdin.written)
 
     async def signal(self, p: SignalParams) -> Empty:
         sig = p.signal if isinstance(p.signal, int) else signal.Signals[p.signal].value
-        self._get(p.job_id).send_signal(sig)
+        (await self.held(p.job_id)).send_signal(sig)
         return Empty()
 
     async def resize(self, p: ResizeParams) -> Empty:
-        job = self._get(p.job_id)
+        job = await self.held(p.job_id)
         if not isinstance(job, PtyJob):
             raise not_a_tty(p.job_id)
         job.resize(TtySize(cols=p.cols, rows=p.rows))
         return Empty()
 
     async def kill(self, p: KillParams) -> KillResult:
-        return await self._get(p.job_id).kill(p.grace)
+        return await (await self.held(p.job_id)).kill(p.grace)
 
     async def list(self, p: ListParams) -> ListResult:
         """One page of jobs in the order they were started (the agent's counter), after ``p.after``
@@ -194,7 +194,7 @@ class JobController(JobRegistry):
         return self._gone.get(after) or seq(after)
 
     async def release(self, p: JobIdParams) -> Empty:
-        job = self._get(p.job_id)
+        job = await self.held(p.job_id)
         if job.running:
             await job.kill(None)
         self._release(p.job_id)
@@ -202,7 +202,7 @@ class JobController(JobRegistry):
 
     async def read(self, p: ReadParams) -> WithPayload:
         """Bytes of one stream at an offset (or its tail), as the payload; moves no cursor."""
-        job = self._get(p.job_id)
+        job = await self.held(p.job_id)
         stream = job.streams[1 if p.stream == "stdout" else 2]
         size = stream.end
         if p.tail is not None:
@@ -227,7 +227,7 @@ class JobController(JobRegistry):
 
     async def forget(self, p: JobIdParams) -> Empty:
         """Forget an ended job: its record and its logs go (a running one is refused)."""
-        job = self._get(p.job_id)
+        job = await self.held(p.job_id)
         if job.running:
             raise InvalidParamsError(
                 f"job {p.job_id} is still running: kill it first, then forget it", data={"job_id": p.job_id}

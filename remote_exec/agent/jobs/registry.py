@@ -192,6 +192,19 @@ class JobRegistry:
         done.set_result(StartResult(job_id=job.job_id, pid=job.pid))
         return done
 
+    async def held(self, job_id: str) -> Job:
+        """The job ``job_id`` for a client's call, once its start is through: a client names its
+        own id before the start's answer comes back (its job may already be writing output), so a
+        call on an id still spawning waits for that spawn instead of calling the job unknown.
+
+        :raises JobNotFoundError: no such job, or its spawn failed.
+        """
+        spawning = self._starting_ids.get(job_id)
+        if spawning is not None:
+            with contextlib.suppress(Exception):  # a failed spawn: the job is unknown, below
+                await asyncio.shield(spawning[1])
+        return self._get(job_id)
+
     def _get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)
         if job is not None:
