@@ -34,6 +34,9 @@ pytest_plugins = ["tests.runreport"]
 
 CHANNELS = ["socket", "stdio"]
 
+# The login shell our local agents' jobs find in $SHELL (see tools/plain-bash: not the machine's rc).
+os.environ["SHELL"] = str(Path(__file__).resolve().parent.parent / "tools" / "plain-bash")
+
 
 def relay_pid(process: PipeProcess) -> int:
     """The pid of a ``local://`` stdio channel's relay (an asyncio subprocess there)."""

@@ -50,6 +50,7 @@ def notebook_env(scratch: Path, notebook: str) -> dict[str, str]:
         "REMOTE_EXEC_NONINTERACTIVE": "1",
         "REMOTE_EXEC_AGENT_DIR": str(home / "agent"),
         "TMPDIR": str(home / "tmp"),
+        "SHELL": str(Path(__file__).resolve().parent / "plain-bash"),  # %remote_shell's, not the machine's rc
     }
 
 
