@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import sys
+from pathlib import Path
 
 import anyio
 import pytest
@@ -94,6 +96,20 @@ async def test_exit_closes_the_shell_but_a_subshell_does_not(url: str) -> None:
         with pytest.raises(rx.ShellClosedError):
             await sb.reattach_shell(sh.session_id)
         assert bg not in session_members(info.pid)  # a closed tab takes its background jobs with it
+
+
+async def test_a_closed_shell_is_closed_once_its_leftovers_are_gone(url: str, tmp_path: Path) -> None:
+    """What the shell left running dies with it, and the session says "closed" only once it is
+    gone: a process with 1 GiB of memory takes a while to exit after its SIGKILL (its pages are
+    freed first), longer than the agent takes to notice that its shell exited."""
+    heavy = "import time; m = b'x' * 2**30; print(1, flush=True); time.sleep(300)"
+    async with rx.open_sandbox(url) as sb:
+        sh = await sb.shell(cwd=str(tmp_path))
+        # The run returns once the process holds its memory (it says so through the FIFO).
+        started = f"mkfifo up; {sys.executable} -c \"{heavy}\" > up & read _ < up; echo $!"
+        big = int((await sh.run(started)).stdout)
+        assert (await sh.run("exit 3")).returncode == 3
+        assert big not in session_members(sh.pid)  # gone, not dying
 
 
 async def test_reattach_from_a_second_client_sees_the_state(url: str) -> None:

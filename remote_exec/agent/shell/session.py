@@ -368,8 +368,13 @@ class ShellSession:
     def _on_exit(self, code: int | None) -> None:
         self._exited = True
         self.exit_code = code
-        signals.killpg(self.pid, signal.SIGKILL)  # the tab closed: what it left running in its group goes too
         self.output.flush()
+        self._spawn(self._finalize_once_gone())
+
+    async def _finalize_once_gone(self) -> None:
+        # The tab closed: what it left running in its group goes too, and the session is closed
+        # (its run's end, close()) once that is gone, as a killed job ends once its group is.
+        await signals.kill_group(self.pid)
         self._finalize()
 
     def _finalize(self) -> None:

@@ -12,12 +12,13 @@ import os
 import signal
 from collections.abc import Callable, Iterable
 
-from ..jobs.proctable import SessionProcess, scan, session_members, session_processes
+from ..jobs.proctable import SessionProcess, group_alive, scan, session_members, session_processes
 
-__all__ = ["interrupt", "killpg", "signal_pids", "signal_run_processes"]
+__all__ = ["interrupt", "kill_group", "killpg", "signal_pids", "signal_run_processes"]
 
 RETRY_INTERVAL = 0.2  # while an interrupted run goes on, look this often for what it missed...
 RETRIES = 10  # ...this many times
+GONE_WAIT = 10.0  # seconds a SIGKILLed group may take to be gone (only a process stuck in the kernel takes long)
 
 
 async def interrupt(shell_pid: int, run_started: float, ended: asyncio.Event, resend: Callable[[], None]) -> None:
@@ -68,6 +69,20 @@ def signal_pids(pids: Iterable[int], sig: int = signal.SIGINT) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, sig)
+
+
+async def kill_group(pgid: int) -> None:
+    """SIGKILL process group ``pgid`` and return once nothing of it is left alive (or after
+    :data:`GONE_WAIT`: a process in uninterruptible sleep dies when the kernel lets it). A killed
+    process is still there until the scheduler runs it, later still on a loaded machine."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + GONE_WAIT
+    killpg(pgid, signal.SIGKILL)
+    # No event says "the group emptied" (Job._terminate polls too); each round kills again what
+    # a member forked while it was being killed.
+    while await scan(group_alive, pgid) and loop.time() < deadline:
+        await asyncio.sleep(0.02)
+        killpg(pgid, signal.SIGKILL)
 
 
 def killpg(pgid: int, sig: int) -> None:
