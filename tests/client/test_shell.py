@@ -106,7 +106,7 @@ async def test_a_closed_shell_is_closed_once_its_leftovers_are_gone(url: str, tm
     async with rx.open_sandbox(url) as sb:
         sh = await sb.shell(cwd=str(tmp_path))
         # The run returns once the process holds its memory (it says so through the FIFO).
-        started = f"mkfifo up; {sys.executable} -c \"{heavy}\" > up & read _ < up; echo $!"
+        started = f'mkfifo up; {sys.executable} -c "{heavy}" > up & read _ < up; echo $!'
         big = int((await sh.run(started)).stdout)
         assert (await sh.run("exit 3")).returncode == 3
         assert big not in session_members(sh.pid)  # gone, not dying
