@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
+import importlib.util
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -56,11 +58,11 @@ _KEEPALIVE_COUNT_MAX = 4
 
 def _require_asyncssh() -> None:
     # Functions below import asyncssh where they need it (typed); this turns its absence into a
-    # clear error when the transport is made, before anything is imported for real.
-    try:
-        import asyncssh  # noqa: F401
-    except ImportError as exc:
-        raise SandboxError("ssh:// sandboxes need asyncssh: pip install 'remote-exec-sandbox[ssh]'") from exc
+    # clear error when the transport is made. It only looks for the package: the transport is
+    # made on an event loop, and asyncssh's first import runs `ldconfig -p` (ctypes looking for
+    # liboqs), which _connect leaves to a thread.
+    if importlib.util.find_spec("asyncssh") is None:
+        raise SandboxError("ssh:// sandboxes need asyncssh: pip install 'remote-exec-sandbox[ssh]'")
 
 
 class SSHTransport(ExecTransport):
@@ -205,7 +207,8 @@ class SSHTransport(ExecTransport):
         )
 
     async def _connect(self) -> asyncssh.SSHClientConnection:
-        import asyncssh
+        await asyncio.to_thread(importlib.import_module, "asyncssh")  # its first import blocks (ldconfig)
+        import asyncssh  # (now from sys.modules)
 
         known_hosts, keys = await asyncio.to_thread(self._load_files)
         who = f"{self.username + '@' if self.username else ''}{self.host}"
