@@ -4,6 +4,8 @@ and how long each job has been quiet."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import os
 import queue
 import signal
@@ -13,8 +15,12 @@ import threading
 import time
 from pathlib import Path
 
+import anyio
+import pytest
+
 import remote_exec as rx
-from remote_exec.cli.health import format_quiet
+from remote_exec.cli.health import format_quiet, report_health
+from remote_exec.client.link import Link
 
 from .conftest import run_cli
 
@@ -134,3 +140,42 @@ def test_format_quiet() -> None:
     assert format_quiet(5) == "no output for 5 s"
     assert format_quiet(303) == "no output for 5 min 03 s"
     assert format_quiet(7500) == "no output for 2 h 05 min"
+
+
+class _Told(io.StringIO):
+    """What report_health prints, with an event per line (a test waits on it, not on time)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wrote = asyncio.Event()
+
+    def write(self, s: str) -> int:
+        self.wrote.set()
+        return super().write(s)
+
+
+async def _told(out: _Told, lines: int) -> list[str]:
+    with anyio.fail_after(30):
+        while len(out.getvalue().splitlines()) < lines:
+            out.wrote.clear()
+            await out.wrote.wait()
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.anyio
+async def test_every_link_change_is_told_in_order() -> None:
+    """Two changes in a row (the agent froze, then answered again) are two lines: a change made
+    while the reporter was busy printing was lost for good (a freeze attach never told)."""
+    link, out = Link(), _Told()
+    reporter = asyncio.create_task(report_health("local://x", link, time.monotonic, quiet_after=0, out=out))
+    try:
+        await asyncio.sleep(0)  # one step: the reporter is waiting (no time waited)
+        link.set("lost", "the agent answered nothing, not even a heartbeat")
+        link.set("connected")
+        assert await _told(out, 2) == [
+            "remote-exec: local://x: agent not answering (frozen, paused or cut off); still trying: "
+            "the agent answered nothing, not even a heartbeat",
+            "remote-exec: local://x: connected",
+        ]
+    finally:
+        reporter.cancel()

@@ -9,8 +9,10 @@ alike, and neither looks like a hang.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
+from collections import deque
 from collections.abc import Callable
 from typing import TextIO
 
@@ -21,6 +23,7 @@ from ..termsafe import terminal_safe
 
 __all__ = ["LINK_WORDS", "QUIET_AFTER", "format_quiet", "link_line", "report_health"]
 
+CHANGES_KEPT = 16  # link changes queued between two prints (a flapping link: its latest)
 QUIET_AFTER = 300.0
 """Default seconds without output before ``attach``/``run`` say the job is quiet (0: never)."""
 
@@ -65,20 +68,36 @@ async def report_health(
     follower does, when the job ends) stops the reports; nothing else.
     """
     stream = out or sys.stderr
-    told_quiet = 0  # silences of quiet_after already told, since the last output
-    told_at = last_output()
-    while True:
-        wait = float("inf")
-        if quiet_after > 0:
-            wait = max(told_at + quiet_after * (told_quiet + 1) - time.monotonic(), 0.0)
-        with anyio.move_on_after(wait):  # a timer for the silence; a link change ends it early
-            status = await link.changed()
-            print(link_line(url, status), file=stream, flush=True)
-            continue
-        if last_output() != told_at:  # output came meanwhile: count the silence from it
-            told_at, told_quiet = last_output(), 0
-            continue
-        told_quiet += 1
-        quiet = time.monotonic() - told_at
-        state = "the job is running" if link.state == "connected" else LINK_WORDS[link.state]
-        print(f"remote-exec: {format_quiet(quiet)}; {state}", file=stream, flush=True)
+    # Every change is told, in order: a listener queues them as they happen. (Waiting for "the
+    # next change" between prints would miss one made while a silence line was being printed:
+    # the agent's freeze went untold for good.) Bounded: a flapping link tells its latest ones.
+    changes: deque[LinkStatus] = deque(maxlen=CHANGES_KEPT)
+    arrived = asyncio.Event()
+
+    def queue(status: LinkStatus) -> None:
+        changes.append(status)
+        arrived.set()
+
+    unsubscribe = link.subscribe(queue)
+    try:
+        told_quiet = 0  # silences of quiet_after already told, since the last output
+        told_at = last_output()
+        while True:
+            while changes:
+                print(link_line(url, changes.popleft()), file=stream, flush=True)
+            arrived.clear()
+            wait = float("inf")
+            if quiet_after > 0:
+                wait = max(told_at + quiet_after * (told_quiet + 1) - time.monotonic(), 0.0)
+            with anyio.move_on_after(wait):  # a timer for the silence; a link change ends it early
+                await arrived.wait()
+                continue
+            if last_output() != told_at:  # output came meanwhile: count the silence from it
+                told_at, told_quiet = last_output(), 0
+                continue
+            told_quiet += 1
+            quiet = time.monotonic() - told_at
+            state = "the job is running" if link.state == "connected" else LINK_WORDS[link.state]
+            print(f"remote-exec: {format_quiet(quiet)}; {state}", file=stream, flush=True)
+    finally:
+        unsubscribe()
