@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test check soak demo bench lint typecheck clean agent notebooks docs widgets labextension
+.PHONY: test check quick soak demo bench lint typecheck clean agent notebooks docs widgets labextension
 
 # The agent bundle injected into sandboxes without the agent (tools/build_agent.py); rebuilt
 # only when the agent's sources change.
@@ -48,23 +48,20 @@ labextension: $(STAMP)
 	$(BIN)/pip install -q jupyter-builder==1.3.0
 	$(BIN)/python tools/build_labextension.py
 
-# The inner loop (CONTRIBUTING.md): lint, types and the tests that need no container engine, sshd,
-# bubblewrap, browser or kernel, on the socket channel only (`make test` runs the stdio twins).
-QUICK_TESTS := tests/test_api.py tests/test_docs.py tests/test_blocking.py tests/test_fleet.py \
-	tests/agent/test_buffer.py tests/agent/test_frames.py tests/agent/test_rpc.py tests/agent/test_security.py \
-	tests/agent/test_fuzz.py tests/client/test_exec.py tests/client/test_files.py tests/client/test_transfer.py \
-	tests/client/test_download_confined.py tests/jupyter/test_job_view.py tests/jupyter/test_dashboard.py \
-	tests/jupyter/test_shell_view.py tests/jupyter/test_terminal_view.py tests/jupyter/test_magics.py tests/jupyter/test_file_magics.py \
-	tests/jupyter/test_transcript.py tests/jupyter/test_assets.py tests/jupyter/test_js_store.py \
-	tests/jupyter/test_packaging.py tests/test_layers.py tests/test_suite_rules.py tests/agent/test_spare.py
-
 # The two tiers (CONTRIBUTING.md states their budgets): each prints its whole time and its 25
 # slowest tests. Tests run in a random order (pytest-randomly; the seed is in the header).
 TIMED = start=$$(date +%s); trap 'echo "make $@: $$(( $$(date +%s) - start )) s"' EXIT;
 
+# The inner loop: lint and types alongside every test that needs no container engine, sshd,
+# bubblewrap, browser, kernel or fresh venv (the `backend` mark, set in tests/conftest.py), on
+# the socket channel only (the stdio twins run in `make test`), in four workers: many of these
+# tests wait on processes more than they compute.
+QUICK := $(BIN)/pytest -q -n 4 --dist loadgroup -m "not backend and not slow" -k "not stdio" --durations=25
 check: $(STAMP)
-	@$(TIMED) $(MAKE) --no-print-directory lint typecheck && \
-	$(BIN)/pytest -q -m "not slow" -k "not stdio" --durations=25 $(QUICK_TESTS)
+	@$(TIMED) $(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck quick
+
+quick: $(STAMP)
+	$(QUICK)
 
 # The suite runs in pytest-xdist workers (a state dir each; tests that share a daemon or a
 # costly set-up grouped onto one worker: tests/conftest.py), with the notebooks under nbval

@@ -104,11 +104,31 @@ def _or_called_by_a_test(allowed: Callable[..., bool]) -> Callable[..., bool]:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Groups for pytest-xdist's ``--dist loadgroup`` (``make test XDIST=...``): tests that share
-    a daemon run in one worker, so it starts once there. Without xdist the marks do nothing."""
+    a daemon run in one worker, so it starts once there. Without xdist the marks do nothing.
+    And the ``backend`` mark, which ``make check`` leaves out (see :func:`_needs_a_backend`)."""
     for item in items:
         group = _xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+        if _needs_a_backend(item):
+            item.add_marker(pytest.mark.backend)
+
+
+# What needs more than a local agent: a container engine, sshd or bubblewrap (the backend dirs),
+# a browser with JupyterLab (its fixtures), a kernel or a fresh venv (those modules). Others
+# mark themselves (``pytest.mark.backend``): a jail or a container inside an agent test.
+BACKEND_DIRS = {"sandboxes", "faults"}
+BACKEND_FIXTURES = {"lab", "browser", "page", "sandbox_url", "target"}
+BACKEND_MODULES = {"test_kernel", "test_packaging", "test_binder"}
+
+
+def _needs_a_backend(item: pytest.Item) -> bool:
+    if item.path.parent.name in BACKEND_DIRS or item.path.stem in BACKEND_MODULES:
+        return True
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if params.get("target") == "local":  # the fault targets' local://: no backend
+        return False
+    return not BACKEND_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
 
 
 def _xdist_group(item: pytest.Item) -> str | None:

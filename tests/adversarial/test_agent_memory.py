@@ -233,6 +233,7 @@ def _host_pid(container_id: str, pid_inside: int) -> int:
     raise AssertionError(f"no host process for pid {pid_inside} of container {container_id[:12]}")
 
 
+@pytest.mark.backend  # dockerd
 async def test_agent_survives_an_output_flood_in_a_small_container(adversary: Adversary) -> None:
     """(d) docker+image with memory=256m: 24 jobs x 8 MiB of retained output (192 MiB) used to get
     the agent OOM-killed with every job: first in RAM, then (#14) as logs on the ``/tmp`` tmpfs,

@@ -30,7 +30,7 @@ from ..conftest import stop_agent
 from ..sandboxes.backend_jail import require_jail
 from .conftest import Adversary
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.backend]  # bubblewrap
 
 AREA = "jail escape"
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]

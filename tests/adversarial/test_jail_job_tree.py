@@ -19,7 +19,7 @@ from ..sandboxes.backend_jail import require_jail
 from .conftest import Adversary
 from .limited import orphan_left_after
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.backend]  # bubblewrap
 
 AREA = "job tree"
 
