@@ -33,6 +33,10 @@ DELIBERATE: dict[tuple[str, str], str] = {
         "jail:// forks bubblewrap from the event loop's thread on purpose: its --die-with-parent fires "
         "when the forking thread exits, and a worker thread may exit long before the box"
     ),
+    ("remote_exec/sandboxes/local.py", "default_cwd"): (
+        "a local:// start reads the client's working directory (os.getcwd) on the loop: the kernel "
+        "answers from its dentry cache without I/O, and a thread hop per start would cost more"
+    ),
     ("remote_exec/agent/jobs/spare.py", "take"): (
         "a start renames the ready job dir into place: one metadata operation instead of the three "
         "a dir and its two files cost, and a start waits on it before it can exec"

@@ -164,15 +164,24 @@ class AsyncSandbox(SandboxFiles):
         default) the job starts at once and the process handle is returned without awaiting;
         with ``stream=False`` this returns a coroutine: ``await`` it for the :class:`ExecResult`.
         Options come from ``options`` and/or keywords (``timeout=5``, ``cwd="/tmp"``...).
+        Without ``cwd`` the job runs in the sandbox's default directory: on ``local://`` this
+        process's working directory at the call (a notebook's folder), elsewhere the agent's own.
 
         Cancelling the awaited ``stream=False`` coroutine kills the job, as :meth:`run` does; a
         streamed handle follows :class:`ExecRemoteProcess`'s rules (cancelling its iteration or
         ``wait()`` kills the job).
         """
-        opts = (options or ExecRemoteOptions()).merged(overrides)
+        opts = self._located((options or ExecRemoteOptions()).merged(overrides))
         if not stream:
             return self._run(command, opts)
         return self._core.track(launch(self._core.rpc, command, opts, self._core.response_margin))
+
+    def _located(self, opts: ExecRemoteOptions) -> ExecRemoteOptions:
+        """``opts`` with the transport's default directory when they name none (see exec_remote)."""
+        if opts.cwd is not None:
+            return opts
+        cwd = self.transport.default_cwd()
+        return opts if cwd is None else opts.merged({"cwd": cwd})
 
     async def run(
         self, command: list[str] | str, options: ExecRemoteOptions | None = None, **overrides: Unpack[OptionOverrides]
@@ -281,14 +290,15 @@ class AsyncSandbox(SandboxFiles):
     # -- shell sessions (see client/shell.py) ----------------------------------------------
 
     async def shell(self, *, cwd: str | None = None, env: dict[str, str] | None = None) -> ShellSession:
-        """Open a stateful shell session (bash, else sh) in ``cwd`` with ``env`` added.
+        """Open a stateful shell session (bash, else sh) in ``cwd`` with ``env`` added. Without
+        ``cwd``: as :meth:`exec_remote` (on ``local://`` this process's working directory).
 
         It outlives this sandbox handle: reattach with :meth:`reattach_shell`, end with
         ``close()``. Cancelling the open may still leave a session in the agent (it idles out).
 
         :raises SpawnError: the shell could not be started (e.g. no such ``cwd``).
         """
-        return await open_shell(self._core, cwd, env)
+        return await open_shell(self._core, cwd if cwd is not None else self.transport.default_cwd(), env)
 
     async def reattach_shell(self, session_id: str) -> ShellSession:
         """A handle on a shell session opened elsewhere (another client, a previous kernel).

@@ -27,6 +27,12 @@ class SandboxTransport(ABC):
         what it had set up, so an implementation keeps enough state for that.
         """
 
+    def default_cwd(self) -> str | None:
+        """Where a job or shell session starts when the caller gives no ``cwd``: ``None`` (the
+        default) leaves it to the agent (its own working directory: a container's working dir,
+        the remote user's home). Asked at each start, on the event loop: it must not block."""
+        return None
+
     def native_copy(self) -> NativeCopy | None:
         """The transport's own copy command for big files (``None``: the agent channel only)."""
         return None

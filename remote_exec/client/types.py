@@ -98,7 +98,8 @@ class ExecRemoteOptions:
     """How to run a job; every field can also be passed to ``exec_remote`` as a keyword.
 
     :ivar input: written to stdin, which is then closed (unless ``stdin_open``).
-    :ivar cwd: working directory inside the sandbox.
+    :ivar cwd: working directory inside the sandbox (``None``: on ``local://`` the client's own
+        working directory when the job starts; elsewhere the agent's).
     :ivar env: variables added to (overriding) the agent's environment.
     :ivar user: run as this user (the agent must be able to switch to it).
     :ivar timeout: seconds; enforced inside the sandbox (SIGTERM, then SIGKILL after

@@ -71,7 +71,8 @@ class KernelState:
         self.background: list[BlockingExecRemoteProcess] = []
         """Handles of the ``--bg`` jobs started here (left running when the kernel exits)."""
         self.named: dict[str, BackgroundJob] = {}
-        """The ``--bg --name`` jobs of this kernel by name: a name is not reused while its job runs."""
+        """The ``--bg --name`` jobs of this kernel by name: a re-run cell attaches to its name's
+        running job (as it does, through the agent's tags, to an earlier kernel's)."""
 
     def sandbox(self, url: str) -> Sandbox:
         """The kernel's connection to ``url``, opened on first use.
@@ -108,7 +109,7 @@ class KernelState:
             if found is not None:
                 return self._remember(*found)
             spec = "new"
-        url = url or (self._last[0] if self._last else self.defaults.sandbox)
+        url = self.shell_url(url)
         sb = self.sandbox(url)
         if spec == "new":
             return self._remember(url, sb.shell(cwd=cwd, env=env))
@@ -116,6 +117,11 @@ class KernelState:
         if known is not None and known[0] == url and not known[1].closed:
             return self._remember(*known)
         return self._remember(url, sb.reattach_shell(spec))
+
+    def shell_url(self, url: str | None) -> str:
+        """Where :meth:`shell` opens or finds a session: ``url``, else this kernel's last
+        session's sandbox, else the default one."""
+        return url or (self._last[0] if self._last else self.defaults.sandbox)
 
     def last_shell(self, url: str | None = None) -> tuple[str, BlockingShellSession] | None:
         """This kernel's most recently used open session (in ``url``, if given)."""

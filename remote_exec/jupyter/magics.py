@@ -10,15 +10,18 @@ They parse and delegate: options are read with ``magic_arguments`` (bad input ra
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import magics_class, no_var_expand
 
+from ..blocking import Sandbox
 from ..client.policyopts import POLICY_OPTIONS, policy_from_args
-from ..errors import RemoteExecError, SandboxError
+from ..errors import JobNotFoundError, RemoteExecError, SandboxError
 from .attach import attach_job
+from .background import BackgroundJob
 from .dashboard import Dashboard
 from .dashboard_view import STATE_FILTERS
 from .display import RemoteCommandError, show, widgets_enabled
@@ -34,6 +37,7 @@ from .magic_base import (
     _plain_help,
     _variable,
 )
+from .rerun import SHELL_LABEL, rerun_named, running_terminals
 from .runner import CellJob, failure
 from .shell_view import ShellView
 from .terminal_view import DEFAULT_SIZE, MAX_ROWS, TerminalView
@@ -48,8 +52,6 @@ SHELL_COMMAND = [
     '[ -x "$s" ] || s=$(command -v bash || echo /bin/sh); exec "$s" -i',
 ]
 """What ``%remote_shell`` runs in its terminal."""
-
-SHELL_LABEL = "%remote_shell"
 
 _WHERE = _options(
     (("--sandbox",), {"metavar": "URL", "help": "the sandbox to run in (default: %%exec_remote_config's)"}),
@@ -100,7 +102,11 @@ class RemoteExecMagics(StateMagics):
     @_POLICY
     @_argument("--bg", action="store_true", help="run in the background: return at once, show a live job view")
     @_argument("--name", metavar="VAR", help="store the ExecResult (--bg: the BackgroundJob) in VAR")
-    @_argument("--replace", action="store_true", help="--bg --name: kill the running job of that name first")
+    @_argument(
+        "--replace",
+        action="store_true",
+        help="--bg --name: kill the running job of that name first (without it, a re-run attaches to it)",
+    )
     @_argument("--shell", metavar="ID|new|last", help="run in a shell session (cwd and env persist)")
     @_argument(
         "--tty",
@@ -117,7 +123,10 @@ class RemoteExecMagics(StateMagics):
         """Run the cell as a bash script in a sandbox, streaming its output live.
 
         The notebook's interrupt sends SIGINT to the job, then kills it. A failure (non-zero
-        exit, timeout) raises ``RemoteCommandError`` unless ``--no-raise-error``.
+        exit, timeout) raises ``RemoteCommandError`` unless ``--no-raise-error``. A ``--bg --name``
+        cell re-run while its job runs (this kernel's, or an earlier kernel's of the same
+        notebook) shows that job's live view instead of starting another; ``--replace`` kills it
+        and starts the cell.
         """
         args = _parse(self.exec_remote, line)
         if not cell.strip():
@@ -147,14 +156,18 @@ class RemoteExecMagics(StateMagics):
         reused = args.shell not in (None, "new") and (args.shell != "last" or self.state.last_shell(args.sandbox))
         if reused and (args.cwd is not None or args.env):
             raise UsageError("--cwd/--env apply when a shell is opened (--shell new); an open one keeps its own")
-        if background and name is not None:
-            self._free_name(name, args.replace)
         try:
             policy = policy_from_args(args)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
         if policy is not None and args.shell is not None:
             raise UsageError("policy options apply to a job of its own, not to a run in a shell session (--shell)")
+        if background and name is not None:
+            url = self.state.shell_url(args.sandbox) if args.shell is not None else args.sandbox or d.sandbox
+            running = self._free_name(name, args.replace, self._sandbox(url), widget)
+            if running is not None:
+                self._store(name, running)
+                return
         job = dataclasses.replace(
             self._job(cell, args.sandbox, args.shell, cwd, env, timeout), tty=args.tty, stdin=args.stdin
         )
@@ -184,18 +197,16 @@ class RemoteExecMagics(StateMagics):
         if error is not None and args.raise_error:
             raise error
 
-    def _free_name(self, name: str, replace: bool) -> None:
-        """Refuse to start a second ``--bg --name`` job while the first runs, unless ``--replace``."""
-        old = self.state.named.get(name)
-        if old is None or old.done:
-            return
-        if not replace:
-            raise UsageError(
-                f"job {old.job_id} ({name}) is still running: --replace kills it and starts this cell, "
-                f"another --name keeps both, {name}.kill() stops it"
-            )
-        old.kill()
-        old.wait()
+    def _free_name(self, name: str, replace: bool, sb: Sandbox, show: bool) -> BackgroundJob | None:
+        """:func:`~remote_exec.jupyter.rerun.rerun_named`: the running job a re-run cell attaches
+        to, or ``None`` (the cell starts its job).
+
+        :raises RemoteCommandError: the agent failed, or answered with an unsafe listing.
+        """
+        try:
+            return rerun_named(self.state, sb, name, replace=replace, show=show)
+        except RemoteExecError as exc:
+            raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc
 
     def _job(
         self, cell: str, url: str | None, shell: str | None, cwd: str | None, env: dict[str, str], timeout: float | None
@@ -303,7 +314,11 @@ class RemoteExecMagics(StateMagics):
     @_line_magic
     def remote_shell(self, line: str) -> None:
         """An interactive shell in a terminal: the sandbox user's shell in a PTY, in a terminal
-        widget (colours, full-screen programs, resize). ``--shell`` shows a shell session instead."""
+        widget (colours, full-screen programs, resize). ``--shell`` shows a shell session instead.
+
+        Re-run (in this kernel, or after a restart in the same notebook) while the notebook's
+        terminal runs, it shows that terminal again rather than starting another; ``exit`` in
+        it ends it, and the next run starts a new one."""
         args = _parse(self.remote_shell, line)
         if args.shell is None:
             self._terminal(args.sandbox, args.rows)
@@ -332,6 +347,12 @@ class RemoteExecMagics(StateMagics):
             )
             return
         try:
+            # The notebook's terminal if one runs: a re-run must not leave a shell with no view.
+            for info in reversed(running_terminals(sb, [p.job_id or "" for p in self.state.background])):
+                with contextlib.suppress(JobNotFoundError):  # it ended and was forgotten meanwhile
+                    watcher, control = sb.attach(info.job_id), sb.attach(info.job_id)
+                    show(TerminalView(watcher, command=SHELL_LABEL, sandbox=sb.url, rows=rows, control=control))
+                    return
             proc = sb.exec_remote(
                 SHELL_COMMAND, tty=True, tty_size=(DEFAULT_SIZE[0], rows), label=SHELL_LABEL, tags=notebook_tags()
             )

@@ -120,6 +120,16 @@ class LocalTransport(SandboxTransport):
             *(["--log-budget", str(self.log_budget)] if self.log_budget is not None else []),
         ]
 
+    def default_cwd(self) -> str | None:
+        """The client's working directory now (a notebook kernel's: the notebook's folder, where
+        ``%%bash`` runs too): the agent is shared by every client of the project, and its own
+        working directory is that of whichever client started it. ``None`` (the agent's) when
+        the client's has been removed."""
+        try:
+            return os.getcwd()  # the kernel's cached dentry path: no I/O (listed in loopguard.py)
+        except OSError:
+            return None
+
     @property
     def socket_path(self) -> Path:
         return self.state_dir / "agent.sock"

@@ -25,7 +25,9 @@ import pytest
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
+import remote_exec as rx
 from remote_exec.jupyter.display import WIDGET_FRONT_END_ENV
+from remote_exec.jupyter.rerun import attached_line
 
 from ..venvs import install, make_venv
 from .conftest import gone
@@ -171,6 +173,48 @@ def test_a_headless_front_end_gets_plain_text_without_a_switch(
     assert streams(outs[1]) == [("stdout", "a\n"), ("stderr", "b\n"), ("stdout", "exit code: 0\n")]
     assert streams(outs[2]) == [("stdout", "started in the background\n")]
     assert not any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for out in outs for o in out)
+
+
+WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def test_restart_and_run_all_attaches_to_the_named_job_and_jobs_run_in_the_notebooks_folder(
+    agent_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#23, points 3 and 4, as JupyterLab does them: each run below is a new kernel of the same
+    notebook (Restart & Run All), in the notebook's folder, on an agent started elsewhere."""
+    folder = tmp_path / "project" / "analysis"
+    folder.mkdir(parents=True)
+    notebook = str(folder / "work.ipynb")
+    monkeypatch.setenv("JPY_SESSION_NAME", notebook)  # what Jupyter Server gives a notebook's kernel
+    url = f"local://?dir={agent_dir}"
+    setup = f"%load_ext remote_exec\n%exec_remote_config --sandbox {url}"
+    pwd = "%%exec_remote --no-widget\npwd -P"
+    with rx.connect(url) as sb:
+
+        def job1() -> list[rx.JobInfo]:
+            tags = {"notebook": notebook, "name": "job1"}
+            return [j for j in sb.jobs() if j.tags is not None and tags.items() <= j.tags.items()]
+
+        assert os.readlink(f"/proc/{sb.info.pid}/cwd") != os.path.realpath(folder)  # the agent's is not it
+        try:
+            cells = [setup, "%%exec_remote --bg --name job1\necho one; sleep 300", pwd]
+            first = run_notebook(cells, folder, "python3")
+            (started,) = job1()
+            assert started.state == "running" and [o.output_type for o in first[1]] == ["display_data"]
+            assert streams(first[2]) == [("stdout", f"{os.path.realpath(folder)}\n")]
+            again = run_notebook(cells, folder, "python3")  # the job still runs: attached, not doubled
+            assert [j.job_id for j in job1()] == [started.job_id]
+            assert streams(again[1]) == [("stdout", attached_line("job1", started.job_id) + "\n")]
+            assert WIDGET in again[1][-1].data  # its live view is the cell's output
+            cells[1] = "%%exec_remote --bg --name job1 --replace\necho two; sleep 300"
+            run_notebook(cells, folder, "python3")
+            old, new = job1()
+            assert old.job_id == started.job_id and old.state == "killed" and new.state == "running"
+        finally:
+            for info in job1():
+                if info.state == "running":
+                    sb.attach(info.job_id).kill()
 
 
 @pytest.fixture

@@ -98,14 +98,15 @@ def test_kill_then_wait_is_the_same_from_the_button_and_from_code(
     assert gone(job.process.pid)
 
 
-def test_a_named_bg_cell_refuses_while_its_job_runs_and_replace_kills_it(
+def test_a_named_bg_cell_attaches_while_its_job_runs_and_replace_kills_it(
     ip: InteractiveShell, front: HeadlessFrontEnd
 ) -> None:
     with capture_output():
         ip.run_cell_magic("exec_remote", "--bg --name dup --no-widget", "sleep 30")
     first: BackgroundJob = ip.user_ns["dup"]
-    with pytest.raises(UsageError, match=rf"job {first.job_id} \(dup\) is still running: --replace"):
+    with capture_output() as cap:  # no second job (tests/jupyter/test_rerun.py has the rest)
         ip.run_cell_magic("exec_remote", "--bg --name dup --no-widget", "sleep 30")
+    assert cap.stdout == f"dup is still running (job {first.job_id}): attached; --replace restarts it\n"
     assert ip.user_ns["dup"] is first and first.state == "running"
     with capture_output():
         ip.run_cell_magic("exec_remote", "--bg --name dup --replace --no-widget", "echo second")

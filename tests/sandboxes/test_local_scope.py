@@ -57,6 +57,15 @@ def cli(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.
     )
 
 
+def real(path: str | Path) -> str:
+    return os.path.realpath(path)
+
+
+def cwd_of(pid: int) -> str:
+    """The working directory of process ``pid`` (the local agent shares our PIDs)."""
+    return os.readlink(f"/proc/{pid}/cwd")
+
+
 def test_scope_dirs(runtime: Path, tmp_path: Path) -> None:
     a, b = projects(tmp_path)
     assert project_root(a / "notebooks") == a.resolve()
@@ -110,6 +119,39 @@ async def test_user_scope_is_shared(runtime: Path, tmp_path: Path, monkeypatch: 
         assert (await sb.server_info()).pid == pid
         assert job_id in [j.job_id for j in await sb.jobs()]
     assert job_id in cli(b, "--sandbox", "local://?scope=user", "ps", "-a").stdout  # an ended job: -a
+
+
+async def test_jobs_and_shells_run_in_the_clients_working_directory(
+    runtime: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#23, point 4: the shared agent was started by a client in ``b``; a client in ``a`` (a
+    notebook's kernel in its folder) runs its jobs and shells in ``a``, not in the agent's
+    directory; an explicit ``cwd`` still wins."""
+    a, b = projects(tmp_path)
+    c = tmp_path / "elsewhere"
+    c.mkdir()
+    url = "local://?scope=user"
+    assert cli(b, "--sandbox", url, "run", "--", "true").returncode == 0  # the agent starts from b
+    pwd = ["sh", "-c", "pwd -P"]
+    ran = cli(a, "--sandbox", url, "run", "--", *pwd)
+    assert ran.stdout == f"{real(a)}\n", ran.stderr
+    ran = cli(a, "--sandbox", url, "run", "--cwd", os.fspath(c), "--", *pwd)
+    assert ran.stdout == f"{real(c)}\n", ran.stderr
+    # The API alike, from this process: its working directory at each start.
+    notebooks = a / "notebooks"
+    monkeypatch.chdir(notebooks)
+    async with rx.open_sandbox(url) as sb:
+        agent = (await sb.server_info()).pid
+        assert cwd_of(agent) == real(b)  # the agent's own
+        assert (await sb.run(pwd)).stdout == f"{real(notebooks)}\n"
+        assert (await sb.run(pwd, cwd=os.fspath(c))).stdout == f"{real(c)}\n"
+        monkeypatch.chdir(a)
+        assert (await sb.exec_remote(pwd).wait()).stdout == f"{real(a)}\n"
+        shell = await sb.shell()
+        try:
+            assert real(shell.info.cwd or "") == real(a)
+        finally:
+            await shell.close()
 
 
 @pytest.mark.parametrize("channel", ["socket", "stdio"])
