@@ -100,13 +100,15 @@ def test_ps_running_newest_first_all_filters_and_json(fresh_agent_dir: Path) -> 
 
 def test_ps_fits_a_100_column_terminal_one_line_per_job(fresh_agent_dir: Path) -> None:
     sb = f"local://?dir={fresh_agent_dir}"
-    script = "echo a\n" + "x" * 150 + "\nexec sleep 300"
+    script = "set -e\necho " + "x" * 150 + "\nexec sleep 300"
     job_id = run_cli("-s", sb, "run", "-d", "--", "sh", "-c", script).stdout.strip()
     child = cli(fresh_agent_dir, "ps", cols=100)
     assert ended(child) == 0
     lines = (child.before or b"").decode().splitlines()
     assert len(lines) == 2 and all(len(line) <= 100 for line in lines)  # a header and one row, uncut: wrapped
-    assert lines[1].startswith(job_id) and "echo a\u23ce" in lines[1] and lines[1].endswith("\u2026")
+    # the script's first meaningful line (not "set -e", not the lines after it), cut to the width
+    assert lines[1].startswith(job_id) and " echo xxx" in lines[1] and lines[1].endswith("\u2026")
+    assert "set -e" not in lines[1] and "\u23ce" not in lines[1]
     child = cli(fresh_agent_dir, "ps", "--no-trunc", cols=100)
     assert ended(child) == 0
     whole = (child.before or b"").decode().splitlines()

@@ -1,8 +1,9 @@
 """``remote-exec ps``: the job table, as ``docker ps`` shows containers.
 
 Running jobs by default, newest first; ``-a`` all the agent keeps; ``--filter`` by state, name
-or label; ``-n N`` the newest N. One line per job whatever its command (a newline shows as
-:data:`NEWLINE`); on a terminal each line is cut to its width (``--no-trunc``: whole lines).
+or label; ``-n N`` the newest N. One line per job: its name, then the first meaningful line of
+its script (``--no-trunc``: its whole command, a newline shown as :data:`NEWLINE`); on a
+terminal each line is cut to its width (``--no-trunc``: whole lines).
 ``--format json`` prints the agent's records for scripts. Every string shown comes from the
 agent, so each goes through :func:`terminal_safe` (no escape sequence reaches the terminal).
 """
@@ -16,6 +17,7 @@ import sys
 from typing import Any
 
 from ..client.activity import OutputActivity
+from ..client.titles import NEWLINE, what_it_runs
 from ..protocol import JobInfo
 from ..termsafe import terminal_safe
 from .jobref import job_name
@@ -24,7 +26,6 @@ from .tty import local_size
 
 __all__ = ["NEWLINE", "add_ps_parser", "print_ps", "ps_lines", "select_jobs"]
 
-NEWLINE = "\u23ce"  # ⏎: a command's newline, visible, and one row stays one row
 FILTER_KEYS = ("state", "name", "label")
 EXAMPLES = """examples:
   remote-exec ps                          running jobs, newest first
@@ -52,7 +53,9 @@ def add_ps_parser(sub: Any) -> None:
         help="state=running|completed|killed|timed_out, name=NAME or label=LABEL (repeatable: all must match)",
     )
     p.add_argument("--last", "-n", type=int, metavar="N", help="only the newest N jobs (implies -a)")
-    p.add_argument("--no-trunc", action="store_true", help="whole lines, even wider than the terminal")
+    p.add_argument(
+        "--no-trunc", action="store_true", help="whole commands on whole lines, even wider than the terminal"
+    )
     p.add_argument("--format", choices=("table", "json"), default="table", help="json: one array of job records")
 
 
@@ -93,22 +96,27 @@ def _started(j: JobInfo) -> str:
         return "?"
 
 
-def ps_lines(jobs: list[JobInfo]) -> list[str]:
-    """The table: a header and one line per job (uncut)."""
+def ps_lines(jobs: list[JobInfo], whole: bool = False) -> list[str]:
+    """The table: a header and one line per job (uncut): its name, then its script's first
+    meaningful line (:mod:`remote_exec.client.titles`); ``whole``: its whole command instead."""
     quiet = OutputActivity()
     quiet.note(jobs)
     lines = [f"{'JOB ID':<17} {'PID':>7} {'STATE':<10} {'EXIT':>5} {'STARTED':<19} {'QUIET':>6} {'NAME':<12}  COMMAND"]
     for j in jobs:
-        cmd = j.command if isinstance(j.command, str) else " ".join(j.command)
         exit_code = "" if j.exit_code is None else str(j.exit_code)
-        label = f"[{j.label}] " if j.label else ""
         silent = quiet_text(quiet.get(j.job_id)) if j.state == "running" else ""  # an ended job is not quiet
-        shown = terminal_safe((label + cmd).replace("\r\n", NEWLINE).replace("\n", NEWLINE))
+        shown = terminal_safe(_whole(j) if whole else what_it_runs(j.command, j.label))
         lines.append(
             f"{terminal_safe(j.job_id):<17} {j.pid:>7} {terminal_safe(j.state):<10} {exit_code:>5} {_started(j):<19} "
             f"{silent:>6} {terminal_safe(job_name(j)) or '-':<12}  {shown}"
         )
     return lines
+
+
+def _whole(j: JobInfo) -> str:
+    cmd = j.command if isinstance(j.command, str) else " ".join(j.command)
+    label = f"[{j.label}] " if j.label else ""
+    return (label + cmd).replace("\r\n", NEWLINE).replace("\n", NEWLINE).replace("\r", NEWLINE)
 
 
 def print_ps(jobs: list[JobInfo], args: argparse.Namespace) -> None:
@@ -118,7 +126,7 @@ def print_ps(jobs: list[JobInfo], args: argparse.Namespace) -> None:
         json.dump([j.model_dump(mode="json") for j in chosen], sys.stdout, indent=1)
         print()
         return
-    lines = ps_lines(chosen)
+    lines = ps_lines(chosen, whole=args.no_trunc)
     if sys.stdout.isatty() and not args.no_trunc:
         width = (local_size() or (80, 24))[0]  # the terminal's own size, not $COLUMNS
         lines = [line if len(line) <= width else line[: width - 1] + "\u2026" for line in lines]

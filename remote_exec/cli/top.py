@@ -29,6 +29,7 @@ import anyio
 
 from ..client.activity import OutputActivity, Quiet
 from ..client.sandbox import AsyncSandbox
+from ..client.titles import what_it_runs
 from ..errors import AgentUnresponsiveError, JobNotFoundError
 from ..protocol import JobInfo, JobStats, SandboxStats
 from ..termsafe import terminal_safe
@@ -101,9 +102,7 @@ def render(
         f"{'QUIET':>6} {'NAME':<12}  COMMAND",
     ]
     for job, st in sorted(rows, key=lambda r: -r[1].cpu_percent):
-        cmd = job.command if isinstance(job.command, str) else " ".join(job.command)
-        label = f"[{job.label}] " if job.label else ""
-        shown = terminal_safe((label + cmd).replace("\n", "\u23ce"))[:COMMAND_WIDTH]  # ⏎ as `ps` shows it
+        shown = terminal_safe(what_it_runs(job.command, job.label))[:COMMAND_WIDTH]
         lines.append(
             f"{terminal_safe(job.job_id):<14} {job.pid:>7} {st.cpu_percent:>6.1f} {human(st.rss):>7} "
             f"{st.threads:>4} {st.processes:>5} {human(st.read_bytes):>7} {human(st.write_bytes):>7} "

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..client.titles import job_name, what_it_runs
 from ..protocol import JobInfo
 
 __all__ = [
@@ -113,7 +114,7 @@ class Filters:
             return False
         if self.text:
             needle = self.text.lower()
-            hay = (info.label or "", _command(info), info.job_id)
+            hay = (info.label or "", _command(info), info.job_id, job_name(info.tags))
             return any(needle in h.lower() for h in hay)
         return True
 
@@ -132,6 +133,8 @@ def job_row(i: int, info: JobInfo, tail: str, written: int, depth: int = 0) -> d
         "job_id": info.job_id,
         "command": _command(info),
         "label": info.label or "",
+        "name": job_name(info.tags),
+        "title": what_it_runs(info.command, info.label if depth == 0 else None),  # (a session's run: its row says)
         "state": info.state,
         "exit_code": info.exit_code,
         "started_at": info.started_at,
@@ -157,6 +160,8 @@ def session_row(i: int, session: str, jobs: Sequence[JobInfo], expanded: bool) -
         "running": running,
         "command": _command(newest),
         "label": newest.label or "",
+        "name": "",
+        "title": what_it_runs(newest.command),
         "state": "running" if running else newest.state,
         "exit_code": None if running else newest.exit_code,
         "started_at": min(j.started_at for j in jobs),

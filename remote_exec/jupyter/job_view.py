@@ -35,6 +35,7 @@ import traitlets
 
 from ..blocking import BlockingExecRemoteProcess, Sandbox
 from ..client.link import LinkStatus
+from ..client.titles import first_meaningful_line, job_name
 from ..client.types import ExecResult
 from ..errors import JobNotFoundError, JobNotRunningError, RemoteExecError
 from ..protocol.names import check_job_id
@@ -101,6 +102,10 @@ class JobView(StreamWidget):
     _css = css("job_view", "health")
 
     command = traitlets.Unicode("").tag(sync=True)
+    name = traitlets.Unicode("").tag(sync=True)
+    """The job's ``--name``: it leads the header."""
+    title = traitlets.Unicode("").tag(sync=True)
+    """The command's first meaningful line (:mod:`remote_exec.client.titles`), after the name."""
     job_id = traitlets.Unicode("").tag(sync=True)
     sandbox = traitlets.Unicode("").tag(sync=True)
     state = traitlets.Unicode("running").tag(sync=True)
@@ -138,11 +143,15 @@ class JobView(StreamWidget):
             command = info.command
         if started_at is None:
             started_at = info.started_at if info is not None else time.time()
+        text = _command_text(command, f"job {job_id}")
+        tags = info.tags if info is not None else proc.async_process.options.tags
         super().__init__(
             loop_of(proc),
             live=live,
             tail_lines=tail_lines,
-            command=_command_text(command, f"job {job_id}"),
+            command=text,
+            name=job_name(tags),
+            title=first_meaningful_line(text),
             job_id=job_id,
             sandbox=sandbox,
             started_at=started_at,

@@ -30,11 +30,14 @@ def row(d: Dashboard, job_id: str | None) -> dict[str, object] | None:
 
 def test_rows_include_jobs_of_other_clients_with_a_tail_line(dash: Dashboard, jurl: str) -> None:
     with rx.connect(jurl) as other:
-        proc = other.exec_remote(["bash", "-c", "printf 'first\\n\\033[32mgreen last\\n'; sleep 30"], label="train")
+        script = "set -e\nprintf 'first\\n\\033[32mgreen last\\n'; sleep 30"
+        proc = other.exec_remote(["bash", "-c", script], label="train", tags={"name": "job1"})
         wait_for(lambda: (_refresh(dash, proc.job_id) or {}).get("tail") == "green last", what="row with a tail")
         r = row(dash, proc.job_id)
         assert r is not None
         assert (r["state"], r["label"], r["tail"], r["exit_code"]) == ("running", "train", "green last", None)
+        # the name leads the row, then the script's first meaningful line (not "set -e")
+        assert (r["name"], r["title"]) == ("job1", "[train] printf 'first\\n\\033[32mgreen last\\n'; sleep 30")
         assert r["bytes"] == len("first\n\x1b[32mgreen last\n") and r["sandbox"] == 0
         proc.kill()
     r = _refresh(dash, proc.job_id)

@@ -86,6 +86,16 @@ def test_live_mode_sends_without_a_hello(sb: rx.Sandbox, front: HeadlessFrontEnd
     assert [m["kind"] for m in front.custom(view)] == ["delta"]
 
 
+def test_the_header_leads_with_the_name_then_the_first_meaningful_line(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:
+    script = "# fetch\nset -e\necho hi\n"
+    proc = sb.exec_remote(["bash", "-c", script], tags={"name": "job1"})
+    view = JobView(proc, command=script)  # as a cell's view is made
+    assert (view.name, view.title, view.command) == ("job1", "echo hi", "# fetch\nset -e\necho hi\n")
+    attached = JobView.attach(sb, proc.job_id or "")  # from the agent's record: the same header
+    assert (attached.name, attached.title) == ("job1", "echo hi")
+    assert view.wait(30) is not None and attached.wait(30) is not None
+
+
 def test_kill_button_kills_the_remote_process(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:
     proc = sb.exec_remote(["bash", "-c", "echo started; sleep 300 & sleep 300"], kill_grace=0.5)
     view = JobView(proc)

@@ -123,8 +123,9 @@ export default {
         else open.add(k);
         save("expanded", [...open]);
       });
+      c.name = rxEl("strong", "rx-dash-name");
       c.text = rxEl("span");
-      c.command.append(c.fold, c.text);
+      c.command.append(c.fold, c.name, c.text);
       c.intr = rxButton("Interrupt", "Send SIGINT", act(entry, "interrupt"));
       c.kill = rxButton("Kill", "Kill the job", act(entry, "kill"), "rx-danger");
       c.open = rxButton("Open", "Show this job's output live, under the table", act(entry, "open"));
@@ -145,10 +146,12 @@ export default {
       c.fold.hidden = !session;
       setText(c.fold, session ? (r.expanded ? "▾" : "▸") : "");
       c.fold.title = session ? (r.expanded ? "Fold this session's commands" : "Show this session's commands") : "";
-      const first = r.command.split("\n")[0];
+      // The name leads; then the script's first meaningful line (dashboard_view.py's "title").
+      setText(c.name, r.name ?? "");  // (its " ·" is drawn by the CSS)
+      c.name.hidden = !r.name;
       setText(c.text, session
-        ? `shell ${r.session}: ${r.count} command${r.count === 1 ? "" : "s"}${r.running ? `, ${r.running} running` : ""} · last: ${first}`
-        : (r.label && r.depth === 0 ? `[${r.label}] ` : "") + first);
+        ? `shell ${r.session}: ${r.count} command${r.count === 1 ? "" : "s"}${r.running ? `, ${r.running} running` : ""} · last: ${r.title}`
+        : r.title);
       c.command.title = session ? `shell session ${r.session}` : `${r.job_id}\n${r.command}`;
       const state = rxStateText(r);
       setText(c.badge, state);

@@ -175,7 +175,10 @@ export default {
       root.dataset.state = state;
       const command = model.get("command");
       const script = command.trim(); // a cell body ends with a newline: one line is still one line
-      cmd.textContent = script.split("\n")[0] + (script.includes("\n") ? " …" : "");
+      // The name leads, then the first meaningful line (job_view.py's "title"), "…" if there is more.
+      const name = model.get("name");
+      const title = model.get("title") || script.split("\n")[0];
+      cmd.textContent = (name ? `${name} · ` : "") + title + (script.includes("\n") ? " …" : "");
       cmd.title = command;
       const code = model.get("exit_code");
       const bytes = model.get("stdout_chars") + model.get("stderr_chars");
@@ -241,7 +244,7 @@ export default {
       }
     };
     store.listeners.add(onMsg);
-    const traits = "change:state change:exit_code change:ended_at change:stdout_chars change:stderr_chars change:error change:command " +
+    const traits = "change:state change:exit_code change:ended_at change:stdout_chars change:stderr_chars change:error change:command change:name change:title " +
       "change:link change:link_reason change:last_output_at change:stdin_open";
     model.on(traits, renderState);
     model.on("change:usage", renderUsage);
