@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..client.ends import end_words
 from ..client.titles import job_name, what_it_runs
 from ..protocol import JobInfo
 
@@ -137,6 +138,7 @@ def job_row(i: int, info: JobInfo, tail: str, written: int, depth: int = 0) -> d
         "title": what_it_runs(info.command, info.label if depth == 0 else None),  # (a session's run: its row says)
         "state": info.state,
         "exit_code": info.exit_code,
+        "end": end_words(info.state, info.exit_code),
         "started_at": info.started_at,
         "ended_at": info.ended_at,
         "bytes": written,
@@ -164,6 +166,7 @@ def session_row(i: int, session: str, jobs: Sequence[JobInfo], expanded: bool) -
         "title": what_it_runs(newest.command),
         "state": "running" if running else newest.state,
         "exit_code": None if running else newest.exit_code,
+        "end": "" if running else end_words(newest.state, newest.exit_code),
         "started_at": min(j.started_at for j in jobs),
         "ended_at": None if running or not ends else max(ends),
         "bytes": sum(j.stdout_bytes + j.stderr_bytes for j in jobs),

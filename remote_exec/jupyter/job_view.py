@@ -34,6 +34,7 @@ from typing import Any, cast
 import traitlets
 
 from ..blocking import BlockingExecRemoteProcess, Sandbox
+from ..client.ends import end_words
 from ..client.link import LinkStatus
 from ..client.titles import first_meaningful_line, job_name
 from ..client.types import ExecResult
@@ -110,6 +111,8 @@ class JobView(StreamWidget):
     sandbox = traitlets.Unicode("").tag(sync=True)
     state = traitlets.Unicode("running").tag(sync=True)
     exit_code = traitlets.Int(None, allow_none=True).tag(sync=True)
+    ended_as = traitlets.Unicode("").tag(sync=True)
+    """How it ended, in words (:func:`~remote_exec.client.ends.end_words`): "interrupted (SIGINT)"."""
     started_at = traitlets.Float(0.0).tag(sync=True)
     ended_at = traitlets.Float(None, allow_none=True).tag(sync=True)
     stdout_chars = traitlets.Int(0).tag(sync=True)
@@ -206,7 +209,14 @@ class JobView(StreamWidget):
         error = "" if outcome.state != "error" else str(outcome.error)
         info = self.process.async_process.info  # attached after its end: the agent knows when
         ended = info.ended_at if info is not None and info.ended_at is not None else time.time()
-        self._set(state=outcome.state, exit_code=code, ended_at=ended, error=error)
+        timeout = self.process.async_process.options.timeout
+        self._set(
+            state=outcome.state,
+            exit_code=code,
+            ended_at=ended,
+            error=error,
+            ended_as=end_words(outcome.state, code, timeout),
+        )
         self.outcome = outcome
         await self._drain()
         self._update_record()  # the final record: what a saved notebook shows from now on

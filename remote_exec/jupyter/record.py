@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..client.ends import end_words
 from .display import format_duration
 from .trust import attach_hint
 
@@ -139,7 +140,8 @@ class JobRecord:
     stderr: tuple[str, int]
 
     def _head(self) -> str:
-        code = "" if self.exit_code is None else f", exit {self.exit_code}"
+        how = end_words(self.state, self.exit_code)
+        code = f", {how}" if how else ""
         first = self.command.strip().splitlines()[0] if self.command.strip() else ""
         more = " …" if "\n" in self.command.strip() else ""
         return f"[{self.state}] {first}{more}  (job {self.job_id}, {format_duration(self.duration)}{code})"
@@ -160,7 +162,8 @@ class JobRecord:
     def html(self) -> str:
         colour = _STATE_COLOURS.get(self.state, "#b58900")
         mono = "font-family:monospace;font-size:12px"
-        code = "" if self.exit_code is None else f" · exit {self.exit_code}"
+        how = end_words(self.state, self.exit_code)
+        code = f" · {how}" if how else ""
         parts = [
             # Renderers typeset $...$ in HTML as maths (JupyterLab's MathJax): commands are not.
             f'<div data-remote-exec-record="{html.escape(self.job_id)}" class="tex2jax_ignore mathjax_ignore" '

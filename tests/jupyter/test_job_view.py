@@ -106,6 +106,22 @@ def test_kill_button_kills_the_remote_process(sb: rx.Sandbox, front: HeadlessFro
     assert outcome is not None and outcome.state == "killed"
     assert gone(proc.pid)
     assert last_state(front, view)["state"] == "killed"
+    assert last_state(front, view)["ended_as"] == "killed"  # its own handle killed it: no code to tell
+
+
+def test_a_view_with_a_control_handle_tells_the_signal_that_ended_the_job(
+    sb: rx.Sandbox, front: HeadlessFrontEnd
+) -> None:
+    """As a cell's view: Kill acts through a second handle, the view reads the job to its true
+    end and says it in words ("killed (SIGTERM)"), never "failed · exit -15"."""
+    proc = sb.exec_remote(["bash", "-c", "echo started; exec sleep 300"])
+    view = JobView(proc, control=sb.attach(proc.job_id or ""))
+    front.send(view, {"type": "hello"})
+    wait_for(lambda: "started" in view.text("stdout"), what="start")
+    front.send(view, {"type": "kill"})
+    outcome = view.wait(20)
+    assert outcome is not None and outcome.exit_code == -15
+    assert last_state(front, view)["ended_as"] == "killed (SIGTERM)"
 
 
 def test_interrupt_button_sends_sigint(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:

@@ -156,7 +156,8 @@ export default {
       const state = rxStateText(r);
       setText(c.badge, state);
       c.badge.className = `rx-badge rx-state-${state.replace(/ /g, "-")}`;
-      c.code.textContent = r.exit_code === null ? "" : ` (${r.exit_code})`;
+      // how it ended, in words (dashboard_view.py's "end": "interrupted (SIGINT)"), not a bare code
+      c.code.textContent = r.end ? ` · ${r.end}` : r.exit_code === null ? "" : ` (${r.exit_code})`;
       setText(c.bytes, rxFormatBytes(r.bytes));
       setText(c.usage, r.cpu === null || r.cpu === undefined ? "" : `${r.cpu.toFixed(0)}% · ${rxFormatBytes(r.rss)}`);
       setText(c.tail, r.tail);

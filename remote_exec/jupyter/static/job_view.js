@@ -185,7 +185,7 @@ export default {
       meta.textContent = [
         `job ${model.get("job_id")}`,
         elapsed(),
-        code === null ? null : `exit ${code}`,
+        model.get("ended_as") || (code === null ? null : `exit ${code}`),
         bytes ? rxFormatBytes(bytes) : null,
       ]
         .filter(Boolean)
@@ -228,7 +228,8 @@ export default {
       const what = `job ${model.get("job_id")}: ${cmd.textContent}`;
       if (lastState === "running" && state !== "running") {
         const code = model.get("exit_code");
-        rxNotify(`remote_exec: ${state}${code === null ? "" : ` (exit ${code})`}`, what, `rx-${model.get("job_id")}`);
+        const how = model.get("ended_as") || (code === null ? "" : `exit ${code}`);
+        rxNotify(`remote_exec: ${state}${how ? ` (${how})` : ""}`, what, `rx-${model.get("job_id")}`);
       }
       if (hits > lastHits) {
         rxNotify(`remote_exec: a watch rule fired (${hits})`, what, `rx-${model.get("job_id")}-hits`);
@@ -244,7 +245,7 @@ export default {
       }
     };
     store.listeners.add(onMsg);
-    const traits = "change:state change:exit_code change:ended_at change:stdout_chars change:stderr_chars change:error change:command change:name change:title " +
+    const traits = "change:state change:exit_code change:ended_at change:stdout_chars change:stderr_chars change:error change:command change:name change:title change:ended_as " +
       "change:link change:link_reason change:last_output_at change:stdin_open";
     model.on(traits, renderState);
     model.on("change:usage", renderUsage);
