@@ -56,6 +56,7 @@ def test_bg_widget_and_foreground_interrupt_in_jupyterlab(
         # foreground: output streams into the cell; the toolbar's ■ interrupts the kernel
         cell = run_cell(page, 2)
         cell.locator(".jp-OutputArea-output", has_text="fg-started").wait_for()
+        assert cell.locator(".rx-job .rx-pane-stderr").is_hidden()  # nothing on stderr: no empty pane
         wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the foreground job's pid")
         shot(page, "browser-3-fg-running", cell)
         interrupt = "[data-command='notebook:interrupt-kernel']"  # the toolbar's ■
@@ -191,3 +192,36 @@ def test_a_foreground_flood_ends_capped_without_the_iopub_warning(
         copied = page.evaluate("navigator.clipboard.readText()")
         assert copied.count("\n") == n and copied.endswith(f"\n{n}\n")
         shot(page, "browser-8-foreground-flood-capped", cell)
+
+
+def test_an_800px_window_keeps_a_job_views_controls_inside_and_says_its_name_and_end(
+    lab: tuple[str, Path], page: Any, agent_dir: Path
+) -> None:
+    """Issue #23 points 5 and 7: at 800 px the header wraps (Interrupt and Kill inside the output
+    area, clickable), the name and the script's first meaningful line lead it, and the end is
+    told in words."""
+    page.set_viewport_size({"width": 800, "height": 1000})
+    cells = [
+        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
+        "%%exec_remote --bg --name training_run_with_a_long_name\n# the model\nset -e\n"
+        "echo started; for i in $(seq 1 300); do sleep 1; done  # a long line of a long-running job",
+    ]
+    with failure_shot(page, "browser-800px"):
+        open_notebook(page, lab, "narrow.ipynb", cells)
+        run_first_cell(page)
+        cell = run_cell(page, 1)
+        wait_done(cell)
+        job = cell.locator(".rx-job")
+        job.locator(".rx-pane-stdout .rx-line", has_text="started").wait_for()
+        assert job.locator(".rx-job-command").inner_text().startswith("training_run_with_a_long_name · echo started")
+        area = job.bounding_box()
+        assert area is not None
+        for name in ("Interrupt", "Kill"):
+            box = job.locator("button", has_text=name).bounding_box()
+            assert box is not None and area["x"] <= box["x"] and box["x"] + box["width"] <= area["x"] + area["width"], name
+        assert job.locator(".rx-pane-stderr").is_hidden()  # nothing on stderr: no empty pane
+        shot(page, "browser-800px-job-view", cell)
+        job.locator("button", has_text="Kill").click()
+        job.locator(".rx-badge", has_text="killed").wait_for()
+        wait_for(lambda: "killed (SIGTERM)" in job.locator(".rx-job-meta").inner_text(), what="the end in words")
+        shot(page, "browser-800px-killed", cell)

@@ -86,9 +86,14 @@ function rxWatch(model, el, renew = 5000) {
 // gesture, as browsers require); once answered the bell hides. Notes go out only while the tab
 // is hidden: a person looking at the page needs none.
 function rxNotifyButton() {
-  const b = rxButton("🔔", "Notify me (browser notification) when this job ends or a watch rule fires while the tab is hidden", () => {
+  const b = rxButton("", "Notify me (browser notification) when this job ends or a watch rule fires while the tab is hidden", () => {
     if (typeof Notification !== "undefined") Notification.requestPermission().then(show, show);
   }, "rx-notify");
+  // An SVG bell in the text colour: the 🔔 emoji was a tofu box where no colour-emoji font is.
+  b.innerHTML =
+    '<svg viewBox="0 0 16 16" width="12" height="12" aria-hidden="true" fill="currentColor">' +
+    '<path d="M8 16a2 2 0 0 0 2-2H6a2 2 0 0 0 2 2zm5-5V7a5 5 0 0 0-4-4.9V1a1 1 0 1 0-2 0v1.1A5 5 0 0 0 3 7v4l-2 2v1h14v-1z"/></svg>';
+  b.setAttribute("aria-label", "Notify me");
   const show = () => {
     b.hidden = typeof Notification === "undefined" || Notification.permission !== "default";
   };

@@ -120,12 +120,15 @@ export default {
     const reconnect = jobReconnectButton(model, root, (text) => {
       error.textContent = text;
     });
-    header.append(badge, link, cmd, meta, quiet, usage, bell, interrupt, kill, reconnect.button);
+    const actions = rxEl("span", "rx-actions"); // the buttons wrap together, never one by one
+    actions.append(bell, interrupt, kill, reconnect.button);
+    header.append(badge, link, cmd, meta, quiet, usage, actions);
     const stdin = rxJobStdinLine(model);
     root.append(header, error, stdin.el);
 
     const views = {};
     const copies = {};
+    const boxes = {};
     for (const stream of ["stdout", "stderr"]) {
       const box = rxEl("div", `rx-pane rx-pane-${stream}`);
       const title = rxEl("div", "rx-pane-title");
@@ -135,6 +138,7 @@ export default {
         rxControl(model, { type: "fetch", stream, purpose: "download" }, save),
       );
       copies[stream] = copy;
+      boxes[stream] = box;
       title.append(rxEl("strong", "", stream), hidden, rxEl("span", "rx-spacer"), copy, save);
       box.appendChild(title);
       root.appendChild(box);
@@ -144,6 +148,12 @@ export default {
       title.insertBefore(rxFirstErrorButton(views[stream]), copy); // health: jump to first error
     }
     const since = rxSinceMarker(views, model.model_id); // health: "new since you last looked"
+    // An empty stderr pane takes no room: it shows once the job wrote to stderr (its text may
+    // come in a delta before the trait that counts it).
+    const showPanes = () => {
+      const pane = store.pane("stderr");
+      boxes.stderr.hidden = !(model.get("stderr_chars") || pane.version || pane.hidden);
+    };
 
     const elapsed = () => {
       const end = model.get("ended_at") ?? Date.now() / 1000 - store.offset;
@@ -173,6 +183,7 @@ export default {
       badge.textContent = state;
       badge.className = `rx-badge rx-state-${state.replace(/ /g, "-")}`;
       root.dataset.state = state;
+      showPanes();
       const command = model.get("command");
       const script = command.trim(); // a cell body ends with a newline: one line is still one line
       // The name leads, then the first meaningful line (job_view.py's "title"), "…" if there is more.
@@ -242,6 +253,7 @@ export default {
       else {
         for (const v of Object.values(views)) v.update();
         since.update();
+        showPanes();
       }
     };
     store.listeners.add(onMsg);
