@@ -218,7 +218,8 @@ def test_an_800px_window_keeps_a_job_views_controls_inside_and_says_its_name_and
         assert area is not None
         for name in ("Interrupt", "Kill"):
             box = job.locator("button", has_text=name).bounding_box()
-            assert box is not None and area["x"] <= box["x"] and box["x"] + box["width"] <= area["x"] + area["width"], name
+            assert box is not None, name
+            assert area["x"] <= box["x"] and box["x"] + box["width"] <= area["x"] + area["width"], name
         assert job.locator(".rx-pane-stderr").is_hidden()  # nothing on stderr: no empty pane
         shot(page, "browser-800px-job-view", cell)
         job.locator("button", has_text="Kill").click()
