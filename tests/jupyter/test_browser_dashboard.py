@@ -133,6 +133,12 @@ def test_many_jobs_stay_responsive(
         assert len(boxes) >= 9 and all(b is not None and b["x"] >= 0 and b["x"] + b["width"] <= 1000 for b in boxes), (
             boxes
         )
+        # ...and what each job is stays readable: the command column keeps its room (issue #23
+        # point 5: it was squeezed to nothing, its header drawn over the state's)
+        command = first.locator(".rx-dash-command")
+        box = command.bounding_box()
+        assert box is not None and box["width"] >= 100, box
+        assert command.inner_text().strip(), "the first row's command is empty"
 
         # 20 clicks on 20 rows' Interrupt, as fast as Playwright clicks, while rows update
         rows = dash.locator(".rx-dash-row")
