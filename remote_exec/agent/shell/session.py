@@ -368,6 +368,8 @@ class ShellSession:
     def _on_exit(self, code: int | None) -> None:
         self._exited = True
         self.exit_code = code
+        if self.closed_reason is None:  # no new run while its group is being killed
+            self.closed_reason = f"the shell exited with code {code}"
         self.output.flush()
         self._spawn(self._finalize_once_gone())
 
