@@ -90,6 +90,7 @@ class ExecRemoteProcess:
         self._detached = False
         self._ended = False
         self._stdin_offset = 0
+        self._stdin_lock = asyncio.Lock()  # (see _write)
         self._kill_task: asyncio.Task[None] | None = None
         self.kill_on_cancel = True
         self._iterated = False
@@ -329,6 +330,13 @@ class ExecRemoteProcess:
         if self.options.tty:
             await self._write_keys(raw, eof)
             return
+        # One write at a time on this handle's cursor: two at once would both start from the same
+        # offset, and the agent would take the second for a retry of the first and drop it.
+        async with self._stdin_lock:
+            await self._write_at_cursor(raw, eof)
+
+    async def _write_at_cursor(self, raw: bytes, eof: bool) -> None:
+        assert self._job_id is not None
         # The agent takes what fits its memory budget and says where its stdin cursor is now; the
         # rest goes again from there (each call waits a while in the agent when nothing fits).
         # Chunks keep each request small enough for an agent with a small budget to take in.

@@ -73,6 +73,22 @@ async def test_stdin_streaming(url: str) -> None:
     assert res.success
 
 
+async def test_concurrent_writes_to_one_handle_all_arrive_in_order(url: str) -> None:
+    """A view's stdin line and the notebook's code may write through one handle at once: each
+    write is whole, in the order they were made (two at once took the same offset, and the agent
+    dropped the second as a retry of the first)."""
+    lines = [f"line {i}\n" * 50 for i in range(20)]  # 20 writes of ~350 bytes, all in flight together
+    async with rx.open_sandbox(url) as sb:
+        proc = sb.exec_remote(["cat"], stdin_open=True)
+        async with anyio.create_task_group() as tg:
+            for text in lines:
+                tg.start_soon(proc.write_stdin, text)
+                await anyio.lowlevel.checkpoint()  # each task begins before the next (so the order is theirs)
+        await proc.close_stdin()
+        res = await proc.wait()
+    assert res.stdout == "".join(lines)
+
+
 async def test_stdin_closed_by_default_and_write_without_stdin_open(url: str) -> None:
     async with rx.open_sandbox(url) as sb:
         res = await sb.run(["cat"], timeout=10)  # would hang if stdin were left open
