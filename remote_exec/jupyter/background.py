@@ -10,10 +10,11 @@ kill; it never raises ``JobKilledError``.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from concurrent.futures import Future
 
 from ..blocking import BlockingExecRemoteProcess
-from ..client.types import ExecResult
+from ..client.types import ExecRemoteEvent, ExecResult
 from ..errors import JobNotRunningError
 from .follow import JobState, Outcome, follow, loop_of
 from .job_view import JobView
@@ -47,6 +48,16 @@ class BackgroundJob:
     @property
     def job_id(self) -> str:
         return self.process.job_id or ""
+
+    @property
+    def pid(self) -> int | None:
+        """The job's process id inside the sandbox (its process group's too)."""
+        return self.process.pid
+
+    def __iter__(self) -> Iterator[ExecRemoteEvent]:
+        """The job's events from its start (stdout, stderr, the end), as the process handle
+        gives them; the cell's view reads a handle of its own, so both see everything. Once."""
+        return iter(self.process)
 
     def _outcome(self) -> Outcome | None:
         if self.view is not None:
@@ -88,8 +99,25 @@ class BackgroundJob:
 
     def interrupt(self) -> None:
         """SIGINT to the job's process group (Ctrl-C), as the view's Interrupt button sends."""
+        self.signal("SIGINT")
+
+    def signal(self, sig: int | str) -> None:
+        """Send ``sig`` (``"SIGUSR1"``, ``"TERM"``, ``15``) to the job's process group; a job
+        that has ended is left alone."""
         with contextlib.suppress(JobNotRunningError):
-            self._control.signal("SIGINT")
+            self._control.signal(sig)
+
+    def write_stdin(self, data: str | bytes) -> None:
+        """Write to the job's stdin (a ``--stdin`` cell), after whatever the view's input line
+        sent: both go through one handle, one write at a time.
+
+        :raises JobNotRunningError: its stdin is closed, or the job ended.
+        """
+        self._control.write_stdin(data)
+
+    def close_stdin(self) -> None:
+        """Close the job's stdin (EOF), as Ctrl+D in the view's input line does."""
+        self._control.close_stdin()
 
     def __repr__(self) -> str:
         code = "" if self.returncode is None else f" exit {self.returncode}"

@@ -156,6 +156,27 @@ def test_background_returns_at_once_and_the_handle_stays_usable(
     assert jv.wait(10) is not None and jv.text("stdout") == "done\n" and jv.state == "completed"
 
 
+def test_a_bg_handle_is_a_process_handle(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:
+    """Issue #23 point 6: pid, signal, stdin (with the view's input line: one cursor, nothing
+    lost) and iteration on the --bg handle."""
+    script = "trap 'echo usr1' USR1; while read -r l; do echo \"got $l\"; done; echo eof"
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--bg --stdin --name job", script)
+    view = front.widget(cap.outputs[0])
+    assert isinstance(view, JobView)
+    job: BackgroundJob = ip.user_ns["job"]
+    assert isinstance(job.pid, int) and job.pid > 0 and not gone(job.pid)
+    job.write_stdin("from code\n")
+    front.send(view, {"type": "stdin", "data": "from the view\n"})
+    wait_for(lambda: "got from the view" in view.text("stdout"), what="the view's line")
+    job.signal("USR1")
+    wait_for(lambda: "usr1" in view.text("stdout"), what="the signal's trap")
+    job.close_stdin()
+    events = list(job)  # the handle's own reading, from the start
+    assert events[-1] == rx.Completed(0, "got from code\ngot from the view\nusr1\neof\n", "")
+    assert job.returncode == 0 or job.wait().returncode == 0
+
+
 def test_foreground_widget_mode(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:
     with capture_output() as cap, pytest.raises(RemoteCommandError):
         ip.run_cell_magic("exec_remote", "--widget --name r", "echo to-widget; exit 2")
