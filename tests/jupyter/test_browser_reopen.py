@@ -262,7 +262,7 @@ def assert_live_and_whole(view: Any, started: tuple[float, float], frozen_at: in
     pane.locator(".rx-line", has_text=f"tick {frozen_at + 20}").wait_for()  # live: past the freeze
     assert pane.locator(".rx-line").first.inner_text() == "tick 1"  # the whole kept output
     assert pane.locator(".rx-hidden").inner_text() == ""
-    assert view.locator(".rx-job-command").inner_text() == TICKS.split("\n")[0]
+    assert view.locator(".rx-job-command").inner_text() == f"ticker · {TICKS}"  # its name leads
     shown, now = shown_seconds(view.locator(".rx-job-meta").inner_text()), time.time()
     assert now - started[1] - 2 <= shown <= now - started[0] + 2, (shown, now - started[0])
 

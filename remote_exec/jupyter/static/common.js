@@ -348,7 +348,12 @@ function rxDeliver({ purpose, text, stream }, filename, button) {
     return;
   }
   const lines = text ? text.split("\n").length - (text.endsWith("\n") ? 1 : 0) : 0;
-  const done = () => rxFlash(button, `Copied ✓ (${lines.toLocaleString()} lines)`);
+  const done = () => {
+    rxFlash(button, `Copied ✓ (${lines.toLocaleString()} lines)`);
+    // What the last copy delivered, kept after the 1.5 s flash (a loaded page or a glance away
+    // can miss the flash; a browser test waits on this, not on the flash).
+    if (button) button.dataset.copied = String(lines);
+  };
   const fallback = () => {
     const ta = document.createElement("textarea");
     ta.value = text;
