@@ -227,3 +227,56 @@ def test_an_800px_window_keeps_a_job_views_controls_inside_and_says_its_name_and
         job.locator(".rx-badge", has_text="killed").wait_for()
         wait_for(lambda: "killed (SIGTERM)" in job.locator(".rx-job-meta").inner_text(), what="the end in words")
         shot(page, "browser-800px-killed", cell)
+
+
+# WCAG's contrast ratio of an element's text colour against the first background behind it.
+CONTRAST = """(el) => {
+  // rgb(r, g, b[, a]) in 0-255, or color(srgb r g b[ / a]) in 0-1 (what color-mix() computes to)
+  const rgba = (s) => {
+    const v = (s.match(/[\\d.]+/g) || []).map(Number);
+    return s.startsWith("color(srgb") ? v.map((x, i) => (i < 3 ? x * 255 : x)) : v;
+  };
+  const lum = ([r, g, b]) => {
+    const f = (c) => ((c /= 255) <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4);
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+  };
+  let bg = [255, 255, 255];
+  for (let n = el; n; n = n.parentElement) {
+    const c = rgba(getComputedStyle(n).backgroundColor);
+    if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) { bg = c; break; }
+  }
+  const [hi, lo] = [lum(rgba(getComputedStyle(el).color)), lum(bg)].sort((x, y) => y - x);
+  return (hi + 0.05) / (lo + 0.05);
+}"""
+
+
+def _use_theme(page: Any, theme: str, light: bool) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text="Settings").click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Theme$")).hover()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(rf"^{theme}$")).click()
+    page.wait_for_function(f"document.body.dataset.jpThemeLight === '{str(light).lower()}'")
+    page.locator("#jupyterlab-splash").wait_for(state="detached")  # the theme's styles are in
+
+
+def test_the_dark_theme_keeps_the_job_views_text_readable(lab: tuple[str, Path], page: Any, agent_dir: Path) -> None:
+    """Issue #23 point 7: in JupyterLab Dark, "stderr", its lines, the end and the header are
+    readable (contrast >= 3, WCAG's floor for large text; the fixed dark red was 2.3)."""
+    cells = [
+        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
+        "%%exec_remote --no-raise-error\necho to stdout; echo an error line >&2; exit 3",
+    ]
+    with failure_shot(page, "browser-dark"):
+        open_notebook(page, lab, "dark.ipynb", cells)
+        run_first_cell(page)
+        _use_theme(page, "JupyterLab Dark", light=False)
+        try:
+            cell = run_cell(page, 1)
+            wait_done(cell)
+            job = cell.locator(".rx-job")
+            job.locator(".rx-pane-stderr .rx-line", has_text="an error line").wait_for()
+            shot(page, "browser-dark-theme", cell)
+            for part in (".rx-pane-stderr .rx-pane-title strong", ".rx-pane-stderr .rx-line", ".rx-job-meta"):
+                ratio = job.locator(part).first.evaluate(CONTRAST)
+                assert ratio >= 3, (part, ratio)
+        finally:
+            _use_theme(page, "JupyterLab Light", light=True)  # the lab's settings outlive this test
