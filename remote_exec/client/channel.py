@@ -35,7 +35,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..errors import AgentUnavailableError, AgentUnresponsiveError, ChannelBroken, ProtocolError
+from ..errors import AgentUnresponsiveError, ChannelBroken, ProtocolError, SandboxClosedError
 from ..protocol import HEARTBEAT, MAX_CHUNK, frames
 from .link import Link
 
@@ -176,7 +176,7 @@ class StdioChannel(Channel):
     async def _ensure_open(self) -> PipeProcess:
         async with self._open_lock:
             if self._closed:  # after aclose() nothing may start a relay (or an agent) again
-                raise AgentUnavailableError("the channel is closed")
+                raise SandboxClosedError("the channel is closed")
             if self._proc is None:
                 self._proc = await self._spawn()
                 self._broken = None

@@ -40,6 +40,7 @@ from ..errors import (
     AgentUnresponsiveError,
     ProtocolError,
     RemoteExecError,
+    SandboxClosedError,
     SandboxLostError,
     TransportError,
     UntrustedAgentError,
@@ -134,7 +135,7 @@ class RpcClient:
 
     def _check_open(self, method: str) -> None:
         if self._closed:
-            raise AgentUnavailableError(f"{self.name} is closed: {method} not sent")
+            raise SandboxClosedError(f"{self.name} is closed: {method} not sent")
 
     async def call(
         self,

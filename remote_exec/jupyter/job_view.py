@@ -38,7 +38,7 @@ from ..client.ends import end_words
 from ..client.link import LinkStatus
 from ..client.titles import first_meaningful_line, job_name
 from ..client.types import ExecResult
-from ..errors import JobNotFoundError, JobNotRunningError, RemoteExecError
+from ..errors import JobNotFoundError, JobNotRunningError, RemoteExecError, SandboxClosedError
 from ..protocol.names import check_job_id
 from ._assets import css, esm
 from .base import StreamWidget
@@ -205,6 +205,14 @@ class JobView(StreamWidget):
             stop_hits()
             if self._sampler is not None:
                 self._sampler.cancel()
+        if isinstance(outcome.error, SandboxClosedError):
+            # Its sandbox was closed under it (the kernel shutting down does that, leaving --bg
+            # jobs running): the job did not end. The record says what was true last, "running
+            # as of" now, never "error".
+            self.outcome = outcome
+            self._update_record()
+            self._done.set()
+            return
         code = outcome.exit_code
         error = "" if outcome.state != "error" else str(outcome.error)
         info = self.process.async_process.info  # attached after its end: the agent knows when
@@ -273,15 +281,17 @@ class JobView(StreamWidget):
         """The job as this view knows it now (what its stored fallback shows)."""
         end = self.ended_at if self.ended_at is not None else time.time()
         due = self._due  # a state change not yet sent to the front end is already true
+        state = due.get("state", self.state)
         return JobRecord(
             job_id=self.job_id,
             command=self.command,
             sandbox=self.sandbox,
-            state=due.get("state", self.state),
+            state=state,
             exit_code=due.get("exit_code", self.exit_code),
             duration=max(0.0, end - self.started_at),
             stdout=self._tail("stdout"),
             stderr=self._tail("stderr"),
+            as_of=time.time() if state == "running" else None,
         )
 
     def _tail(self, stream: str) -> tuple[str, int]:

@@ -138,6 +138,14 @@ class JobRecord:
     stdout: tuple[str, int]
     """The newest output and how many earlier lines are not in it."""
     stderr: tuple[str, int]
+    as_of: float | None = None
+    """When a running job was last seen running (seconds since the epoch): what the record can
+    vouch for once its kernel is gone."""
+
+    def _running_note(self) -> str:
+        """``running as of 2026-11-27 16:02:05`` (a running job's record: true as of then)."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.as_of)) if self.as_of else None
+        return f"running as of {when}" if when else "recorded while running"
 
     def _head(self) -> str:
         how = end_words(self.state, self.exit_code)
@@ -155,8 +163,8 @@ class JobRecord:
                 more = f", {hidden} earlier lines hidden" if hidden else ""
                 lines += [f"--- {stream}{more} ---", tail]
         hint = attach_hint(self.job_id, self.sandbox)
-        if self.state == "running" and hint is not None:
-            lines.append(f"(recorded while running; in a live kernel: {hint})")
+        if self.state == "running":
+            lines.append(f"({self._running_note()}; in a live kernel: {hint})" if hint else f"({self._running_note()})")
         return "\n".join(lines)
 
     def html(self) -> str:
@@ -187,10 +195,11 @@ class JobRecord:
                 f'max-height:30em;overflow:auto">{ansi_to_html(tail)}</pre>'
             )
         hint = attach_hint(self.job_id, self.sandbox)
-        if self.state == "running" and hint is not None:
+        if self.state == "running":
+            follow = f" To follow it live from a running kernel: <code>{html.escape(hint)}</code>" if hint else ""
+            note = self._running_note()
             parts.append(
-                '<div style="color:#666;font-size:12px;margin-top:4px">Recorded while running. '
-                f"To follow it live from a running kernel: <code>{html.escape(hint)}</code></div>"
+                f'<div style="color:#666;font-size:12px;margin-top:4px">{note[0].upper() + note[1:]}.{follow}</div>'
             )
         parts.append("</div>")
         return "".join(parts)

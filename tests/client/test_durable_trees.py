@@ -115,7 +115,9 @@ async def test_a_finished_jobs_leftovers_end_at_its_timeout(agent_dir: Path, tmp
 async def test_a_readopted_finished_jobs_leftovers_end_at_its_timeout(fresh_agent_dir: Path, tmp_path: Path) -> None:
     mark = tmp_path / "termed"
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
-        proc = await _finished_with_leftovers(sb, 4670, mark, timeout=6.0)
+        # 12 s: the job, its end, an agent killed and the next one up must all come before the
+        # deadline, whatever the machine's load (6 s was passed on a loaded one).
+        proc = await _finished_with_leftovers(sb, 4670, mark, timeout=12.0)
         await agent_killed(sb)  # the next agent finds the job completed and re-arms its timeout
         assert procs_with("sleep 46701")  # the deadline is still ahead
         await wait_until("leftovers gone", lambda: not procs_with("sleep 4670") and not procs_with("sleep 0.04670"), 30)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -195,3 +196,23 @@ def test_counters_catch_up_while_the_job_is_quiet(sb: rx.Sandbox, front: Headles
     assert line3 < counted - 0.2  # the line went out at once; its count waited for the period
     view.kill()  # from Python: returns once the job is gone
     assert gone(view.process.pid) and view.wait(10) is not None and view.state == "killed"
+
+
+def test_a_kernel_exit_leaves_a_running_jobs_record_running_not_error(jurl: str, front: HeadlessFrontEnd) -> None:
+    """Issue #23 point 2: the kernel's exit closes its sandboxes under the views of --bg jobs
+    that go on running; each record then says "running as of <time>", never "error"."""
+    sb = rx.connect(jurl)
+    proc = sb.exec_remote(["sh", "-c", "echo up; exec sleep 300"])
+    view = JobView(sb.attach(proc.job_id or ""))
+    front.send(view, {"type": "hello"})
+    wait_for(lambda: "up" in view.text("stdout"), what="output")
+    proc.detach()  # as the kernel's exit leaves a --bg job (KernelState.close(keep_background=True))
+    sb.close()
+    assert view.wait(30) is not None
+    record = view.record()
+    assert record.state == "running" and view.state == "running"
+    assert re.search(r"\(running as of \d{4}-\d\d-\d\d \d\d:\d\d:\d\d", record.plain()), record.plain()
+    assert "Running as of" in record.html()
+    with rx.connect(jurl) as again:  # it did go on
+        assert next(j for j in again.jobs() if j.job_id == proc.job_id).state == "running"
+        again.attach(proc.job_id or "").kill()
