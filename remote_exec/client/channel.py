@@ -271,7 +271,10 @@ class StdioChannel(Channel):
             if self._proc is not proc or self._broken is not None:
                 return
             quiet = loop.time() - self._last_frame
-            if quiet >= liveness.timeout:
+            # Not before the first answer ever (the link still "connecting"): a cold agent on a
+            # loaded machine takes longer than a short bound to start, and the open has its own
+            # deadline (open_timeout). Once it has answered, silence past the bound is a freeze.
+            if quiet >= liveness.timeout and self.link.state != "connecting":
                 await self._lose(proc, quiet, liveness)
                 return
             if quiet >= liveness.interval * 0.9 and not self._write_lock.locked():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -78,3 +79,24 @@ def test_blocking_sandbox_shows_the_same_link(agent_dir: Path) -> None:
         assert sb.link is sb.async_sandbox.link
         assert sb.link.status.healthy
     assert sb.link.state == "closed"
+
+
+@pytest.mark.parametrize("channel", ["socket", "stdio"])
+async def test_an_agent_slower_than_the_liveness_bound_to_first_answer_still_opens(
+    fresh_agent_dir: Path, channel: str
+) -> None:
+    """A cold agent on a loaded machine may take longer than a short liveness bound to answer
+    its first call: the open waits for it within its own open_timeout, it is not "frozen" (the
+    soak's test_link_lost_on_freeze_and_connected_after_thaw failed to open for this)."""
+    url = f"local://?dir={fresh_agent_dir}&channel={channel}"
+    async with rx.open_sandbox(url) as first:
+        agent = first.info.pid
+    os.kill(agent, signal.SIGSTOP)  # the agent answers nothing until it is continued...
+    thaw = threading.Timer(3 * LIVENESS.bound, os.kill, (agent, signal.SIGCONT))  # ...past the bound
+    thaw.start()
+    try:
+        async with rx.open_sandbox(url, liveness=LIVENESS, open_timeout=60) as sb:
+            assert sb.link.state == "connected" and sb.info.pid == agent
+    finally:
+        thaw.cancel()
+        os.kill(agent, signal.SIGCONT)
