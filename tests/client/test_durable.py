@@ -179,6 +179,8 @@ async def test_a_shell_that_cannot_be_readopted_says_so(fresh_agent_dir: Path) -
         # This run's own sleep, by its parent: "sleep 300" alone also names other tests' jobs
         # (a session-wide agent's, or another suite's on a shared machine), which made this
         # test fail under load while it passed alone.
+        # ("running" comes before bash has started the sleep: wait for the sleep itself)
+        await wait_until("the run's sleep", lambda: [pid for pid in procs_with("sleep 300") if parent(pid) == bash])
         sleeps = [pid for pid in procs_with("sleep 300") if parent(pid) == bash]
         assert len(sleeps) == 1, sleeps
         for slot in ("session.0.json", "session.1.json"):
