@@ -3,11 +3,13 @@ every keystroke's echo at once."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import signal
 import sys
+import threading
 from pathlib import Path
 
 import anyio
@@ -15,7 +17,7 @@ import pytest
 
 import remote_exec as rx
 
-from ..conftest import stop_agent
+from ..conftest import job_dir, stop_agent
 from ..sandboxes.test_tty import Screen
 
 pytestmark = pytest.mark.anyio
@@ -48,6 +50,30 @@ async def test_tty_job_survives_agent_sigkill(fresh_agent_dir: Path) -> None:
     expected = "".join(f"line{i}\r\n" for i in range(N_LINES))
     assert expected in screen.text  # nothing lost, nothing doubled, in order
     assert screen.text.count("line") == N_LINES
+
+
+async def test_a_tty_jobs_last_output_waits_for_a_copier_that_has_not_run(fresh_agent_dir: Path) -> None:
+    """The job's last line is in the terminal when it exits, and its copier has not run yet (a
+    loaded machine; here it is stopped past the 1 s linger): with no leftover holding the
+    terminal, the end waits for the copier instead of killing it (soak: "got hello" was lost)."""
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}") as sb:
+        proc = sb.exec_remote(["sh", "-c", "read x; echo got $x"], tty=True)
+        await proc.started()
+        meta = json.loads((job_dir(fresh_agent_dir, proc.job_id or "") / "job.json").read_bytes())
+        copier = int(meta["relay"]["pid"])
+        os.kill(copier, signal.SIGSTOP)
+        thaw = threading.Timer(3.0, os.kill, (copier, signal.SIGCONT))  # past the linger
+        thaw.start()
+        try:
+            await proc.write_stdin("hello\r")
+            with anyio.fail_after(60):
+                result = await proc.wait()
+        finally:
+            thaw.cancel()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(copier, signal.SIGCONT)
+    assert isinstance(result.stdout, str) and result.returncode == 0
+    assert result.stdout.endswith("got hello\r\n"), result.stdout
 
 
 async def test_two_viewers_type_and_replay_from_a_cursor(tmp_path: Path, agent_dir: Path) -> None:

@@ -15,7 +15,8 @@ The end: the leader's exit is seen on its pidfd (as for a plain job), but its la
 still be in the terminal. The end is recorded once the copier has exited (the master said
 ``EIO``: every slave fd is closed, all output is on disk), or :data:`DRAIN_LINGER` seconds after
 the leader's exit if a leftover (``sleep 300 &``) still holds the terminal open; the copier is
-then stopped (what leftovers print after the end is not the job's).
+then stopped (what leftovers print after the end is not the job's). With no leftover the copier
+is waited for (up to :data:`DRAIN_MAX`): on a loaded machine it may not have run yet.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ...protocol import JobInfo, TtySize
 from ..procfacts import proc_starttime
 from .diskjob import DiskJob
 from .job import _killpg
+from .proctable import scan, session_members
 from .proctree import MARKER
 from .ptyrelay import fork_relay
 from .spare import SpareDir
@@ -45,6 +47,7 @@ __all__ = ["PtyJob"]
 
 log = logging.getLogger("remote_exec.agent")
 DRAIN_LINGER = 1.0  # after the leader's exit, wait this long for the copier (leftovers may hold the slave)
+DRAIN_MAX = 60.0  # with no leftover, wait this long at most for a copier that has not run yet
 DEFAULT_TERM = "xterm-256color"
 
 
@@ -80,6 +83,8 @@ class PtyJob(DiskJob):
         self._exit_code: int | None = None
         self._leader_gone = False
         self._linger: asyncio.TimerHandle | None = None
+        self._look: asyncio.Task[None] | None = None  # (held: a task nobody holds may be collected)
+        self._drain_deadline = 0.0
 
     def _meta(self) -> dict[str, Any]:
         meta = super()._meta()
@@ -252,7 +257,23 @@ class PtyJob(DiskJob):
         if not self.relay:
             self._end_now()
         else:  # the copier exits at EIO; a leftover holding the terminal gets this long
-            self._linger = asyncio.get_running_loop().call_later(DRAIN_LINGER, self._end_now)
+            self._drain_deadline = asyncio.get_running_loop().time() + DRAIN_MAX
+            self._linger = asyncio.get_running_loop().call_later(DRAIN_LINGER, self._linger_over)
+
+    def _linger_over(self) -> None:
+        self._linger = None
+        self._look = asyncio.get_running_loop().create_task(self._end_unless_draining())
+
+    async def _end_unless_draining(self) -> None:
+        # No process of the job's session left: nothing holds the terminal, so the copier
+        # reaches EIO by itself once it runs; a loaded machine may not have run it yet, and
+        # killing it now would lose the job's last output. Only a leftover holding the terminal
+        # (or DRAIN_MAX) ends the wait.
+        loop = asyncio.get_running_loop()
+        if self.relay and loop.time() < self._drain_deadline and not await scan(session_members, self.pid):
+            self._linger = loop.call_later(DRAIN_LINGER, self._linger_over)
+            return
+        self._end_now()
 
     def _end_now(self) -> None:
         if not self._done.is_set():
