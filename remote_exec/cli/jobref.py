@@ -8,6 +8,7 @@ job it did not mean).
 
 from __future__ import annotations
 
+from ..client import titles
 from ..client.sandbox import AsyncSandbox
 from ..errors import JobNotFoundError
 from ..protocol import JobInfo
@@ -17,8 +18,8 @@ __all__ = ["job_name", "resolve_job"]
 
 
 def job_name(job: JobInfo) -> str:
-    """The job's ``--name`` tag, or ``""``."""
-    return (job.tags or {}).get("name", "")
+    """The job's ``--name`` tag, or ``""`` (:func:`remote_exec.client.titles.job_name`)."""
+    return titles.job_name(job.tags)
 
 
 async def resolve_job(sb: AsyncSandbox, ref: str) -> JobInfo:

@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from ..client.activity import OutputActivity
-from ..client.titles import NEWLINE, what_it_runs
+from ..client.titles import NEWLINE, one_line, what_it_runs
 from ..protocol import JobInfo
 from ..termsafe import terminal_safe
 from .jobref import job_name
@@ -116,7 +116,7 @@ def ps_lines(jobs: list[JobInfo], whole: bool = False) -> list[str]:
 def _whole(j: JobInfo) -> str:
     cmd = j.command if isinstance(j.command, str) else " ".join(j.command)
     label = f"[{j.label}] " if j.label else ""
-    return (label + cmd).replace("\r\n", NEWLINE).replace("\n", NEWLINE).replace("\r", NEWLINE)
+    return one_line(label + cmd)
 
 
 def print_ps(jobs: list[JobInfo], args: argparse.Namespace) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 from ..protocol.names import NAME_TAG
 
-__all__ = ["NEWLINE", "first_meaningful_line", "job_name", "job_title", "script_of", "what_it_runs"]
+__all__ = ["NEWLINE", "first_meaningful_line", "one_line", "job_name", "job_title", "script_of", "what_it_runs"]
 
 _SHELLS = {"bash", "sh", "/bin/bash", "/bin/sh", "/usr/bin/bash"}
 # Labels of jobs whose command is a wrapper that finds the user's login shell: the label says it.
@@ -55,11 +55,12 @@ def what_it_runs(command: Sequence[str] | str, label: str | None = None) -> str:
     if label in _WRAPPED:
         return label or ""
     script = script_of(command)
-    what = first_meaningful_line(script) if script is not None else _one_line(" ".join(command))
-    return f"[{_one_line(label)}] {what}" if label and label not in _SILENT else what
+    what = first_meaningful_line(script) if script is not None else one_line(" ".join(command))
+    return f"[{one_line(label)}] {what}" if label and label not in _SILENT else what
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """``text`` with its line breaks shown as :data:`NEWLINE`: one row stays one row."""
     return text.replace("\r\n", NEWLINE).replace("\n", NEWLINE).replace("\r", NEWLINE)
 
 
@@ -70,5 +71,5 @@ def job_name(tags: Mapping[str, str] | None) -> str:
 
 def job_title(command: Sequence[str] | str, label: str | None = None, tags: Mapping[str, str] | None = None) -> str:
     """``name · what it runs`` (just what it runs when unnamed)."""
-    name, what = _one_line(job_name(tags)), what_it_runs(command, label)
+    name, what = one_line(job_name(tags)), what_it_runs(command, label)
     return f"{name} · {what}" if name and what else name or what

@@ -36,7 +36,7 @@ import traitlets
 from ..blocking import BlockingExecRemoteProcess, Sandbox
 from ..client.ends import end_words
 from ..client.link import LinkStatus
-from ..client.titles import first_meaningful_line, job_name
+from ..client.titles import first_meaningful_line, job_name, script_of
 from ..client.types import ExecResult
 from ..errors import JobNotFoundError, JobNotRunningError, RemoteExecError, SandboxClosedError
 from ..protocol.names import check_job_id
@@ -75,11 +75,8 @@ SHOWN: weakref.WeakValueDictionary[str, JobView] = weakref.WeakValueDictionary()
 def _command_text(command: list[str] | str | None, fallback: str) -> str:
     if command is None:
         return fallback
-    if isinstance(command, str):
-        return command
-    if command[:2] == ["bash", "-c"] and len(command) == 3:
-        return command[2]  # a cell body: show the script, not its wrapper
-    return " ".join(command)
+    script = script_of(command)  # a cell body: show the script, not its wrapper
+    return script if script is not None else " ".join(command)
 
 
 class JobView(StreamWidget):
