@@ -37,6 +37,15 @@ CHANNELS = ["socket", "stdio"]
 # The login shell our local agents' jobs find in $SHELL (see tools/plain-bash: not the machine's rc).
 os.environ["SHELL"] = str(Path(__file__).resolve().parent.parent / "tools" / "plain-bash")
 
+# Ctrl-C as a terminal gives it, whoever started the suite: a command started in the background
+# of a non-interactive shell (`make soak &`, some CI runners) inherits SIGINT *ignored*, and so
+# does every process it starts; a Python started that way has no KeyboardInterrupt, and the tests
+# of Ctrl-C (scripts that SIGINT themselves, the CLI under a pseudo-terminal) wait for one
+# forever (soak: test_keyboard_interrupt_kills_the_job timed out). A handler here is reset to the
+# default at each exec, so every child starts with Ctrl-C working.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 def relay_pid(process: PipeProcess) -> int:
     """The pid of a ``local://`` stdio channel's relay (an asyncio subprocess there)."""
