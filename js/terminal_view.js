@@ -1,8 +1,8 @@
 // TerminalView: a PTY job (or an interactive shell) in xterm.js.
 //
 // Bundled with xterm.js by `make widgets` (js/build.mjs) into remote_exec/jupyter/static/; Python
-// prepends common.js to the bundle (rxEl, rxButton, rxDeliver, rxFormat*, rxOrderedSender), as for
-// every widget.
+// prepends common.js and connection.js to the bundle (rxEl, rxButton, rxDeliver, rxFormat*,
+// rxOrderedSender, rxConnection), as for every widget.
 //
 // Traits: command, job_id, sandbox, state, exit_code, started_at, ended_at, stdout_chars, lines,
 // error, rows, cols, stdin_open, convert_eol, tail_lines (the scrollback cap).
@@ -21,27 +21,6 @@ const RX_TERM_THEME = {
   cursor: "#d4d4d4",
   selectionBackground: "#264f78",
 };
-
-// Watch for the kernel behind `model` going away (restart, shutdown, another kernel): the view
-// then says so, as JobView does, and stops sending keystrokes nobody reads.
-function rxTermWatchKernel(model, onLost) {
-  const manager = model.widget_manager;
-  const kernel = manager && manager.kernel;
-  const onStatus = (_k, status) => {
-    if (status === "restarting" || status === "autorestarting" || status === "dead") onLost();
-  };
-  if (kernel && kernel.statusChanged) kernel.statusChanged.connect(onStatus);
-  if (kernel && kernel.disposed) kernel.disposed.connect(onLost);
-  model.on("comm:close", onLost);
-  return {
-    gone: () => Boolean(manager && kernel && manager.kernel !== kernel),
-    stop: () => {
-      model.off("comm:close", onLost);
-      if (kernel && kernel.statusChanged) kernel.statusChanged.disconnect(onStatus);
-      if (kernel && kernel.disposed) kernel.disposed.disconnect(onLost);
-    },
-  };
-}
 
 // Output messages into one xterm: a replay resets it (unless it is another view's and this one
 // is up to date: Python sent the new output as a delta first); deltas already in a replay are
@@ -117,8 +96,20 @@ export default {
     const save = rxButton("Download", "Download the whole output (control sequences removed)", () =>
       rxControl(model, { type: "fetch", stream: null, purpose: "download" }, save),
     );
-    header.append(badge, cmd, meta, hidden, interrupt, kill, copy, save);
     const error = rxEl("div", "rx-error rx-term-error");
+    // one disconnected state and one Reconnect for every widget (connection.js): Reconnect gives
+    // a live terminal of the same job (the agent keeps its whole output)
+    const connection = rxConnection(model, root, {
+      call: () => ({ fn: "reconnect", args: [model.get("sandbox"), model.get("job_id")] }),
+      label: () => (model.get("state") === "running" ? "Reconnect" : "Open live view"),
+      onChange: () => renderState(),
+      onError: (text) => {
+        error.textContent = text;
+      },
+    });
+    const actions = rxEl("span", "rx-actions"); // the buttons wrap together, never one by one
+    actions.append(interrupt, kill, copy, save, connection.button);
+    header.append(badge, cmd, meta, hidden, actions);
     const screen = rxEl("div", "rx-term-screen");
     root.append(header, error, screen);
 
@@ -139,21 +130,17 @@ export default {
     screen.rxTerminal = term; // for tests and the bench: read the buffer, not pixels
     rxTermClipboardKeys(term);
 
-    let disconnected = false;
-    const lost = () => {
-      if (disconnected) return;
-      disconnected = true;
-      renderState();
-    };
-    const watch = rxTermWatchKernel(model, lost);
     const renderState = () => {
-      if (!disconnected && watch.gone()) disconnected = true;
+      const disconnected = connection.lost();
       const state = disconnected && model.get("state") === "running" ? "disconnected" : model.get("state");
       badge.textContent = state;
       badge.className = `rx-badge rx-state-${state.replace(/ /g, "-")}`;
       root.dataset.state = state;
       const command = model.get("command").trim();
-      cmd.textContent = command.split("\n")[0] + (command.includes("\n") ? " …" : "");
+      // the name leads, then the first meaningful line (job_view.py's "title"), as in a JobView
+      const name = model.get("name");
+      const title = model.get("title") || command.split("\n")[0];
+      cmd.textContent = (name ? `${name} · ` : "") + title + (command.includes("\n") ? " …" : "");
       cmd.title = command;
       const code = model.get("exit_code");
       const end = model.get("ended_at") ?? Date.now() / 1000 - offset;
@@ -162,7 +149,7 @@ export default {
         `job ${model.get("job_id")}`,
         `${term.cols}×${term.rows}`,
         rxFormatDuration(end - model.get("started_at")),
-        code === null ? null : `exit ${code}`,
+        model.get("ended_as") || (code === null ? null : `exit ${code}`),
         bytes ? rxFormatBytes(bytes) : null,
       ]
         .filter(Boolean)
@@ -173,10 +160,10 @@ export default {
       const running = state === "running";
       interrupt.disabled = kill.disabled = !running;
       term.options.disableStdin = !running || !model.get("stdin_open");
-      error.textContent = disconnected
-        ? "The kernel that showed this view is gone; the job goes on in the sandbox." +
-          (rxAttachHint(model) ? ` In a running kernel: ${rxAttachHint(model)}` : "")
-        : model.get("error");
+      connection.update();
+      if (connection.busy()) return; // its own message stands
+      const what = model.get("state") === "running" ? "the job goes on in the sandbox" : "the job had ended";
+      error.textContent = disconnected ? rxGoneText(what, rxAttachHint(model)) : model.get("error");
     };
 
     let seen = 0;
@@ -194,7 +181,7 @@ export default {
     // terminal the program reads the second answer as keystrokes.
     const typing = () => term.textarea !== undefined && document.activeElement === term.textarea;
     const onInput = (data) => {
-      if (!disconnected && model.get("state") === "running" && typing()) send({ type: "input", data });
+      if (!connection.lost() && model.get("state") === "running" && typing()) send({ type: "input", data });
     };
     const input = term.onData(onInput);
     const binary = term.onBinary(onInput);
@@ -203,11 +190,11 @@ export default {
     observer.observe(screen);
     const resized = term.onResize(renderState);
     const traits =
-      "change:state change:exit_code change:ended_at change:stdout_chars change:lines change:error change:command change:stdin_open";
+      "change:state change:exit_code change:ended_at change:ended_as change:stdout_chars change:lines change:error change:command change:name change:title change:stdin_open";
     model.on(traits, renderState);
     model.on("change:rows", refit);
     renderState();
-    const timer = setInterval(() => model.get("state") === "running" && !disconnected && renderState(), 500);
+    const timer = setInterval(() => model.get("state") === "running" && !connection.lost() && renderState(), 500);
     model.send({ type: "hello", viewer });
     refit();
     return () => {
@@ -219,7 +206,7 @@ export default {
       model.off("msg:custom", onMsg);
       model.off(traits, renderState);
       model.off("change:rows", refit);
-      watch.stop();
+      connection.stop();
       term.dispose();
     };
   },

@@ -1,12 +1,14 @@
-// remote_exec's JupyterLab extension: a job record saved in a notebook gets its way back to a live view.
+// remote_exec's JupyterLab extension: a record saved in a notebook gets its way back to a live view.
 //
-// The server's pre-save hook (remote_exec/jupyter/saving.py) stores each job view as its record
-// (text/plain, text/html) plus RECORD_MIME: job id, sandbox URL, label, state and the record's
+// The server's pre-save hook (remote_exec/jupyter/saving.py) stores each view as its record
+// (text/plain, text/html) plus RECORD_MIME: its kind and what its Reconnect needs (a job's id,
+// sandbox URL, label and state; a shell's session id; a dashboard's sandboxes) and the record's
 // HTML. This one plugin renders RECORD_MIME: the record (sanitized: a notebook file is not to be
-// trusted) and, while the notebook has a kernel, a Reconnect button that runs
-// %exec_remote_attach in that kernel with the output routed into this same cell (as a cell's own
-// run is), so the live view takes the record's place and its records fill that output from then
-// on: the next save stores a fresh one. When the kernel up already shows a view of the job (the
+// trusted) and, while the notebook has a kernel, one button -- Reconnect (a running job, an open
+// shell), Open live view (a job that ended), Open live dashboard -- that runs the matching call
+// of remote_exec.jupyter.attach in that kernel with the output routed into this same cell (as a
+// cell's own run is), so the live view takes the record's place and its records fill that output
+// from then on: the next save stores a fresh one. When the kernel up already shows a view of the job (the
 // page was reloaded), the view comes back by itself: a silent user_expressions query asks, which
 // imports nothing into a kernel that never used remote_exec and starts nothing. A live view's own
 // Reconnect (after a kernel restart) is routed the same way when this extension is there.
@@ -28,7 +30,30 @@ const py = (value) => JSON.stringify(String(value));
 // length, as the saver writes.
 const JOB_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 const MAX_URL = 2048;
-const usable = (rec) => JOB_ID.test(rec.job_id) && rec.sandbox.length > 0 && rec.sandbox.length <= MAX_URL;
+const MAX_SANDBOXES = 64; // saving.py's MAX_SANDBOXES
+const saneUrl = (url) => typeof url === "string" && url.length > 0 && url.length <= MAX_URL;
+const ENDED = new Set(["completed", "failed", "killed", "timed out", "error"]);
+
+// What a record's button runs, by kind: [the call of remote_exec.jupyter.attach, its arguments,
+// the sandbox URLs it opens], or null when there is nothing to reconnect to (a malformed record,
+// a closed shell).
+function request(rec) {
+  if (rec.kind === "dashboard") {
+    const urls = Array.isArray(rec.sandboxes) ? rec.sandboxes.map(String) : [];
+    return urls.length && urls.length <= MAX_SANDBOXES && urls.every(saneUrl) ? ["reconnect_dashboard", urls, urls] : null;
+  }
+  if (!saneUrl(rec.sandbox)) return null;
+  if (rec.kind === "shell") {
+    return JOB_ID.test(rec.session_id) && rec.state === "open" ? ["reconnect_shell", [rec.sandbox, rec.session_id], [rec.sandbox]] : null;
+  }
+  return rec.kind === "job" && JOB_ID.test(rec.job_id) ? ["reconnect", [rec.sandbox, rec.job_id], [rec.sandbox]] : null;
+}
+
+// The button's words, by kind and state.
+function buttonText(rec) {
+  if (rec.kind === "dashboard") return "Open live dashboard";
+  return rec.kind === "job" && ENDED.has(rec.state) ? "Open live view" : "Reconnect";
+}
 
 // The sandbox URLs one click may open (remote_exec/jupyter/trust.py's ONE_CLICK_URLS, which the
 // kernel checks again): forms that can run no host program, mount or choose no host path and
@@ -38,10 +63,19 @@ const oneClick = (url) => ONE_CLICK.some((re) => re.test(url));
 
 // shlex.quote's rule: a word of safe characters as is, anything else in single quotes.
 const shellQuote = (s) => (/^[A-Za-z0-9_@%+=:,./-]+$/.test(s) ? s : `'${s.replace(/'/g, `'"'"'`)}'`);
-// attach_hint (trust.py): the magic, quoted; none for a URL that is not one plain printable line
-// (quoting keeps a value in one word, not in one line: pasted, the rest would be Python).
-const attachHint = (jobId, url) =>
-  /^[\x21-\x7e]{1,2048}$/.test(url) ? `%exec_remote_attach ${shellQuote(jobId)} --sandbox ${shellQuote(url)}` : null;
+// attach_hint, shell_hint and jobs_hint (trust.py): the magic, quoted; none for a URL that is not
+// one plain printable line (quoting keeps a value in one word, not in one line: pasted, the rest
+// would be Python).
+const showable = (url) => /^[\x21-\x7e]{1,2048}$/.test(url);
+function hintOf(rec) {
+  if (rec.kind === "dashboard") {
+    const urls = rec.sandboxes.map(String);
+    return urls.every(showable) ? `%remote_jobs ${urls.map((u) => `--sandbox ${shellQuote(u)}`).join(" ")}` : null;
+  }
+  if (!showable(rec.sandbox)) return null;
+  if (rec.kind === "shell") return `%remote_shell --shell ${shellQuote(rec.session_id)} --sandbox ${shellQuote(rec.sandbox)}`;
+  return `%exec_remote_attach ${shellQuote(rec.job_id)} --sandbox ${shellQuote(rec.sandbox)}`;
+}
 
 // The --name a cell's own %%exec_remote line gives (passed to Reconnect for a trusted cell only:
 // an untrusted one is a stranger's text, which must not choose a kernel variable).
@@ -56,8 +90,11 @@ const probe = (jobId) =>
   `__import__("sys").modules.get("remote_exec.jupyter.job_view") is not None and ` +
   `__import__("remote_exec.jupyter.attach", fromlist=["live_view"]).live_view(${py(jobId)})`;
 
-const call = (name, ...args) =>
-  `__import__("remote_exec.jupyter.attach", fromlist=[${py(name)}]).${name}(${args.map(py).join(", ")})`;
+const CALLS = new Set(["reconnect", "reconnect_shell", "reconnect_dashboard", "show_again"]);
+const call = (name, ...args) => {
+  if (!CALLS.has(name)) throw new Error(`remote-exec: no such call ${name}`);
+  return `__import__("remote_exec.jupyter.attach", fromlist=[${py(name)}]).${name}(${args.map(py).join(", ")})`;
+};
 
 class RecordRenderer extends Widget {
   constructor(options, app) {
@@ -75,9 +112,11 @@ class RecordRenderer extends Widget {
     this._button.className = "rx-record-reconnect jp-mod-styled jp-mod-accept";
     this._button.textContent = "Reconnect";
     this._button.hidden = true;
-    this._button.addEventListener("click", () =>
-      this._run("reconnect", this._record.sandbox, this._record.job_id, ...(this._cell ? cellName(this._cell) : [])),
-    );
+    this._button.addEventListener("click", () => {
+      const [fn, args] = this._request;
+      const name = fn === "reconnect" && this._cell ? cellName(this._cell) : [];
+      this._run(fn, ...args, ...name);
+    });
     // In place of the button, for a URL one click may not open: the exact magic, for the user to
     // read and run (or not).
     this._hint = document.createElement("div");
@@ -91,30 +130,38 @@ class RecordRenderer extends Widget {
   async renderModel(model) {
     const raw = model.data[RECORD_MIME];
     const rec = raw && typeof raw === "object" ? raw : {};
+    const kind = rec.kind === "shell" || rec.kind === "dashboard" ? rec.kind : "job"; // no kind: a job's
     this._record = {
+      kind,
       job_id: String(rec.job_id ?? ""),
+      session_id: String(rec.session_id ?? ""),
+      sandboxes: Array.isArray(rec.sandboxes) ? rec.sandboxes.slice(0, MAX_SANDBOXES + 1) : [],
       sandbox: String(rec.sandbox ?? ""),
       label: String(rec.label ?? ""),
       state: String(rec.state ?? ""),
     };
-    if (!usable(this._record)) this._record.job_id = ""; // shown, never acted on
+    this._request = request(this._record); // null: shown, never acted on
+    const urls = this._request ? this._request[2] : [];
     // An untrusted notebook (not signed by this user's server: e.g. downloaded) names on the
     // button itself the sandbox a click connects the kernel to, and is not asked about on render.
     this._trusted = Boolean(model.trusted);
-    this._oneClick = this._trusted || oneClick(this._record.sandbox);
-    if (this._record.job_id && !this._oneClick) {
-      const hint = attachHint(this._record.job_id, this._record.sandbox);
+    this._oneClick = this._trusted || urls.every(oneClick);
+    if (this._request && !this._oneClick) {
+      const hint = hintOf(this._record);
       this._hint.textContent =
         "This notebook is not trusted, and its record names a sandbox that Reconnect does not open" +
-        (hint ? ". If you trust it, run: " : ` (its URL cannot be shown on one line): ${JSON.stringify(this._record.sandbox)}`);
+        (hint ? ". If you trust it, run: " : ` (its URL cannot be shown on one line): ${JSON.stringify(urls.join(" "))}`);
       if (hint) {
         const code = document.createElement("code");
         code.textContent = hint;
         this._hint.append(code);
       }
     }
-    this._button.textContent = this._trusted ? "Reconnect" : `Reconnect to ${this._record.sandbox}`;
-    this._button.title = `A live view of job ${this._record.job_id} (${this._record.label}) from ${this._record.sandbox}, in this notebook's kernel`;
+    const what = kind === "dashboard" ? `the jobs of ${urls.join(", ")}` : kind === "shell"
+      ? `shell ${this._record.session_id} in ${this._record.sandbox}`
+      : `job ${this._record.job_id} (${this._record.label}) from ${this._record.sandbox}`;
+    this._button.textContent = this._trusted ? buttonText(this._record) : `${buttonText(this._record)} to ${urls.join(", ")}`;
+    this._button.title = `A live view of ${what}, in this notebook's kernel`;
     const o = this._options;
     await renderHTML({
       host: this._html,
@@ -157,9 +204,9 @@ class RecordRenderer extends Widget {
   _update() {
     if (this.isDisposed || !this._record) return;
     const kernel = this._kernel();
-    this._button.hidden = !kernel || !this._record.job_id || !this._oneClick;
-    this._hint.hidden = !this._record.job_id || this._oneClick;
-    if (kernel && this._record.job_id && this._trusted && !this._probed) {
+    this._button.hidden = !kernel || !this._request || !this._oneClick;
+    this._hint.hidden = !this._request || this._oneClick;
+    if (kernel && this._request && this._record.kind === "job" && this._trusted && !this._probed) {
       this._probed = true; // once per rendering: a kernel that holds no view now will not later
       this._probe(kernel);
     }
@@ -227,17 +274,21 @@ function kernelOf(panel) {
   return kernel && UP.has(kernel.status) ? kernel : null;
 }
 
-// A disconnected JobView's own Reconnect (remote_exec/jupyter/static/job_view.js) asks here
+// A disconnected widget's own Reconnect (remote_exec/jupyter/static/connection.js) asks here
 // first: handled, the live view replaces that cell's output, so its records reach the notebook
 // (otherwise the saved record would stay the one from before the restart).
 function onWidgetReconnect(app, event) {
   const found = cellOf(app, event.target);
   const kernel = found && kernelOf(found.panel);
   const detail = event.detail || {};
-  if (!kernel || typeof detail.sandbox !== "string" || typeof detail.job_id !== "string") return;
+  const args = Array.isArray(detail.args) ? detail.args : null;
+  if (!kernel || !CALLS.has(detail.fn) || detail.fn === "show_again" || !args || !args.every((a) => typeof a === "string")) {
+    return;
+  }
   event.preventDefault();
   // The kernel refuses an unsafe id and opens only a one-click URL or one it already opened.
-  runInCell(kernel, found.cell.outputArea, call("reconnect", detail.sandbox, detail.job_id, ...cellName(found.cell)));
+  const name = detail.fn === "reconnect" ? cellName(found.cell) : [];
+  runInCell(kernel, found.cell.outputArea, call(detail.fn, ...args, ...name));
 }
 
 const plugin = {

@@ -1,6 +1,7 @@
 """The widgets' front-end code, ``static/*.js|*.css`` beside this module (package data in a wheel).
 
-Each widget's module is ``common.js``, then the shared parts it names (``health.js``: link
+Each widget's module is ``common.js`` and ``connection.js`` (one disconnected state and one
+Reconnect for every widget), then the shared parts it names (``health.js``: link
 badge, sparkline, notifications...), then its own file (and likewise for CSS): anywidget loads a
 module from its text, where a relative ``import`` cannot resolve, so the shared parts are
 prepended instead of imported.
@@ -75,8 +76,13 @@ def _hot_reload() -> bool:
     return True
 
 
+SHARED = {".js": ("common", "connection"), ".css": ("common",)}
+"""What every widget's module (and stylesheet) starts with."""
+
+
 def _asset(name: str, suffix: str, parts: tuple[str, ...]) -> str | WatchedFiles:
-    paths = (STATIC / f"common{suffix}", *(STATIC / f"{p}{suffix}" for p in parts), STATIC / f"{name}{suffix}")
+    names = (*SHARED[suffix], *parts, name)
+    paths = tuple(STATIC / f"{n}{suffix}" for n in names)
     if _hot_reload():
         return WatchedFiles(*paths)
     return "\n".join(p.read_text(encoding="utf-8") for p in paths)

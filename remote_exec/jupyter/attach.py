@@ -24,13 +24,29 @@ from ..errors import JobNotFoundError, RemoteExecError, SandboxError
 from ..protocol import JobInfo
 from ..protocol.names import check_job_id, is_job_id, is_name
 from .background import BackgroundJob
-from .display import RemoteCommandError, widgets_enabled
+from .dashboard import Dashboard
+from .display import RemoteCommandError, show, widgets_enabled
 from .job_view import SHOWN, JobView
 from .kernel_state import KernelState, notebook_tags
+from .shell_view import ShellView
 from .terminal_view import TerminalView
-from .trust import attach_hint, one_click
+from .trust import attach_hint, jobs_hint, one_click, shell_hint
 
-__all__ = ["attach_job", "attach_view", "find_job", "live_view", "reconnect", "refusal", "show_again"]
+__all__ = [
+    "MAX_DASHBOARD_SANDBOXES",
+    "attach_job",
+    "attach_view",
+    "find_job",
+    "live_view",
+    "reconnect",
+    "reconnect_dashboard",
+    "reconnect_shell",
+    "refusal",
+    "show_again",
+]
+
+MAX_DASHBOARD_SANDBOXES = 64
+"""Sandboxes a dashboard's Reconnect opens at most (the list comes from a notebook)."""
 
 
 def find_job(sb: Sandbox, key: str, notebook: str | None) -> JobInfo:
@@ -116,6 +132,35 @@ def _kernel_state(shell: Any) -> KernelState:
     return state
 
 
+def _reconnecting_kernel() -> tuple[Any, KernelState]:
+    from IPython.core.getipython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        raise RuntimeError("Reconnect runs in an IPython kernel")
+    return shell, _kernel_state(shell)
+
+
+def _may_open(state: KernelState, url: object, what: str, hint: str | None) -> str:
+    """``url``, checked for a Reconnect: only a one-click URL or one this kernel opened.
+
+    :raises UsageError: not a string, or a URL a Reconnect does not open (the message names the
+        magic that would, ``hint``).
+    """
+    if not isinstance(url, str) or not url:
+        raise UsageError(f"Reconnect refused: the notebook names no sandbox URL for {what}")
+    if not (one_click(url) or state.is_open(url)):
+        raise UsageError(_not_opened(url, hint, "Type the magic with --sandbox URL yourself."))
+    return url
+
+
+def _open(state: KernelState, url: str) -> Sandbox:
+    try:
+        return state.sandbox(url)
+    except SandboxError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def reconnect(url: str, job_id: str, name: str | None = None) -> None:
     """What a Reconnect button runs in the kernel running now: a live view of ``job_id`` in
     ``url`` (the display this request gets back), the handle stored in ``name`` if given (the
@@ -129,28 +174,65 @@ def reconnect(url: str, job_id: str, name: str | None = None) -> None:
     :raises UsageError: an unsafe job id or ``name``, or a URL it does not open (see above).
     :raises RemoteCommandError: no such job, or the agent failed.
     """
-    from IPython.core.getipython import get_ipython
-
-    shell = get_ipython()
-    if shell is None:
-        raise RuntimeError("Reconnect runs in an IPython kernel")
+    shell, state = _reconnecting_kernel()
     if not is_job_id(job_id):
         raise UsageError(f"Reconnect refused: the notebook names a job id of an unsafe form: {job_id[:80]!r}")
-    state = _kernel_state(shell)
     if not (one_click(url) or state.is_open(url)):
         # an error, not output: the front end keeps the record it showed, this message below it
         raise UsageError(refusal(url, job_id))
     attach_job(state, shell, job_id, url, _variable(name))  # no value: the request would print it
 
 
+def reconnect_shell(url: str, session_id: str) -> None:
+    """What a disconnected ShellView's Reconnect runs: the shell session ``session_id`` of ``url``
+    shown again (what ``%remote_shell --shell ID --sandbox URL`` shows), in the output of the
+    request running now. Both come from a notebook: checked as :func:`reconnect` checks.
+
+    :raises UsageError: an unsafe session id, or a URL it does not open.
+    :raises RemoteCommandError: no such session (or it has ended), or the agent failed.
+    """
+    _, state = _reconnecting_kernel()
+    if not is_job_id(session_id):
+        raise UsageError(f"Reconnect refused: the notebook names an unsafe shell id: {str(session_id)[:80]!r}")
+    hint = shell_hint(session_id, url) if isinstance(url, str) else None
+    sb = _open(state, _may_open(state, url, f"shell {session_id}", hint))
+    try:
+        _, session = state.shell(session_id, sb.url)
+        session.refresh()  # commands run since the view went away moved its cwd
+        view = ShellView(session)
+    except RemoteExecError as exc:
+        raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc
+    show(view)
+
+
+def reconnect_dashboard(*urls: str) -> None:
+    """What a disconnected Dashboard's Reconnect runs: a live dashboard of the same sandboxes
+    (each opened only if :func:`reconnect` would open it), in the output of the request running now.
+
+    :raises UsageError: no URL, too many, or one it does not open.
+    :raises RemoteCommandError: the agent failed.
+    """
+    _, state = _reconnecting_kernel()
+    if not urls or len(urls) > MAX_DASHBOARD_SANDBOXES:
+        raise UsageError(f"Reconnect refused: a dashboard of 1 to {MAX_DASHBOARD_SANDBOXES} sandboxes, got {len(urls)}")
+    unique = list(dict.fromkeys(urls))
+    hint = jobs_hint(unique) if all(isinstance(u, str) for u in unique) else None
+    checked = [_may_open(state, u, "the dashboard", hint) for u in unique]  # all, before opening one
+    sandboxes = [_open(state, u) for u in checked]
+    try:
+        dash = Dashboard(sandboxes, known=state.background)
+    except RemoteExecError as exc:
+        raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc
+    show(dash)
+
+
 def refusal(url: str, job_id: str) -> str:
     """What a Reconnect that did not open ``url`` says: why, and the magic that would."""
-    hint = attach_hint(job_id, url)
-    how = (
-        f"If you trust it, run:\n    {hint}"
-        if hint
-        else "Its URL cannot be shown on one line: type %exec_remote_attach JOB --sandbox URL yourself."
-    )
+    return _not_opened(url, attach_hint(job_id, url), "Type %exec_remote_attach JOB --sandbox URL yourself.")
+
+
+def _not_opened(url: str, hint: str | None, otherwise: str) -> str:
+    how = f"If you trust it, run:\n    {hint}" if hint else f"Its URL cannot be shown on one line: {otherwise}"
     return (
         "Not opened: a notebook's Reconnect opens only local://, or docker:// or podman:// NAME, with no "
         f"options, or a sandbox this kernel already opened; this record names {url[:200]!r}.\n{how}"

@@ -26,7 +26,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, cast
+from typing import Any
 
 import anywidget
 import traitlets
@@ -43,7 +43,7 @@ from .dashboard_view import STATE_FILTERS, Filters, Identity, Page, is_mine, job
 from .display import jobs_table, widgets_enabled
 from .follow import loop_of
 from .job_view import RECORD_PERIOD, JobView
-from .record import as_reply_to, current_parent, jobs_html
+from .record import RecordedDisplay, jobs_html
 from .saving import RECORD_META
 from .transcript import strip_ansi
 
@@ -143,7 +143,7 @@ class Dashboard(anywidget.AnyWidget):
         """The rows of the page shown (what the front end draws)."""
         self._refresher: asyncio.Task[None] | None = None
         self._closed = False
-        self._display: tuple[str, dict[str, Any] | None] | None = None  # display id, request header
+        self._display = RecordedDisplay(self._bundle)  # the output that shows it, its record rewritten
         self._recorded = float("-inf")
         self._recorded_text = ""  # the record last written (rewritten only when it changes)
         self._usage: dict[str, JobStats] = {}  # running job id -> its last reading
@@ -233,7 +233,7 @@ class Dashboard(anywidget.AnyWidget):
             self._sent = {r["key"]: r for r in rows}
             self._order = order
             self.send({"type": "rows", "order": order, "rows": changed, "now": time.time()})
-        if self._display is not None and time.monotonic() - self._recorded >= RECORD_PERIOD:
+        if self._display.shown and time.monotonic() - self._recorded >= RECORD_PERIOD:
             self._update_record()
 
     def _health(self, job: JobInfo, row: dict[str, Any]) -> dict[str, Any]:
@@ -434,7 +434,9 @@ class Dashboard(anywidget.AnyWidget):
         pages = f", page {c.get('page', 0) + 1} of {c['pages']}" if c.get("pages", 1) > 1 else ""
         note = f"as of {time.strftime('%Y-%m-%d %H:%M:%S')}, {c.get('matching', len(self.rows))} listed{pages}"
         data = {**data, "text/plain": repr(self), "text/html": jobs_html(self.rows, self.sandboxes, note)}
-        return data, {**(meta or {}), RECORD_META: {"jobs": True}}  # saved in place of the widget (saving.py)
+        # saved in place of the widget (saving.py), with what a Reconnect opens
+        mark = {"kind": "dashboard", "sandboxes": list(self.sandboxes)}
+        return data, {**(meta or {}), RECORD_META: mark}
 
     @property
     def _ipython_display_(self) -> Callable[[], None] | None:
@@ -444,24 +446,17 @@ class Dashboard(anywidget.AnyWidget):
 
     def show(self) -> None:
         """Display the dashboard, its stored record kept up to date (see the module doc)."""
-        from IPython.display import display
-
         if widgets_enabled() and not self._jobs:
             self.refresh()  # the record shows the jobs from the start, not "no jobs"
-        self._display = (uuid.uuid4().hex, current_parent())
         self._recorded = time.monotonic()
         self._recorded_text = repr((self.rows, self.counts, self.errors))  # what this first record shows
-        data, meta = self._bundle()
-        cast(Any, display)(data, metadata=meta, raw=True, display_id=self._display[0])
+        self._display.show(uuid.uuid4().hex)
 
     def _bundle(self) -> tuple[dict[str, Any], dict[str, Any]]:
         bundle = self._repr_mimebundle_()
         return bundle if isinstance(bundle, tuple) else (bundle, {})
 
     def _update_record(self) -> None:
-        from IPython.display import update_display
-
-        assert self._display is not None
         self._recorded = time.monotonic()
         # Only when the table would read differently (its "as of" time aside): each rewrite sends
         # the whole record, ~10 kB for a page of 50 rows, to every front end.
@@ -469,6 +464,4 @@ class Dashboard(anywidget.AnyWidget):
         if text == self._recorded_text:
             return
         self._recorded_text = text
-        data, meta = self._bundle()
-        with contextlib.suppress(Exception), as_reply_to(self._display[1]):  # a kernel going away
-            cast(Any, update_display)(data, metadata=meta, raw=True, display_id=self._display[0])
+        self._display.update()

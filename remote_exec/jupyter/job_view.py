@@ -23,13 +23,12 @@ sparkline; nobody watching, nothing is sampled.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import traitlets
 
@@ -44,7 +43,7 @@ from ._assets import css, esm
 from .base import StreamWidget
 from .display import widgets_enabled
 from .follow import Outcome, follow, loop_of
-from .record import RECORD_LINE_CHARS, RECORD_LINES, JobRecord, as_reply_to, current_parent
+from .record import RECORD_LINE_CHARS, RECORD_LINES, JobRecord, RecordedDisplay
 from .saving import RECORD_META
 from .transcript import DEFAULT_TAIL_LINES
 
@@ -160,8 +159,7 @@ class JobView(StreamWidget):
         self.process = proc
         """The handle the view follows."""
         self._control_proc = control or proc
-        self._display_id: str | None = None
-        self._parent: dict[str, Any] | None = None  # the header of the request that showed the view
+        self._recorded = RecordedDisplay(self._bundle)  # the output that shows it, its record rewritten
         self.outcome: Outcome | None = None
         """How the job ended, once it has."""
         self._done = threading.Event()
@@ -297,13 +295,10 @@ class JobView(StreamWidget):
 
     def show(self) -> None:
         """Display the view in the cell's output, its record kept up to date (see the module doc)."""
-        from IPython.display import display
-
-        self._display_id = self._uid
-        self._parent = current_parent()  # shown again (a reloaded page): its records go to the new output
         SHOWN[self.job_id] = self
-        data, meta = self._bundle()  # raw: display(self) would come back here through _ipython_display_
-        cast(Any, display)(data, metadata=meta, raw=True, display_id=self._display_id)
+        # raw: display(self) would come back here through _ipython_display_; shown again (a
+        # reloaded page), its records go to the new output
+        self._recorded.show(self._uid)
 
     @property
     def _ipython_display_(self) -> Callable[[], None] | None:
@@ -316,13 +311,7 @@ class JobView(StreamWidget):
         return bundle if isinstance(bundle, tuple) else (bundle, {})
 
     def _update_record(self) -> None:
-        if self._display_id is None:
-            return
-        from IPython.display import update_display
-
-        with contextlib.suppress(Exception), as_reply_to(self._parent):  # a kernel on its way out: kept as it was
-            data, meta = self._bundle()
-            cast(Any, update_display)(data, metadata=meta, raw=True, display_id=self._display_id)
+        self._recorded.update()
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         if not widgets_enabled():

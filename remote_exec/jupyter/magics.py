@@ -266,6 +266,7 @@ class RemoteExecMagics(StateMagics):
     @_argument("--all", dest="mine", action="store_false", help="every client's jobs")
     @_argument("--state", choices=STATE_FILTERS, default="all", help="only jobs in this state")
     @_argument("--filter", metavar="TEXT", default="", help="only jobs whose label or command contains TEXT")
+    @no_var_expand  # its line may be a pasted hint: a notebook's URL, which {…} would run as code
     @_line_magic
     def remote_jobs(self, line: str) -> Dashboard | None:
         """Show the jobs of the sandbox (or several: a fleet view), live: this kernel's and
@@ -311,6 +312,7 @@ class RemoteExecMagics(StateMagics):
         help="instead of a terminal: the input-line widget on a shell session (%%exec_remote --shell runs there too)",
     )
     @_argument("--rows", metavar="N", type=int, default=DEFAULT_SIZE[1], help="the terminal's height (rows)")
+    @no_var_expand  # its line may be a pasted hint: a notebook's URL, which {…} would run as code
     @_line_magic
     def remote_shell(self, line: str) -> None:
         """An interactive shell in a terminal: the sandbox user's shell in a PTY, in a terminal

@@ -13,9 +13,9 @@ import contextlib
 import html
 import re
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from ..client.ends import end_words
 from .display import format_duration
@@ -25,6 +25,7 @@ __all__ = [
     "RECORD_LINES",
     "RECORD_LINE_CHARS",
     "JobRecord",
+    "RecordedDisplay",
     "ansi_to_html",
     "as_reply_to",
     "current_parent",
@@ -265,3 +266,47 @@ def as_reply_to(parent: dict[str, Any] | None) -> Iterator[None]:
         yield
     finally:
         pub.reset_thread_parent(token)
+
+
+Bundle = tuple[dict[str, Any], dict[str, Any]]
+
+
+class RecordedDisplay:
+    """One displayed output whose record is rewritten in place (a view's, a shell's, a dashboard's).
+
+    :meth:`show` displays ``bundle()`` (the widget beside its record, and the metadata that marks
+    the record for the saver) under a display id, and remembers the request that showed it;
+    :meth:`update` rewrites that output with a fresh ``bundle()``, as a reply to that request (see
+    :func:`as_reply_to`), from any thread. Shown again (a reloaded page), the newest output is the
+    one rewritten.
+    """
+
+    def __init__(self, bundle: Callable[[], Bundle]) -> None:
+        self._bundle = bundle
+        self.display_id: str | None = None
+        self._parent: dict[str, Any] | None = None
+
+    @property
+    def shown(self) -> bool:
+        """Whether :meth:`show` ran (the record has an output to rewrite)."""
+        return self.display_id is not None
+
+    def show(self, display_id: str) -> None:
+        """Display the bundle in the output of the request running now."""
+        from IPython.display import display
+
+        self.display_id = display_id
+        self._parent = current_parent()
+        data, meta = self._bundle()
+        cast(Any, display)(data, metadata=meta, raw=True, display_id=display_id)
+
+    def update(self) -> None:
+        """Rewrite the shown output with a fresh bundle (nothing if never shown; a kernel on its
+        way out keeps it as it was)."""
+        if self.display_id is None:
+            return
+        from IPython.display import update_display
+
+        with contextlib.suppress(Exception), as_reply_to(self._parent):
+            data, meta = self._bundle()
+            cast(Any, update_display)(data, metadata=meta, raw=True, display_id=self.display_id)

@@ -9,8 +9,9 @@ by :data:`RECORD_META` in the output's metadata) and keeps the record's ``text/h
 ``text/plain``: what the file holds is then what JupyterLab, ``jupyter nbconvert``, GitHub and
 nbviewer all show, with no kernel, no network and no widget state.
 
-Beside them, each job's record gets :data:`RECORD_MIME`: its job id, sandbox URL, label, state
-and record HTML (validated and bounded here: the notebook came from the browser). The JupyterLab
+Beside them, each record gets :data:`RECORD_MIME`: what its Reconnect needs (a job's id, sandbox
+URL, label and state; a shell's session id; a dashboard's sandboxes) and the record's HTML
+(validated and bounded here: the notebook came from the browser; see :func:`saved_record`). The JupyterLab
 extension (``labextension/``) renders that bundle as the record plus a Reconnect button when the
 notebook has a kernel, and shows the live view again on its own when the running kernel still
 holds one (a reloaded page). Without the extension JupyterLab ranks ``text/html`` first and shows
@@ -48,24 +49,48 @@ MAX_RECORD_HTML = 256 * 1024
 _STATES = {"running", "completed", "failed", "killed", "timed out", "error", "disconnected"}
 
 
+MAX_SANDBOXES = 64
+"""Sandbox URLs a dashboard's saved record keeps (what its Reconnect opens at most)."""
+
+_SHELL_STATES = {"open", "closed"}
+
+
 def _text(value: object, limit: int) -> str:
     return value[:limit] if isinstance(value, str) else ""
 
 
-def job_record(mark: object, html: object) -> dict[str, str] | None:
-    """The :data:`RECORD_MIME` bundle of a job's output (``mark``: its :data:`RECORD_META`), or
-    ``None`` for a dashboard's record or anything malformed."""
+def saved_record(mark: object, html: object) -> dict[str, Any] | None:
+    """The :data:`RECORD_MIME` bundle of a view's output (``mark``: its :data:`RECORD_META`), or
+    ``None`` for anything malformed. Three kinds, each with what its Reconnect needs:
+
+    - ``job`` (a JobView or a TerminalView; a mark with no kind is one): its job id, sandbox,
+      label and state;
+    - ``shell`` (a ShellView): its session id, sandbox and state (``open`` or ``closed``);
+    - ``dashboard``: its sandboxes (at most :data:`MAX_SANDBOXES`).
+
+    Ids must be of the safe form (``protocol/names.py``: data in every hint and call).
+    """
     if not isinstance(mark, dict) or not isinstance(html, str) or len(html) > MAX_RECORD_HTML:
         return None
-    job_id = mark.get("job_id")
-    if not is_job_id(job_id):  # the safe form (protocol/names.py): data in every hint and call
+    kind = mark.get("kind", "job")
+    if kind == "dashboard":
+        urls = mark.get("sandboxes")
+        if not isinstance(urls, list) or not 0 < len(urls) <= MAX_SANDBOXES:
+            return None
+        if not all(isinstance(u, str) and 0 < len(u) <= 2000 for u in urls):
+            return None
+        return {"kind": "dashboard", "sandboxes": list(urls), "html": html}
+    key = {"job": "job_id", "shell": "session_id"}.get(kind) if isinstance(kind, str) else None
+    if key is None or not is_job_id(mark.get(key)):
         return None
     state = mark.get("state")
+    states = _STATES if kind == "job" else _SHELL_STATES
     return {
-        "job_id": job_id,
+        "kind": kind,
+        key: mark[key],
         "sandbox": _text(mark.get("sandbox"), 2000),
         "label": _text(mark.get("label"), 200),
-        "state": state if state in _STATES else "unknown",
+        "state": state if state in states else "unknown",
         "html": html,
     }
 
@@ -85,7 +110,7 @@ def keep_records(model: dict[str, Any], **_: Any) -> None:
             data, meta = output.get("data"), output.get("metadata")
             if isinstance(data, dict) and isinstance(meta, dict) and RECORD_META in meta and "text/html" in data:
                 data.pop(WIDGET_MIME, None)
-                record = job_record(meta[RECORD_META], data["text/html"])
+                record = saved_record(meta[RECORD_META], data["text/html"])
                 if record is None:
                     data.pop(RECORD_MIME, None)  # never a stale or forged one
                 else:

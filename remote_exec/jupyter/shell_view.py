@@ -4,12 +4,19 @@ Commands typed in the view run in the session (its cwd and variables persist, as
 terminal); stdout and stderr are told apart, the prompt shows the cwd, ↑/↓ walk the history,
 Interrupt sends Ctrl-C, and another session can be picked up by id (``reattach``). A running
 command's stdin is open: a line typed meanwhile is its input (Ctrl+D closes it).
+
+Shown with :meth:`ShellView.show`, its output carries a record beside the widget
+(:mod:`~remote_exec.jupyter.shell_record`: the newest transcript lines, the session's id and
+state), rewritten after each command: what a saved notebook shows, and what the JupyterLab
+extension's Reconnect reads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 import traitlets
@@ -20,7 +27,11 @@ from ..errors import RemoteExecError
 from ..protocol.names import check_job_id
 from ._assets import css, esm
 from .base import StreamWidget
+from .display import widgets_enabled
 from .follow import follow, loop_of
+from .record import RECORD_LINE_CHARS, RECORD_LINES, RecordedDisplay
+from .saving import RECORD_META
+from .shell_record import ShellRecord
 from .transcript import DEFAULT_TAIL_LINES
 
 __all__ = ["ShellView"]
@@ -76,6 +87,7 @@ class ShellView(StreamWidget):
         self._stdin_lock = asyncio.Lock()  # one write at a time: the handle's stdin cursor
         self._idle_event = threading.Event()
         self._idle_event.set()
+        self._recorded = RecordedDisplay(self._bundle)  # the output that shows it, its record rewritten
         self._serve_controls()
 
     # -- work (loop thread) ----------------------------------------------------------------------
@@ -102,6 +114,7 @@ class ShellView(StreamWidget):
             self._running = False
             self._proc = None
             self._set(busy=False)
+            self._recorded.update()  # what a saved notebook shows: the transcript up to now
             self._idle_event.set()
 
     async def _refresh_info(self) -> None:
@@ -151,6 +164,7 @@ class ShellView(StreamWidget):
         self._cwd = session.info.cwd or ""
         self._set(session_id=session.session_id, cwd=self._cwd, state=session.info.state, error="")
         self._emit("info", f"[reattached to {session.session_id}]\n")
+        self._recorded.update()
 
     def _action(self, kind: str, content: dict[str, Any]) -> None:
         command, session_id = content.get("command"), content.get("session_id")
@@ -186,6 +200,47 @@ class ShellView(StreamWidget):
     def reattach(self, session_id: str) -> None:
         """Show (and run commands in) another session of the same sandbox."""
         self._loop.call(self._reattach, session_id)
+
+    # -- the stored record -----------------------------------------------------------------------
+
+    def record(self) -> ShellRecord:
+        """The session as this view knows it now (what its stored fallback shows)."""
+        pieces, hidden = self._transcript.tail("main", RECORD_LINES, RECORD_LINES * RECORD_LINE_CHARS)
+        due = self._due  # a change not yet sent to the front end is already true
+        return ShellRecord(
+            session_id=self.session_id,
+            sandbox=self.sandbox,
+            cwd=due.get("cwd", self.cwd),
+            state=due.get("state", self.state),
+            pieces=pieces,
+            hidden=hidden,
+            as_of=time.time(),
+        )
+
+    def show(self) -> None:
+        """Display the view in the cell's output, its record rewritten after each command."""
+        self._recorded.show(self._uid)
+
+    @property
+    def _ipython_display_(self) -> Callable[[], None] | None:
+        """With widgets, :meth:`show` (a record that follows the shell); else none, so the text
+        stays the cell's value (what nbval compares)."""
+        return self.show if widgets_enabled() else None
+
+    def _bundle(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        bundle = self._repr_mimebundle_()
+        return bundle if isinstance(bundle, tuple) else (bundle, {})
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        if not widgets_enabled():
+            return super()._repr_mimebundle_(**kwargs)  # plain text only: what nbval compares
+        record = self.record()
+        bundle = super()._repr_mimebundle_(**kwargs)
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+        data = {**data, "text/plain": record.plain(), "text/html": record.html()}
+        # saved in place of the widget (saving.py), with what a Reconnect needs
+        mark = {"kind": "shell", "session_id": self.session_id, "sandbox": self.sandbox, "state": record.state}
+        return data, {**(meta or {}), RECORD_META: mark}
 
     def _plain_text(self) -> str:
         pieces, hidden = self._transcript.tail("main", 20)

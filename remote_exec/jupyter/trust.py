@@ -21,7 +21,7 @@ import shlex
 
 from ..protocol.names import is_job_id
 
-__all__ = ["MAX_HINT_URL", "ONE_CLICK_URLS", "attach_hint", "one_click"]
+__all__ = ["MAX_HINT_URL", "ONE_CLICK_URLS", "attach_hint", "jobs_hint", "one_click", "shell_hint"]
 
 ONE_CLICK_URLS = (
     # Your own local agent: our own program, in its usual place (no dir= chosen by the file).
@@ -60,3 +60,19 @@ def attach_hint(job_id: str, url: str | None = None) -> str | None:
         return None
     hint = f"%exec_remote_attach {shlex.quote(job_id)}"
     return hint + f" --sandbox {shlex.quote(url)}" if url else hint
+
+
+def shell_hint(session_id: str, url: str) -> str | None:
+    """``%remote_shell --shell ID --sandbox URL`` (a shell session shown again), quoted as
+    :func:`attach_hint` quotes; ``None`` on the same grounds."""
+    if not is_job_id(session_id) or not _showable(url):
+        return None
+    return f"%remote_shell --shell {shlex.quote(session_id)} --sandbox {shlex.quote(url)}"
+
+
+def jobs_hint(urls: list[str]) -> str | None:
+    """``%remote_jobs --sandbox URL...`` (a dashboard of those sandboxes), quoted as
+    :func:`attach_hint` quotes; ``None`` if one URL cannot be shown as one plain line."""
+    if not urls or not all(_showable(u) for u in urls):
+        return None
+    return "%remote_jobs " + " ".join(f"--sandbox {shlex.quote(u)}" for u in urls)

@@ -27,9 +27,9 @@ from traitlets.config import Config
 import remote_exec as rx
 from remote_exec.errors import ProtocolError
 from remote_exec.jupyter import JobView, RemoteCommandError, ShellView
-from remote_exec.jupyter.attach import reconnect
+from remote_exec.jupyter.attach import reconnect, reconnect_dashboard, reconnect_shell
 from remote_exec.jupyter.record import JobRecord
-from remote_exec.jupyter.trust import attach_hint, one_click
+from remote_exec.jupyter.trust import attach_hint, jobs_hint, one_click, shell_hint
 
 from .conftest import Adversary
 from .hostile_agent import HostileAgent
@@ -183,6 +183,60 @@ def test_a_records_url_that_runs_a_host_program_is_not_opened(
     refused = not marker.exists()
     adversary.tried(AREA, "Reconnect to k8s://…?kubectl=<script beside the notebook>", refused=refused)
     assert refused and hint in str(refusal.value)
+
+
+def test_a_shell_or_dashboard_reconnect_opens_no_host_program(
+    shell: InteractiveShell, tmp_path: Path, adversary: Adversary
+) -> None:
+    """A saved shell's or dashboard's record (or a disconnected widget's state) names a URL that
+    would run a host program: its Reconnect refuses with the magic to type and opens nothing; a
+    dashboard checks every URL before it opens one."""
+    marker = tmp_path / "ran"
+    script = tmp_path / "run-me"
+    script.write_text(f"#!/bin/sh\ntouch {shlex.quote(str(marker))}\nexit 1\n")
+    script.chmod(0o755)
+    url = f"k8s://ns/pod?kubectl={script}"
+    with pytest.raises(UsageError, match="Not opened") as refusal:
+        reconnect_shell(url, "s-1")
+    assert f"%remote_shell --shell s-1 --sandbox {shlex.quote(url)}" in str(refusal.value)
+    adversary.tried(AREA, "shell Reconnect to k8s://…?kubectl=<script>", refused=not marker.exists())
+    state = shell.magics_manager.registry["RemoteExecMagics"].state
+    with pytest.raises(UsageError, match="Not opened") as refusal:
+        reconnect_dashboard("local://?scope=user", url)  # the first is one-click, the second is not
+    assert f"%remote_jobs --sandbox 'local://?scope=user' --sandbox {shlex.quote(url)}" in str(refusal.value)
+    opened_none = not marker.exists() and not state.sandboxes
+    adversary.tried(AREA, "dashboard Reconnect naming one safe URL and k8s://…?kubectl=", refused=opened_none)
+    assert opened_none
+    with pytest.raises(UsageError, match="1 to 64 sandboxes"):
+        reconnect_dashboard(*[f"docker://c{i}" for i in range(65)])
+    assert not state.sandboxes
+
+
+def test_a_shell_id_with_an_expression_is_refused_and_gets_no_hint(
+    shell: InteractiveShell, tmp_path: Path, adversary: Adversary
+) -> None:
+    marker = tmp_path / "ran"
+    evil = evil_id(marker)
+    with pytest.raises(UsageError, match="unsafe shell id"):
+        reconnect_shell("local://", evil)
+    refused = not marker.exists() and shell_hint(evil, "local://") is None
+    adversary.tried(AREA, "shell Reconnect with {expr} in the session id", refused=refused)
+    assert refused and not shell.magics_manager.registry["RemoteExecMagics"].state.sandboxes
+
+
+@pytest.mark.parametrize("magic", ["remote_shell", "remote_jobs"])
+def test_a_pasted_shell_or_jobs_hint_is_taken_as_typed(
+    shell: InteractiveShell, tmp_path: Path, adversary: Adversary, magic: str
+) -> None:
+    """``{…}`` in a pasted ``%remote_shell``/``%remote_jobs`` hint's URL stays text."""
+    marker = tmp_path / "ran"
+    url = f'nosuch://{{open("{marker}","w")}}'
+    hint = shell_hint("s-1", url) if magic == "remote_shell" else jobs_hint([url])
+    assert hint is not None and shlex.split(hint)[0] == f"%{magic}"
+    with pytest.raises(UsageError, match="unsupported sandbox URL"):
+        shell.run_cell(hint, store_history=False).raise_error()
+    adversary.tried(AREA, f"pasted %{magic} hint whose URL holds {{expr}}", refused=not marker.exists())
+    assert not marker.exists()
 
 
 @pytest.mark.parametrize(

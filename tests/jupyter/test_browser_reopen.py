@@ -155,14 +155,15 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
     context.close()
     shut_down_kernels(lab)
     # the saver's bundle for the JupyterLab extension, beside the records every other reader shows
+    assert dash_out["data"][RECORD_MIME]["sandboxes"] == [f"local://?dir={agent_dir}"]  # a dashboard's Reconnect
     assert run_out["data"][RECORD_MIME] == {
+        "kind": "job",
         "job_id": run_id,
         "sandbox": f"local://?dir={agent_dir}",
         "label": TICKS.split("\n")[0],
         "state": "running",
         "html": run_out["data"]["text/html"],
     }
-    assert RECORD_MIME not in dash_out["data"]  # a dashboard has no job to reconnect
 
     # nbconvert, with no kernel and no network: the same records
     html = subprocess.run(
@@ -302,7 +303,7 @@ def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
         assert "The kernel that showed this view is gone" in old.locator(".rx-job-error").inner_text()
         kernel_idle(page)
         run_first_cell(page)  # the user's set-up again: the new kernel opens the sandbox it names
-        reconnect = old.locator("button.rx-job-reconnect:enabled")
+        reconnect = old.locator("button.rx-reconnect:enabled")
         reconnect.wait_for()
         frozen_at = last_tick(old.locator(".rx-pane-stdout").inner_text())
         shot(page, "browser-restart-1-disconnected", cell)
@@ -311,7 +312,7 @@ def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
         reconnect.click()
         live = cell.locator(".rx-job")
         live.locator(".rx-badge", has_text="running").wait_for()
-        assert cell.locator(".rx-job").count() == 1 and cell.locator(".rx-job-reconnect:visible").count() == 0
+        assert cell.locator(".rx-job").count() == 1 and cell.locator(".rx-reconnect:visible").count() == 0
         assert_live_and_whole(live, started, frozen_at)
         shot(page, "browser-restart-2-reconnected", cell)
 
@@ -332,6 +333,101 @@ def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
         view.locator("button", has_text="Kill").click()
         view.locator(".rx-badge", has_text="killed").wait_for()
         live.locator(".rx-badge", has_text="killed").wait_for()  # the reconnected view saw it end too
+
+
+def kill_terminals(agent_dir: Path) -> None:
+    """Kill the running ``%remote_shell`` terminals in the test agent (ours, and none left behind)."""
+    with rx.connect(f"local://?dir={agent_dir}") as sb:
+        for info in sb.jobs():
+            if info.state == "running" and info.tty and info.label == "%remote_shell":
+                job = sb.attach(info.job_id)
+                job.kill()
+                assert gone(job.pid)
+
+
+def test_a_kernel_restart_puts_every_widget_in_one_disconnected_state_and_each_reconnects(
+    lab: tuple[str, Path],
+    page: Any,
+    agent_dir: Path,
+    no_ticking_left: None,
+) -> None:
+    """A JobView, a TerminalView, a ShellView and a Dashboard on one page, then a kernel restart:
+    each says "disconnected" the same way (grey badge, inputs and buttons disabled, one
+    Reconnect, enabled once a kernel is up), and each Reconnect gives a live widget of the same
+    job, terminal, shell session or sandbox in its place."""
+    url = f"local://?dir={agent_dir}"
+    cells = [
+        f"%load_ext remote_exec\n%exec_remote_config --sandbox {url}",
+        f"%%exec_remote --bg --name ticker\n{TICKS}",
+        "%remote_shell",
+        "%remote_shell --shell new",
+        "%remote_jobs",
+    ]
+    kinds = {1: ".rx-job", 2: ".rx-term", 3: ".rx-shell", 4: ".rx-dashboard"}
+    try:
+        with failure_shot(page, "browser-restart-all"):
+            open_notebook(page, lab, "restart-all.ipynb", cells)
+            run_first_cell(page)
+            cells_on, widgets = {}, {}
+            for i, kind in kinds.items():
+                cells_on[i] = run_cell(page, i)
+                widgets[i] = cells_on[i].locator(kind)
+                widgets[i].wait_for()
+            job, term, shell, dash = (widgets[i] for i in kinds)
+            job.locator(".rx-pane-stdout .rx-line", has_text="tick 3").wait_for()
+            shell.locator(".rx-shell-input").fill("cd /tmp")
+            shell.locator(".rx-shell-input").press("Enter")
+            shell.locator(".rx-shell-prompt", has_text="/tmp$").wait_for()
+            dash.locator(".rx-dash-row", has_text="ticker").wait_for()
+            for w in widgets.values():
+                assert w.get_attribute("data-connection") == "connected"
+                assert w.locator(".rx-reconnect").is_hidden()
+
+            page.locator("jp-button[data-command='notebook:restart-kernel']").first.click()
+            page.locator(".jp-Dialog button", has_text="Restart").click()
+            # one story: each says so, its controls disabled, one Reconnect
+            for i, w in widgets.items():
+                cells_on[i].locator(f"{kinds[i]}[data-connection=disconnected]").wait_for()
+                w.locator(".rx-badge", has_text="disconnected").first.wait_for()
+                assert "The kernel that showed this view is gone" in w.inner_text()
+                assert w.locator(".rx-reconnect").count() == 1
+            assert job.locator("button", has_text="Kill").is_disabled()
+            assert term.locator("button", has_text="Ctrl-C").is_disabled()
+            assert shell.locator(".rx-shell-input").is_disabled()
+            assert dash.locator("button", has_text="Refresh").is_disabled()
+            assert dash.locator(".rx-dash-row button", has_text="Kill").first.is_disabled()
+            kernel_idle(page)
+            run_first_cell(page)  # the user's set-up again: the new kernel opens the sandbox it names
+            for w in widgets.values():
+                w.locator(".rx-reconnect:enabled").wait_for()
+            shot(page, "browser-restart-all-1-disconnected")
+            shot(page, "browser-restart-all-1-disconnected-shell", cells_on[3])
+            shot(page, "browser-restart-all-1-disconnected-dashboard", cells_on[4])
+            assert dash.locator(".rx-dash-links").is_hidden() and job.locator(".rx-link").is_hidden()
+
+            # each Reconnect: a live widget in its place (one at a time: a replaced output moves
+            # the page under the pointer)
+            for i, kind in kinds.items():
+                widgets[i].locator(".rx-reconnect").click()
+                cells_on[i].locator(f"{kind}[data-connection=connected]").wait_for()
+                assert cells_on[i].locator(kind).count() == 1
+            cells_now = cells_on
+            cells_now[1].locator(".rx-job .rx-badge", has_text="running").wait_for()
+            cells_now[2].locator(".rx-term .rx-badge", has_text="running").wait_for()
+            live_shell = cells_now[3].locator(".rx-shell")
+            live_shell.locator(".rx-shell-prompt", has_text="/tmp$").wait_for()  # the same session
+            live_shell.locator(".rx-shell-input").fill("echo still-$((6*7))")
+            live_shell.locator(".rx-shell-input").press("Enter")
+            live_shell.locator(".rx-line", has_text="still-42").wait_for()
+            cells_now[4].locator(".rx-dash-row", has_text="ticker").wait_for()
+            shot(page, "browser-restart-all-2-reconnected")
+            shot(page, "browser-restart-all-2-reconnected-dashboard", cells_on[4])
+            assert cells_on[4].locator(".rx-dashboard .rx-state-disconnected").is_hidden()
+            live_shell.locator(".rx-shell-input").fill("exit")
+            live_shell.locator(".rx-shell-input").press("Enter")
+            live_shell.locator(".rx-badge", has_text="closed").wait_for()
+    finally:
+        kill_terminals(agent_dir)
 
 
 def test_remote_jobs_shows_this_notebooks_jobs_after_a_restart_and_all_on_request(

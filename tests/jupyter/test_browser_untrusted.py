@@ -27,7 +27,7 @@ import nbformat
 import pytest
 
 from remote_exec.jupyter.record import JobRecord
-from remote_exec.jupyter.saving import RECORD_META, RECORD_MIME, job_record
+from remote_exec.jupyter.saving import RECORD_META, RECORD_MIME, saved_record
 
 from .lab_page import CELLS, failure_shot, kernel_idle, shot, wait_done
 
@@ -69,7 +69,7 @@ def record_output(job_id: str, url: str) -> dict[str, Any]:
     """A job's output as the saver stores it: the record's text, HTML and bundle."""
     record = JobRecord(job_id, "python train.py", url, "running", None, 42.0, ("epoch 3\n", 0), ("", 0))
     html = record.html()
-    bundle = job_record({"job_id": job_id, "state": "running", "sandbox": url, "label": "python train.py"}, html)
+    bundle = saved_record({"job_id": job_id, "state": "running", "sandbox": url, "label": "python train.py"}, html)
     assert bundle is not None
     data = {"text/plain": record.plain(), "text/html": html, RECORD_MIME: bundle}
     meta = {RECORD_META: {"job_id": job_id, "state": "running", "sandbox": url, "label": "python train.py"}}

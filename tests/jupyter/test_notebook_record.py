@@ -180,6 +180,7 @@ def test_a_saved_notebook_keeps_the_record_in_place_of_the_widget(
     assert untouched == other
     # what the JupyterLab extension reads: enough to reconnect, and the record to show meanwhile
     assert kept["data"][RECORD_MIME] == {
+        "kind": "job",
         "job_id": ip.user_ns["saved"].job_id,
         "sandbox": ip.user_ns["saved"].view.sandbox,
         "label": "echo saved-line",
@@ -192,7 +193,14 @@ def test_a_saved_notebook_keeps_the_record_in_place_of_the_widget(
 @pytest.mark.parametrize(
     ("mark", "html", "why"),
     [
-        ({"jobs": True}, "<div></div>", "a dashboard: no job to reconnect"),
+        ({"jobs": True}, "<div></div>", "an old dashboard mark: nothing to reconnect"),
+        ({"kind": "dashboard", "sandboxes": []}, "<div></div>", "a dashboard of no sandbox"),
+        ({"kind": "dashboard", "sandboxes": ["local://"] * 65}, "<div></div>", "too many sandboxes"),
+        ({"kind": "dashboard", "sandboxes": ["local://", 7]}, "<div></div>", "a sandbox that is not text"),
+        ({"kind": "dashboard", "sandboxes": ["s" * 2001]}, "<div></div>", "too long a sandbox URL"),
+        ({"kind": "shell", "session_id": "s{__import__('os')}"}, "<div></div>", "a shell id IPython would expand"),
+        ({"kind": "shell", "job_id": "j-1"}, "<div></div>", "a shell with no session id"),
+        ({"kind": "exec", "job_id": "j-1"}, "<div></div>", "a kind nobody reconnects"),
         ({"job_id": "x'); import os #", "state": "running"}, "<div></div>", "not a job id"),
         ({"job_id": "a" * 129, "state": "running"}, "<div></div>", "too long an id"),
         ({"job_id": "j{__import__('os')}", "state": "running"}, "<div></div>", "an id IPython would expand"),
@@ -217,10 +225,28 @@ def test_the_saver_adds_no_reconnect_bundle_it_cannot_vouch_for(mark: object, ht
 
 
 def test_the_saver_bounds_each_field_of_the_bundle() -> None:
-    from remote_exec.jupyter.saving import job_record
+    from remote_exec.jupyter.saving import saved_record
 
-    got = job_record({"job_id": "j-1", "state": "<b>", "sandbox": "s" * 5000, "label": 7}, "<div></div>")
-    assert got == {"job_id": "j-1", "sandbox": "s" * 2000, "label": "", "state": "unknown", "html": "<div></div>"}
+    got = saved_record({"job_id": "j-1", "state": "<b>", "sandbox": "s" * 5000, "label": 7}, "<div></div>")
+    assert got == {
+        "kind": "job",
+        "job_id": "j-1",
+        "sandbox": "s" * 2000,
+        "label": "",
+        "state": "unknown",
+        "html": "<div></div>",
+    }
+    shell = saved_record({"kind": "shell", "session_id": "s-1", "state": "busy", "sandbox": "local://"}, "<p>")
+    assert shell == {
+        "kind": "shell",
+        "session_id": "s-1",
+        "sandbox": "local://",
+        "label": "",
+        "state": "unknown",
+        "html": "<p>",
+    }
+    dash = saved_record({"kind": "dashboard", "sandboxes": ["local://", "docker://c"]}, "<table>")
+    assert dash == {"kind": "dashboard", "sandboxes": ["local://", "docker://c"], "html": "<table>"}
 
 
 def test_a_kernel_says_which_jobs_it_shows_and_shows_one_again(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:
@@ -367,3 +393,53 @@ def test_a_view_as_a_cells_value_keeps_its_record_up_to_date(
         wait_for(ended, what="the record rewritten at the job's end")
     final = [o for o in cap.outputs if getattr(o, "update", False)][-1]
     assert final.transient["display_id"] == first.transient["display_id"] and "value-line" in final.data["text/html"]
+
+
+def test_a_shells_reconnect_shows_the_same_session_and_its_record(
+    ip: InteractiveShell, front: HeadlessFrontEnd, jurl: str
+) -> None:
+    """What a disconnected ShellView's Reconnect runs in a fresh kernel: the same session shown
+    again (its cwd kept by the agent), its output marked with the record the saver keeps."""
+    from remote_exec.jupyter import ShellView
+    from remote_exec.jupyter.attach import reconnect_shell
+    from remote_exec.jupyter.saving import RECORD_META, saved_record
+
+    with capture_output() as cap:
+        ip.run_line_magic("remote_shell", "--shell new")
+    old = front.widget(cap.outputs[0])
+    assert isinstance(old, ShellView)
+    old.run("cd /tmp && echo here-it-was")
+    meta = cap.outputs[0].metadata  # the first record; rewritten after the command
+    assert meta[RECORD_META] == {"kind": "shell", "session_id": old.session_id, "sandbox": jurl, "state": "open"}
+    record = old.record()
+    assert "here-it-was" in record.html() and "/tmp$" in record.plain()
+    assert saved_record(meta[RECORD_META], record.html()) is not None
+    ip.magics_manager.registry["RemoteExecMagics"].state.close(keep_background=True)  # the kernel goes
+    ip.run_line_magic("unload_ext", "remote_exec")
+    with pytest.raises(UsageError, match="Not opened") as refusal:
+        reconnect_shell(jurl, old.session_id)
+    assert f"%remote_shell --shell {old.session_id} --sandbox '{jurl}'" in str(refusal.value)
+    ip.run_line_magic("exec_remote_config", f"--sandbox {jurl}")  # the notebook's set-up, run again
+    with capture_output() as cap:
+        reconnect_shell(jurl, old.session_id)
+    view = front.widget(cap.outputs[0])
+    assert isinstance(view, ShellView) and view.session_id == old.session_id and view.cwd == "/tmp"
+    view.run("pwd")
+    assert view.text("stdout") == "/tmp\n"  # run() returns once the command has ended
+    view.session.close()
+
+
+def test_a_dashboards_reconnect_shows_the_same_sandboxes(
+    ip: InteractiveShell, front: HeadlessFrontEnd, jurl: str
+) -> None:
+    from remote_exec.jupyter import Dashboard
+    from remote_exec.jupyter.attach import reconnect_dashboard
+    from remote_exec.jupyter.saving import RECORD_META
+
+    ip.run_line_magic("exec_remote_config", f"--sandbox {jurl}")
+    with capture_output() as cap:
+        reconnect_dashboard(jurl, jurl)  # the same URL twice: one sandbox
+    dash = front.widget(cap.outputs[0])
+    assert isinstance(dash, Dashboard) and dash.sandboxes == [jurl]
+    assert cap.outputs[0].metadata[RECORD_META] == {"kind": "dashboard", "sandboxes": [jurl]}
+    dash.close()

@@ -56,8 +56,18 @@ export default {
     autoLabel.append(auto, document.createTextNode(" auto-refresh"));
     const refresh = rxButton("Refresh", "Fetch the job list now", () => model.send({ type: "refresh" }));
     const controls = rxEl("span", "rx-dash-controls");
-    controls.append(mineLabel, stateSel, text, clear, autoLabel, refresh);
-    header.append(rxEl("strong", "", "Jobs"), status, rxEl("span", "rx-spacer"), controls);
+    // one disconnected state and one Reconnect for every widget (connection.js): the jobs go on,
+    // this table stops (its clocks too) and Reconnect gives a live dashboard of the same sandboxes
+    const gone = rxEl("span", "rx-badge rx-state-disconnected", "disconnected");
+    gone.hidden = true;
+    const connection = rxConnection(model, root, {
+      call: () => ({ fn: "reconnect_dashboard", args: model.get("sandboxes") }),
+      label: () => "Reconnect",
+      onChange: () => renderAll(),
+      onError: (text) => setText(errors, text),
+    });
+    controls.append(mineLabel, stateSel, text, clear, autoLabel, refresh, connection.button);
+    header.append(rxEl("strong", "", "Jobs"), gone, status, rxEl("span", "rx-spacer"), controls);
 
     const linksBox = rxEl("div", "rx-dash-links"); // health: each sandbox's channel
     const notice = rxEl("div", "rx-muted rx-dash-notice");
@@ -88,6 +98,7 @@ export default {
     // -- rows, keyed and kept ------------------------------------------------------------------
     const rows = new Map(); // key -> {tr, cells, data}
     let offset = 0; // browser clock minus kernel clock
+    let lostAt = null; // when the kernel went away (browser clock)
     const setText = (node, value) => {
       if (node.textContent !== value) node.textContent = value;
     };
@@ -162,14 +173,15 @@ export default {
       setText(c.usage, r.cpu === null || r.cpu === undefined ? "" : `${r.cpu.toFixed(0)}% · ${rxFormatBytes(r.rss)}`);
       setText(c.tail, r.tail);
       c.tail.title = r.tail;
-      const running = r.state === "running";
+      const running = r.state === "running" && !connection.lost();
       c.intr.hidden = c.kill.hidden = c.open.hidden = session;
       if (c.intr.disabled === running) c.intr.disabled = c.kill.disabled = !running;
+      c.open.disabled = connection.lost();
       elapsed(entry);
     };
     const elapsed = (entry) => {
       const r = entry.data;
-      const now = Date.now() / 1000 - offset;
+      const now = (lostAt ?? Date.now() / 1000) - offset; // a lost kernel's table stops its clocks
       setText(entry.c.elapsed, rxFormatDuration(Math.max(0, (r.ended_at ?? now) - r.started_at)));
       // health: a running job quiet for a minute says so ("≥": it was quiet before we looked)
       const q = r.state === "running" && r.last_output_at != null ? rxQuietText(r.last_output_at, r.started_at, offset, 60) : "";
@@ -237,14 +249,26 @@ export default {
       next.disabled = c.page >= c.pages - 1;
     };
     const renderState = () => {
+      const disconnected = connection.lost();
+      if (disconnected && lostAt === null) lostAt = Date.now() / 1000;
+      gone.hidden = !disconnected;
+      linksBox.hidden = disconnected; // the gone kernel's links to the sandboxes: no longer known
+      root.dataset.state = disconnected ? "disconnected" : "connected";
+      for (const input of [mine, stateSel, text, clear, auto, refresh]) input.disabled = disconnected;
+      connection.update();
       mine.checked = model.get("mine_only");
       auto.checked = model.get("auto_refresh");
       if (stateSel.value !== model.get("state_filter")) stateSel.value = model.get("state_filter");
       if (document.activeElement !== text) text.value = model.get("text_filter");
       const errs = Object.entries(model.get("errors")).map(([u, m]) => `${u}: ${m}`);
       if (model.get("message")) errs.push(model.get("message"));
-      setText(errors, errs.join("\n"));
+      if (disconnected) errs.splice(0, errs.length, rxGoneText("the jobs go on in their sandboxes, this table no longer follows them", ""));
+      if (!connection.busy()) setText(errors, errs.join("\n"));
       renderStatus();
+    };
+    const renderAll = () => {
+      renderState();
+      for (const entry of rows.values()) update(entry, entry.data);
     };
     const onSandboxes = () => {
       renderHead();
@@ -292,6 +316,7 @@ export default {
     renderOpened();
     // Elapsed times of running jobs tick here; only their text changes.
     const timer = setInterval(() => {
+      if (connection.lost()) return;
       for (const entry of rows.values()) if (entry.data.state === "running") elapsed(entry);
     }, 1000);
     const unmark = rxMarkControls(model, root);
@@ -306,6 +331,7 @@ export default {
       model.off("change:opened", renderOpened);
       model.off("change:links", renderLinks);
       model.off("msg:custom", onMsg);
+      connection.stop();
     };
   },
 };

@@ -4,64 +4,6 @@
 // usage, hits. Sends {type: "hello" | "interrupt" | "kill" | "fetch" | "watch" | "stdin" | "close_stdin"}.
 
 const JOB_PANE_OF = (stream) => stream;
-const JOB_WIDGET_MIME = "application/vnd.jupyter.widget-view+json";
-
-// Reconnect: a view whose kernel went away asks the kernel running now for a live view of the
-// same job (what %exec_remote_attach gives: the agent's whole kept output, true command and
-// start) and shows it in its place. The code run names only the sandbox URL and job id, both
-// passed as JSON string literals (valid Python literals).
-function jobReconnect(model, root, button, onError) {
-  const manager = model.widget_manager;
-  const kernel = manager && manager.kernel;
-  if (!kernel) return;
-  // The JupyterLab extension (labextension/), when installed, runs it with the output routed into
-  // this cell, replacing it: the new view's records then reach the notebook and its next save.
-  const detail = { sandbox: model.get("sandbox"), job_id: model.get("job_id") };
-  if (!root.dispatchEvent(new CustomEvent("remote-exec:reconnect", { bubbles: true, cancelable: true, detail }))) {
-    return;
-  }
-  button.disabled = true;
-  button.textContent = "Reconnecting…";
-  const args = `${JSON.stringify(model.get("sandbox"))}, ${JSON.stringify(model.get("job_id"))}`;
-  const code = `__import__("remote_exec.jupyter.attach", fromlist=["reconnect"]).reconnect(${args})`;
-  const future = kernel.requestExecute({ code, silent: false, store_history: false, stop_on_error: false });
-  const failed = (text) => {
-    button.disabled = false;
-    button.textContent = "Reconnect";
-    onError(text);
-  };
-  future.onIOPub = (msg) => {
-    const type = msg.header.msg_type;
-    const ref = type === "display_data" && msg.content.data[JOB_WIDGET_MIME];
-    if (ref) {
-      manager
-        .get_model(ref.model_id)
-        .then((m) => manager.create_view(m))
-        .then((view) => {
-          root.replaceWith(view.el); // this view's timers stop with its cleanup; the live one takes over
-          button.textContent = "Reconnected";
-        }, (err) => failed(`Reconnect failed: ${err}`));
-    } else if (type === "error") {
-      failed(`Reconnect failed: ${msg.content.ename}: ${msg.content.evalue}`);
-    }
-  };
-}
-
-// The Reconnect button: offered once this view's kernel is gone and a kernel is up again.
-function jobReconnectButton(model, root, onError) {
-  const button = rxButton("Reconnect", "A live view of this job from the kernel running now", () =>
-    jobReconnect(model, root, button, onError),
-  );
-  button.classList.add("rx-job-reconnect");
-  const kernel = model.widget_manager && model.widget_manager.kernel;
-  const update = (disconnected) => {
-    const up = kernel && (kernel.status === "idle" || kernel.status === "busy");
-    button.hidden = !disconnected;
-    if (button.textContent === "Reconnect") button.disabled = !up;
-  };
-  return { button, update };
-}
-
 // The input line of a job whose stdin is open: Enter sends the line (with its newline), Ctrl+D
 // or the button closes stdin (EOF). Shown only while the job runs with its stdin open.
 function rxJobStdinLine(model) {
@@ -117,11 +59,18 @@ export default {
     usage.hidden = true;
     const bell = rxNotifyButton();
     const error = rxEl("div", "rx-error rx-job-error");
-    const reconnect = jobReconnectButton(model, root, (text) => {
-      error.textContent = text;
+    // one disconnected state and one Reconnect for every widget (connection.js); a job that has
+    // ended offers its live view (the agent's whole kept output) instead
+    const connection = rxConnection(model, root, {
+      call: () => ({ fn: "reconnect", args: [model.get("sandbox"), model.get("job_id")] }),
+      label: () => (model.get("state") === "running" ? "Reconnect" : "Open live view"),
+      onChange: () => renderState(),
+      onError: (text) => {
+        error.textContent = text;
+      },
     });
     const actions = rxEl("span", "rx-actions"); // the buttons wrap together, never one by one
-    actions.append(bell, interrupt, kill, reconnect.button);
+    actions.append(bell, interrupt, kill, connection.button);
     header.append(badge, link, cmd, meta, quiet, usage, actions);
     const stdin = rxJobStdinLine(model);
     root.append(header, error, stdin.el);
@@ -159,26 +108,8 @@ export default {
       const end = model.get("ended_at") ?? Date.now() / 1000 - store.offset;
       return rxFormatDuration(end - model.get("started_at"));
     };
-    // A view whose kernel went away (restart, shutdown, another kernel) can no longer reach its
-    // job: it says so and disables its buttons. The kernel connection the widget manager holds
-    // reports restarts and deaths; a comm the kernel closes fires comm:close on the model.
-    let disconnected = false;
-    const manager = model.widget_manager;
-    const kernel = manager && manager.kernel;
-    const lost = () => {
-      if (disconnected) return;
-      disconnected = true;
-      renderState();
-    };
-    const onStatus = (_k, status) => {
-      if (status === "restarting" || status === "autorestarting" || status === "dead") lost();
-      else if (disconnected) reconnect.update(true); // a kernel is up again: Reconnect is offered
-    };
-    if (kernel && kernel.statusChanged) kernel.statusChanged.connect(onStatus);
-    if (kernel && kernel.disposed) kernel.disposed.connect(lost);
-    model.on("comm:close", lost);
     const renderState = () => {
-      if (!disconnected && manager && kernel && manager.kernel !== kernel) disconnected = true;
+      const disconnected = connection.lost();
       const state = disconnected && model.get("state") === "running" ? "disconnected" : model.get("state");
       badge.textContent = state;
       badge.className = `rx-badge rx-state-${state.replace(/ /g, "-")}`;
@@ -203,18 +134,17 @@ export default {
         .join(" · ");
       const running = state === "running";
       interrupt.disabled = kill.disabled = !running;
-      reconnect.update(disconnected);
+      connection.update();
       stdin.update(disconnected);
       renderHealth(running);
-      if (reconnect.button.textContent !== "Reconnect") return; // its own message stands
-      error.textContent = disconnected
-        ? "The kernel that showed this view is gone; the job goes on in the sandbox. Reconnect" +
-          (rxAttachHint(model) ? `, or in a running kernel: ${rxAttachHint(model)}` : "")
-        : model.get("error");
+      if (connection.busy()) return; // its own message stands
+      const what = model.get("state") === "running" ? "the job goes on in the sandbox" : "the job had ended";
+      error.textContent = disconnected ? rxGoneText(what, rxAttachHint(model)) : model.get("error");
     };
     // -- health -----------------------------------------------------------------------------
     const renderHealth = (running) => {
       rxRenderLink(link, model.get("link"), model.get("link_reason"));
+      link.hidden = connection.lost(); // the gone kernel's link to the sandbox: no longer known
       root.dataset.link = model.get("link");
       const q = running && model.get("link") === "connected"
         ? rxQuietText(model.get("last_output_at"), model.get("started_at"), store.offset, model.get("quiet_after"))
@@ -265,7 +195,7 @@ export default {
     const unwatch = rxWatch(model, root);
     renderState();
     renderUsage();
-    const timer = setInterval(() => model.get("state") === "running" && !disconnected && renderState(), 500);
+    const timer = setInterval(() => model.get("state") === "running" && !connection.lost() && renderState(), 500);
     const unmark = rxMarkControls(model, root);
     model.send({ type: "hello" });
     return () => {
@@ -277,9 +207,7 @@ export default {
       model.off("change:state change:hits", notifyChanges);
       store.listeners.delete(onMsg);
       model.off(traits, renderState);
-      model.off("comm:close", lost);
-      if (kernel && kernel.statusChanged) kernel.statusChanged.disconnect(onStatus);
-      if (kernel && kernel.disposed) kernel.disposed.disconnect(lost);
+      connection.stop();
     };
   },
 };

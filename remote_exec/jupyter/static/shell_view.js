@@ -6,6 +6,16 @@
 
 const SHELL_PANE_OF = () => "main";
 
+// The magic that shows this shell again from a running kernel, by attach_hint's rules (common.js).
+function rxShellHint(model) {
+  const id = model.get("session_id");
+  const url = model.get("sandbox");
+  if (typeof id !== "string" || !RX_JOB_ID.test(id) || typeof url !== "string" || !/^[\x21-\x7e]{1,2048}$/.test(url)) {
+    return "";
+  }
+  return `%remote_shell --shell ${rxShellQuote(id)} --sandbox ${rxShellQuote(url)}`;
+}
+
 export default {
   initialize({ model }) {
     return rxInitialize(model, SHELL_PANE_OF);
@@ -26,8 +36,20 @@ export default {
     });
     const interrupt = rxButton("Interrupt", "Ctrl-C: SIGINT to the running command", () => rxControl(model, { type: "interrupt" }, interrupt));
     const copy = rxButton("Copy", "Copy the whole transcript", () => rxControl(model, { type: "fetch", purpose: "copy" }, copy));
-    header.append(badge, title, reattachId, reattach, interrupt, copy);
     const error = rxEl("div", "rx-error rx-shell-error");
+    // one disconnected state and one Reconnect for every widget (connection.js): the shell goes on
+    // in the sandbox, and Reconnect shows it again (its transcript from the session's record)
+    const connection = rxConnection(model, root, {
+      call: () =>
+        model.get("state") === "open" ? { fn: "reconnect_shell", args: [model.get("sandbox"), model.get("session_id")] } : null,
+      onChange: () => renderState(),
+      onError: (text) => {
+        error.textContent = text;
+      },
+    });
+    const actions = rxEl("span", "rx-actions");
+    actions.append(reattachId, reattach, interrupt, copy, connection.button);
+    header.append(badge, title, actions);
 
     const box = rxEl("div", "rx-pane");
     const hiddenNote = rxEl("div", "rx-muted rx-hidden rx-shell-hidden");
@@ -83,22 +105,30 @@ export default {
     });
 
     const renderState = () => {
+      const disconnected = connection.lost();
       const open = model.get("state") === "open";
-      const busy = model.get("busy");
-      const state = !open ? "closed" : busy ? "running" : "idle";
+      const busy = model.get("busy") && !disconnected;
+      const state = !open ? "closed" : disconnected ? "disconnected" : busy ? "running" : "idle";
       badge.textContent = state;
-      badge.className = `rx-badge rx-state-${busy ? "running" : open ? "completed" : "killed"}`;
+      badge.className = `rx-badge rx-state-${disconnected ? "disconnected" : busy ? "running" : open ? "completed" : "killed"}`;
       root.dataset.state = state;
       title.textContent = `shell ${model.get("session_id")} · ${model.get("sandbox")}`;
       prompt.textContent = `${model.get("cwd")}$ `;
-      input.disabled = !open;
-      input.placeholder = busy
-        ? "running… a line typed here is its input (Ctrl+D ends it; Interrupt stops it)"
-        : open
-          ? "type a command, Enter to run"
-          : "shell closed";
+      input.disabled = !open || disconnected;
+      input.placeholder = disconnected
+        ? "the kernel is gone: Reconnect to type here"
+        : busy
+          ? "running… a line typed here is its input (Ctrl+D ends it; Interrupt stops it)"
+          : open
+            ? "type a command, Enter to run"
+            : "shell closed";
       interrupt.disabled = !busy;
-      error.textContent = model.get("error");
+      reattach.disabled = reattachId.disabled = disconnected;
+      connection.update();
+      if (connection.busy()) return; // its own message stands
+      error.textContent = disconnected && open
+        ? rxGoneText("the shell goes on in the sandbox", rxShellHint(model))
+        : model.get("error");
     };
     const onMsg = (msg) => {
       if (msg.kind === "full") rxDeliver(msg.data, `shell-${model.get("session_id")}.txt`, copy);
@@ -114,6 +144,7 @@ export default {
       unmark();
       store.listeners.delete(onMsg);
       model.off(traits, renderState);
+      connection.stop();
     };
   },
 };
