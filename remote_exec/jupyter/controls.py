@@ -13,7 +13,8 @@ kernel) and names a widget registered (weakly) under its model id; its JSON body
 the very handler the comm calls (``control``): one code path, no second implementation
 of kill, stdin or fetch. Answers that carry data (Copy/Download) come back as kernel messages, as
 before: those flow from the loop thread while a cell runs. The server starts with the first
-widget, its socket file is removed at exit; a widget's synced ``controls`` trait tells its front
+widget, its socket file is removed at exit (and a killed kernel's, which had no exit, by the
+next kernel that starts one: :func:`sweep_stale`); a widget's synced ``controls`` trait tells its front
 end the socket's *name* (not a path), the token and the widget's key.
 """
 
@@ -51,6 +52,7 @@ __all__ = [
     "enable_controls",
     "private_dir",
     "server_for",
+    "sweep_stale",
 ]
 
 SOCKET_DIR = "remote-exec-controls"
@@ -167,6 +169,7 @@ class ControlServer:
 
     def _bind(self) -> socket.socket:
         directory = private_dir(self._directory or control_dir())
+        sweep_stale(directory)
         path = directory / self.name
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -212,6 +215,34 @@ class ControlServer:
             return _answer(404, "no such widget")
         widget.control(content)
         return _answer(200, "ok")
+
+
+SWEEP_MAX = 256
+"""Socket files one start looks at (the directory is ours, but a bound keeps a start quick)."""
+
+
+def sweep_stale(directory: Path) -> list[str]:
+    """Remove the sockets in ``directory`` that no process listens on any more: those of kernels
+    that were killed (SIGKILL, a crash, the machine's OOM killer) and so never ran their exit
+    handler. A socket whose connect is refused is dead (a live kernel's accepts); anything else --
+    not ours by name, not a socket, a connect that fails otherwise -- is left. Blocking (file
+    system and connects): call it off the event loop. Returns the names removed."""
+    removed = []
+    for entry in sorted(directory.iterdir())[:SWEEP_MAX]:
+        if not NAME_PATTERN.fullmatch(entry.name) or not stat.S_ISSOCK(os.lstat(entry).st_mode):
+            continue
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with socket_address(entry) as address:
+                probe.connect(address)
+        except ConnectionRefusedError:
+            _unlink(entry)
+            removed.append(entry.name)
+        except OSError:
+            pass
+        finally:
+            probe.close()
+    return removed
 
 
 def _answer(status: int, reason: str) -> web.Response:

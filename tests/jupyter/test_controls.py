@@ -34,9 +34,11 @@ from remote_exec.jupyter.controls import (
     MAX_BODY,
     SOCKET_DIR,
     TOKEN_HEADER,
+    ControlServer,
     private_dir,
     server_for,
     socket_address,
+    sweep_stale,
 )
 from remote_exec.jupyter.follow import loop_of
 from remote_exec.jupyter.headless import HeadlessFrontEnd
@@ -174,6 +176,51 @@ def test_a_private_dir_is_made_private_or_refused(tmp_path: Path) -> None:
     plain.write_text("")
     with pytest.raises(PermissionError):
         private_dir(plain)
+
+
+SERVE_AND_WAIT = """
+import asyncio, sys
+from pathlib import Path
+from remote_exec.jupyter.controls import ControlServer
+async def main():
+    server = ControlServer(Path(sys.argv[1]))
+    await server.start()
+    print(server.name, flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
+def test_a_killed_kernels_socket_is_removed_by_the_next_one(tmp_path: Path) -> None:
+    """A kernel killed with SIGKILL never runs its exit handler: its socket file stays. The next
+    kernel to start a server removes it (nobody listens: connect is refused), and leaves a live
+    kernel's socket and anything not a control socket of ours."""
+    directory = private_dir(tmp_path / SOCKET_DIR)
+    procs = [
+        subprocess.Popen([sys.executable, "-c", SERVE_AND_WAIT, str(directory)], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        killed, alive = (p.stdout.readline().strip() if p.stdout else "" for p in procs)
+        procs[0].kill()
+        procs[0].wait()
+        (directory / "notes.txt").write_text("not a socket")
+        assert {killed, alive} <= {e.name for e in directory.iterdir()}
+
+        async def start() -> ControlServer:
+            server = ControlServer(directory)
+            await server.start()
+            await server.close()
+            return server
+
+        asyncio.run(start())
+        left = {e.name for e in directory.iterdir()}
+        assert killed not in left and alive in left and "notes.txt" in left
+        assert sweep_stale(directory) == []  # the live one answers: kept
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()  # reaped, its pipe closed
 
 
 # -- the server's route, in a real jupyter_server ---------------------------------------------------
