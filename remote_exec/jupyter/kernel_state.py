@@ -6,6 +6,7 @@ never to the module, so two shells in one process (tests) do not share anything.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
@@ -14,11 +15,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..blocking import BlockingExecRemoteProcess, BlockingShellSession, Sandbox, connect
+from ..errors import ShellClosedError, ShellNotFoundError
+from ..protocol.names import is_job_id
+from .dashboard_view import shell_session
 
 if TYPE_CHECKING:
     from .background import BackgroundJob
 
-__all__ = ["DEFAULT_SANDBOX", "Defaults", "KernelState", "notebook_tags"]
+__all__ = ["DEFAULT_SANDBOX", "MAX_SHELLS_TRIED", "Defaults", "KernelState", "notebook_shell", "notebook_tags"]
 
 DEFAULT_SANDBOX = "local://"
 
@@ -60,6 +64,36 @@ def notebook_tags() -> dict[str, str]:
     return tags
 
 
+MAX_SHELLS_TRIED = 8
+"""Sessions :func:`notebook_shell` looks up at most (newest first)."""
+
+
+def notebook_shell(sb: Sandbox, notebook: str | None) -> BlockingShellSession | None:
+    """This notebook's newest shell session still open in ``sb``, found through its commands'
+    tags (a command a notebook runs in a session carries the notebook's path, as its jobs do),
+    or ``None``: no notebook path known, or no open session ran one of its commands.
+
+    The session id comes from the agent's labels (``shell <id>``): only one of the safe form is
+    looked up.
+
+    :raises RemoteExecError: the agent failed (``ProtocolError``: an unsafe listing).
+    """
+    if not notebook:
+        return None
+    runs = [j for j in sb.jobs() if (j.tags or {}).get("notebook") == notebook and shell_session(j)]
+    tried: set[str] = set()
+    for info in sorted(runs, key=lambda j: -j.started_at):
+        session_id = shell_session(info)
+        if session_id is None or session_id in tried or not is_job_id(session_id):
+            continue
+        if len(tried) >= MAX_SHELLS_TRIED:
+            break
+        tried.add(session_id)
+        with contextlib.suppress(ShellNotFoundError, ShellClosedError):
+            return sb.reattach_shell(session_id)
+    return None
+
+
 class KernelState:
     """Defaults, sandboxes (one blocking connection per URL, kept open) and shells of a kernel."""
 
@@ -99,7 +133,8 @@ class KernelState:
         self, spec: str, url: str | None, cwd: str | None = None, env: dict[str, str] | None = None
     ) -> tuple[Sandbox, BlockingShellSession]:
         """The session ``spec`` names: ``new``, ``last`` (this kernel's most recent one, in ``url``
-        if given; a new one if there is none) or a session id.
+        if given; in a kernel that has used none, the notebook's own newest open session, found
+        by :func:`notebook_shell`; else a new one) or a session id.
 
         :raises ShellNotFoundError: no session with that id.
         :raises ShellClosedError: that session has ended.
@@ -108,6 +143,10 @@ class KernelState:
             found = self.last_shell(url)
             if found is not None:
                 return self._remember(*found)
+            where = self.shell_url(url)
+            earlier = notebook_shell(self.sandbox(where), notebook_tags().get("notebook"))
+            if earlier is not None:  # an earlier kernel's (this cell re-run after a restart)
+                return self._remember(where, earlier)
             spec = "new"
         url = self.shell_url(url)
         sb = self.sandbox(url)

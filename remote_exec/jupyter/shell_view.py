@@ -29,6 +29,7 @@ from ._assets import css, esm
 from .base import StreamWidget
 from .display import widgets_enabled
 from .follow import follow, loop_of
+from .kernel_state import notebook_tags
 from .record import RECORD_LINE_CHARS, RECORD_LINES, RecordedDisplay
 from .saving import RECORD_META
 from .shell_record import ShellRecord
@@ -102,7 +103,8 @@ class ShellView(StreamWidget):
         self._emit("command", f"{self._cwd}$ {command}\n")
         try:
             # stdin open: what is typed while it runs is its input (read, input(), y/n prompts)
-            self._proc = self.session.async_session.start(command, stdin_open=True)
+            # tagged as the notebook's jobs are: a later kernel's `--shell last` finds this session
+            self._proc = self.session.async_session.start(command, stdin_open=True, tags=notebook_tags() or None)
             outcome = await follow(self._proc, self._emit)
             if outcome.state == "error":
                 self._emit("info", f"{outcome.error}\n")

@@ -134,3 +134,30 @@ def test_remote_shell_reruns_show_the_notebooks_one_terminal(
     finally:
         for job_id in running(sb, notebook, label=SHELL_LABEL):
             sb.attach(job_id).kill()
+
+
+def test_shell_last_after_a_restart_is_the_notebooks_own_shell(
+    ip: InteractiveShell, jurl: str, notebook: str, monkeypatch: pytest.MonkeyPatch, plain: None
+) -> None:
+    """``--shell last`` in a fresh kernel of the same notebook takes the notebook's open session
+    (found by its commands' tags), its cwd kept; another notebook's kernel gets a new one."""
+    state = lambda: ip.magics_manager.registry["RemoteExecMagics"].state  # noqa: E731 (a fresh one after restart)
+    with capture_output():
+        ip.run_cell_magic("exec_remote", "--shell last", "cd /tmp && echo first")
+    found = state().last_shell()
+    assert found is not None
+    first = found[1].session_id
+    restart(ip, jurl)
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--shell last", "pwd")
+    assert cap.stdout.startswith("/tmp\n"), cap.stdout  # the cwd the first kernel left
+    again = state().last_shell()
+    assert again is not None and again[1].session_id == first
+    restart(ip, jurl)
+    monkeypatch.setenv("JPY_SESSION_NAME", notebook + ".other")
+    with capture_output():
+        ip.run_cell_magic("exec_remote", "--shell last", "true")
+    other = state().last_shell()
+    assert other is not None and other[1].session_id != first
+    other[1].close()
+    state().sandbox(jurl).reattach_shell(first).close()
