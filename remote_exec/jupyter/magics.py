@@ -266,7 +266,6 @@ class RemoteExecMagics(StateMagics):
     @_argument("--all", dest="mine", action="store_false", help="every client's jobs")
     @_argument("--state", choices=STATE_FILTERS, default="all", help="only jobs in this state")
     @_argument("--filter", metavar="TEXT", default="", help="only jobs whose label or command contains TEXT")
-    @no_var_expand  # its line may be a pasted hint: a notebook's URL, which {…} would run as code
     @_line_magic
     def remote_jobs(self, line: str) -> Dashboard | None:
         """Show the jobs of the sandbox (or several: a fleet view), live: this kernel's and

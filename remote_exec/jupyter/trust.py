@@ -72,7 +72,9 @@ def shell_hint(session_id: str, url: str) -> str | None:
 
 def jobs_hint(urls: list[str]) -> str | None:
     """``%remote_jobs --sandbox URL...`` (a dashboard of those sandboxes), quoted as
-    :func:`attach_hint` quotes; ``None`` if one URL cannot be shown as one plain line."""
-    if not urls or not all(_showable(u) for u in urls):
+    :func:`attach_hint` quotes; ``None`` if one URL cannot be shown as one plain line, or holds
+    ``{``, ``}`` or ``$``: ``%remote_jobs`` keeps IPython's ``{var}``/``$var`` expansion (the
+    tutorials pass their sandboxes that way), so pasted, such a URL would run as code."""
+    if not urls or not all(_showable(u) and not set(u) & set("{}$") for u in urls):
         return None
     return "%remote_jobs " + " ".join(f"--sandbox {shlex.quote(u)}" for u in urls)
