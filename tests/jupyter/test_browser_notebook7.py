@@ -20,6 +20,7 @@ from .lab_page import CELLS, failure_shot, run_first_cell, shot, wait_done
 pytestmark = pytest.mark.slow
 
 RUNNING = re.compile(r"\[\*\]")
+TICKS = 'for i in $(seq 1 100000); do echo "tick $i"; sleep 0.1; done'
 
 
 def open_in_notebook7(page: Any, lab: tuple[str, Path], name: str, cells: list[str]) -> None:
@@ -51,7 +52,7 @@ def test_a_bg_view_in_notebook7_acts_while_a_cell_runs_and_reconnects_after_a_re
     pid_file = tmp_path / "bg.pid"
     cells = [
         f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
-        f"%%exec_remote --bg --name nb7\necho $$ > {pid_file}\nfor i in $(seq 1 100000); do echo \"tick $i\"; sleep 0.1; done",
+        f"%%exec_remote --bg --name nb7\necho $$ > {pid_file}\n{TICKS}",
         "import time; print('sleeping', flush=True); time.sleep(120)",
     ]
     with failure_shot(page, "notebook7"):
