@@ -94,7 +94,8 @@ class JobView(StreamWidget):
     :param tail_lines: lines per pane the browser keeps; older ones show as "N lines hidden".
     """
 
-    PANES = {"stdout": "stdout", "stderr": "stderr"}  # noqa: RUF012 - a ClassVar of the base
+    # a line typed into the view's stdin shows in the stdout pane, as a terminal echoes it
+    PANES = {"stdout": "stdout", "stderr": "stderr", "stdin": "stdout"}  # noqa: RUF012 - a ClassVar of the base
     _esm = esm("job_view", "health")
     _css = css("job_view", "health")
 
@@ -360,6 +361,8 @@ class JobView(StreamWidget):
                     await proc.close_stdin()
                     self._set(stdin_open=False)
                 else:
+                    if "stdin" in self.PANES:  # echoed where the answer will come (a PTY echoes itself)
+                        self._emit("stdin", data)
                     await proc.write_stdin(data)
             except JobNotRunningError:
                 self._set(stdin_open=False)  # it ended, or its stdin was closed elsewhere

@@ -171,7 +171,12 @@ def test_the_terminal_widget_runs_colours_a_prompt_vim_top_and_resizes(
         cell.locator(".rx-pane-stdout .rx-line", has_text="hello Ada").wait_for()
         field.fill("for cat")
         field.press("Enter")
-        cell.locator(".rx-pane-stdout .rx-line", has_text="for cat").wait_for()
+        # each line typed is echoed where its answer comes (styled apart), then cat's copy
+        typed = cell.locator(".rx-pane-stdout .rx-line", has_text="for cat")
+        typed.nth(1).wait_for()  # the echo, then cat's copy
+        assert typed.count() == 2 and typed.first.locator(".rx-kind-stdin").count() == 1
+        assert typed.nth(1).locator(".rx-kind-stdin").count() == 0
+        assert cell.locator(".rx-pane-stdout .rx-line").first.inner_text() == "Ada"
         shot(page, "terminal-6-jobview-stdin", cell)
         field.press("Control+d")
         cell.locator(".rx-pane-stdout .rx-line", has_text="stdin closed").wait_for()

@@ -3,7 +3,8 @@
 // stderr_chars, error, stdin_open; health (health.js): link, link_reason, last_output_at, quiet_after,
 // usage, hits. Sends {type: "hello" | "interrupt" | "kill" | "fetch" | "watch" | "stdin" | "close_stdin"}.
 
-const JOB_PANE_OF = (stream) => stream;
+// a line typed into stdin is echoed in the stdout pane (job_view.py PANES)
+const JOB_PANE_OF = (stream) => (stream === "stdin" ? "stdout" : stream);
 // The input line of a job whose stdin is open: Enter sends the line (with its newline), Ctrl+D
 // or the button closes stdin (EOF). Shown only while the job runs with its stdin open.
 function rxJobStdinLine(model) {
