@@ -328,8 +328,10 @@ async def test_watch_hits_outlive_a_sigkilled_agent(fresh_agent_dir: Path, tmp_p
 async def test_a_client_without_a_stream_is_attached_while_it_polls(agent_dir: Path) -> None:
     """``channel=call`` (one process, one connection per request): each poll counts as the
     client seen; a job polled more often than its grace lives to its end."""
-    policy = rx.JobPolicy(on_disconnect="kill", disconnect_grace=3)
+    # Each poll is a process of its own (channel=call): on a loaded machine one took over 3 s
+    # (soak), so the grace leaves room for that; the job outlives it, so a lapse would kill it.
+    policy = rx.JobPolicy(on_disconnect="kill", disconnect_grace=8)
     async with rx.open_sandbox(f"local://?dir={agent_dir}&channel=call") as sb:
         with anyio.fail_after(60):
-            result = await sb.run("sleep 7; echo done", policy=policy, poll_interval=1.0)
+            result = await sb.run("sleep 12; echo done", policy=policy, poll_interval=1.0)
     assert (result.state, result.stdout, result.reason) == ("completed", "done\n", None)

@@ -203,5 +203,9 @@ def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     pg = context.new_page()
     pg.set_default_timeout(60_000)
+    # The page's console, kept for a failure's report (lab_page.failure_shot writes it out).
+    pg.rx_console = []
+    pg.on("console", lambda msg: pg.rx_console.append(f"{msg.type}: {msg.text}"[:2000]))
+    pg.on("pageerror", lambda err: pg.rx_console.append(f"pageerror: {err}"[:2000]))
     yield pg
     context.close()

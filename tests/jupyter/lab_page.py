@@ -89,6 +89,9 @@ def failure_shot(page: Any, name: str) -> Iterator[None]:
     except BaseException:
         shot(page, f"{name}-failure")
         (ARTIFACTS / f"{name}-failure.html").write_text(page.content())
+        console = getattr(page, "rx_console", None)
+        if console is not None:
+            (ARTIFACTS / f"{name}-failure-console.txt").write_text("\n".join(console[-500:]))
         raise
 
 

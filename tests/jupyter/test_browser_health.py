@@ -96,6 +96,10 @@ def test_health_in_the_job_view(
         points = job.locator(".rx-spark-cpu polyline").get_attribute("points") or ""
         assert len(points.split()) >= 3
         assert "%" in job.locator(".rx-usage-text").inner_text()
+        # labelled, and its tooltip says the newest value, the peak and the time it covers
+        assert job.locator(".rx-spark-label").all_inner_texts() == ["CPU", "MEM"]  # (CSS upper case)
+        tip = job.locator(".rx-spark-cpu title").text_content() or ""
+        assert re.fullmatch(r"CPU % of .*: \d+% now, peak \d+% over the last .+", tip), tip
         assert job.locator(".rx-quiet").inner_text().startswith("no output for")  # quiet, alive
         assert job.locator(".rx-link").inner_text() == "connected"
         shot(page, "browser-health-1-sparkline-quiet", cell)

@@ -30,26 +30,45 @@ function rxQuietText(lastOutputAt, startedAt, offset, after) {
 // A sparkline: one SVG polyline per series, each scaled to its own maximum.
 const RX_SVG = "http://www.w3.org/2000/svg";
 
-function rxSparkline(cls, title) {
+// A labelled sparkline: a short word before the line ("cpu", "mem"); the line's tooltip says
+// what it plots and, once drawn, its newest value, its peak and the time it spans.
+function rxSparkline(cls, title, word) {
   const svg = document.createElementNS(RX_SVG, "svg");
   svg.setAttribute("class", `rx-spark ${cls}`);
   svg.setAttribute("viewBox", "0 0 100 20");
   svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("role", "img");
   const line = document.createElementNS(RX_SVG, "polyline");
   svg.appendChild(line);
-  const label = document.createElementNS(RX_SVG, "title");
-  label.textContent = title;
-  svg.appendChild(label);
-  return svg;
+  const tip = document.createElementNS(RX_SVG, "title");
+  tip.textContent = title;
+  svg.appendChild(tip);
+  svg.rxTitle = title;
+  const box = rxEl("span", "rx-spark-box");
+  box.append(rxEl("span", "rx-spark-label", word), svg);
+  box.title = title;
+  box.rxSvg = svg;
+  return box;
 }
 
-function rxDrawSparkline(svg, values, floor = 0) {
+// Draw `values` (oldest first; `floor`: the least top of the scale, e.g. 100 for a percentage)
+// into a sparkline from rxSparkline; `format` turns a value into text for the tooltip, `span`
+// is the seconds the values cover.
+function rxDrawSparkline(box, values, floor = 0, format = String, span = 0) {
+  const svg = box.rxSvg || box;
   const line = svg.firstChild;
   const max = Math.max(floor, ...values);
   const n = values.length;
   const pts = values.map((v, i) => `${n > 1 ? ((i / (n - 1)) * 100).toFixed(1) : 100},${(19 - (max ? v / max : 0) * 18).toFixed(1)}`);
   line.setAttribute("points", pts.join(" "));
   svg.dataset.points = String(n);
+  if (n) {
+    const peak = Math.max(...values);
+    const over = span > 0 ? ` over the last ${rxFormatDuration(span)}` : "";
+    const text = `${svg.rxTitle}: ${format(values[n - 1])} now, peak ${format(peak)}${over}`;
+    svg.lastChild.textContent = text;
+    if (box !== svg) box.title = text;
+  }
 }
 
 // Tell Python ({type: "watch", view, on}) while `el` is on screen in a visible tab, renewed every

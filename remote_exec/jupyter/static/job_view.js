@@ -53,8 +53,8 @@ export default {
     const link = rxEl("span", "rx-link");
     const quiet = rxEl("span", "rx-quiet");
     const usage = rxEl("span", "rx-usage");
-    const cpuSpark = rxSparkline("rx-spark-cpu", "CPU % of the job's processes (sampled while this view is on screen)");
-    const memSpark = rxSparkline("rx-spark-mem", "resident memory of the job's processes");
+    const cpuSpark = rxSparkline("rx-spark-cpu", "CPU % of the job's processes (sampled while this view is on screen)", "cpu");
+    const memSpark = rxSparkline("rx-spark-mem", "resident memory of the job's processes", "mem");
     const usageText = rxEl("span", "rx-muted rx-usage-text");
     usage.append(cpuSpark, memSpark, usageText);
     usage.hidden = true;
@@ -157,8 +157,9 @@ export default {
       const points = model.get("usage");
       usage.hidden = !points.length;
       if (!points.length) return;
-      rxDrawSparkline(cpuSpark, points.map((p) => p[1]), 100);
-      rxDrawSparkline(memSpark, points.map((p) => p[2]));
+      const span = points[points.length - 1][0] - points[0][0];
+      rxDrawSparkline(cpuSpark, points.map((p) => p[1]), 100, (v) => `${v.toFixed(0)}%`, span);
+      rxDrawSparkline(memSpark, points.map((p) => p[2]), 0, rxFormatBytes, span);
       const [, cpu, rss] = points[points.length - 1];
       usageText.textContent = `${cpu.toFixed(0)}% · ${rxFormatBytes(rss)}`;
     };
