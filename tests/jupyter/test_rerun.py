@@ -15,6 +15,7 @@ import remote_exec as rx
 from remote_exec.jupyter import JobView
 from remote_exec.jupyter.background import BackgroundJob
 from remote_exec.jupyter.headless import HeadlessFrontEnd
+from remote_exec.jupyter.kernel_state import KernelState
 from remote_exec.jupyter.rerun import SHELL_LABEL, attached_line
 from remote_exec.jupyter.terminal_view import TerminalView
 
@@ -141,7 +142,11 @@ def test_shell_last_after_a_restart_is_the_notebooks_own_shell(
 ) -> None:
     """``--shell last`` in a fresh kernel of the same notebook takes the notebook's open session
     (found by its commands' tags), its cwd kept; another notebook's kernel gets a new one."""
-    state = lambda: ip.magics_manager.registry["RemoteExecMagics"].state  # noqa: E731 (a fresh one after restart)
+
+    def state() -> KernelState:  # the magics' state now (a fresh one after each restart)
+        found: KernelState = ip.magics_manager.registry["RemoteExecMagics"].state
+        return found
+
     with capture_output():
         ip.run_cell_magic("exec_remote", "--shell last", "cd /tmp && echo first")
     found = state().last_shell()
