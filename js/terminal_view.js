@@ -100,6 +100,7 @@ export default {
     // one disconnected state and one Reconnect for every widget (connection.js): Reconnect gives
     // a live terminal of the same job (the agent keeps its whole output)
     const connection = rxConnection(model, root, {
+      onReplaced: () => cleanup(), // defined below: this render's cleanup
       call: () => ({ fn: "reconnect", args: [model.get("sandbox"), model.get("job_id")] }),
       label: () => (model.get("state") === "running" ? "Reconnect" : "Open live view"),
       onChange: () => renderState(),
@@ -197,7 +198,7 @@ export default {
     const timer = setInterval(() => model.get("state") === "running" && !connection.lost() && renderState(), 500);
     model.send({ type: "hello", viewer });
     refit();
-    return () => {
+    const cleanup = rxOnce(() => {
       clearInterval(timer);
       observer.disconnect();
       input.dispose();
@@ -208,7 +209,8 @@ export default {
       model.off("change:rows", refit);
       connection.stop();
       term.dispose();
-    };
+    });
+    return cleanup;
   },
 };
 

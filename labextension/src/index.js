@@ -23,7 +23,13 @@ const RECORD_MIME = "application/vnd.remote-exec.record+json";
 const UP = new Set(["idle", "busy"]);
 
 // A JSON string is a valid Python str literal: the only way a value from the file reaches code.
-const py = (value) => JSON.stringify(String(value));
+// Every non-ASCII character is escaped too: IPython splits a cell's lines on U+2028, U+2029 and
+// U+0085 (str.splitlines) before Python sees the literal.
+const py = (value) =>
+  JSON.stringify(String(value)).replace(/[^\x00-\x7e]/gu, (c) => {
+    const cp = c.codePointAt(0);
+    return cp > 0xffff ? `\\U${cp.toString(16).padStart(8, "0")}` : `\\u${cp.toString(16).padStart(4, "0")}`;
+  });
 
 // A notebook file is not to be trusted (it need not have passed our saver): a record is acted on
 // only with a job id of the safe form (remote_exec/protocol/names.py) and a sandbox URL of a sane
@@ -44,7 +50,10 @@ function request(rec) {
   }
   if (!saneUrl(rec.sandbox)) return null;
   if (rec.kind === "shell") {
-    return JOB_ID.test(rec.session_id) && rec.state === "open" ? ["reconnect_shell", [rec.sandbox, rec.session_id], [rec.sandbox]] : null;
+    const id = rec.session_id; // "new" and "last" are words, not sessions (attach.py refuses them too)
+    return JOB_ID.test(id) && id !== "new" && id !== "last" && rec.state === "open"
+      ? ["reconnect_shell", [rec.sandbox, id], [rec.sandbox]]
+      : null;
   }
   return rec.kind === "job" && JOB_ID.test(rec.job_id) ? ["reconnect", [rec.sandbox, rec.job_id], [rec.sandbox]] : null;
 }
@@ -70,7 +79,9 @@ const showable = (url) => /^[\x21-\x7e]{1,2048}$/.test(url);
 function hintOf(rec) {
   if (rec.kind === "dashboard") {
     const urls = rec.sandboxes.map(String);
-    return urls.every(showable) ? `%remote_jobs ${urls.map((u) => `--sandbox ${shellQuote(u)}`).join(" ")}` : null;
+    // %remote_jobs expands {expr} and $var (trust.py's jobs_hint): no hint names such a URL
+    const plain = (u) => showable(u) && !/[{}$]/.test(u);
+    return urls.every(plain) ? `%remote_jobs ${urls.map((u) => `--sandbox ${shellQuote(u)}`).join(" ")}` : null;
   }
   if (!showable(rec.sandbox)) return null;
   if (rec.kind === "shell") return `%remote_shell --shell ${shellQuote(rec.session_id)} --sandbox ${shellQuote(rec.sandbox)}`;
@@ -91,6 +102,9 @@ const probe = (jobId) =>
   `__import__("remote_exec.jupyter.attach", fromlist=["live_view"]).live_view(${py(jobId)})`;
 
 const CALLS = new Set(["reconnect", "reconnect_shell", "reconnect_dashboard", "show_again"]);
+// How many arguments a widget's Reconnect may pass to each call (a third to `reconnect` would
+// name a kernel variable: only the extension adds it, for a trusted cell's own --name).
+const WIDGET_ARGS = { reconnect: [2, 2], reconnect_shell: [2, 2], reconnect_dashboard: [1, MAX_SANDBOXES] };
 const call = (name, ...args) => {
   if (!CALLS.has(name)) throw new Error(`remote-exec: no such call ${name}`);
   return `__import__("remote_exec.jupyter.attach", fromlist=[${py(name)}]).${name}(${args.map(py).join(", ")})`;
@@ -282,7 +296,8 @@ function onWidgetReconnect(app, event) {
   const kernel = found && kernelOf(found.panel);
   const detail = event.detail || {};
   const args = Array.isArray(detail.args) ? detail.args : null;
-  if (!kernel || !CALLS.has(detail.fn) || detail.fn === "show_again" || !args || !args.every((a) => typeof a === "string")) {
+  const count = Object.hasOwn(WIDGET_ARGS, detail.fn) ? WIDGET_ARGS[detail.fn] : null;
+  if (!kernel || !count || !args || args.length < count[0] || args.length > count[1] || !args.every((a) => typeof a === "string")) {
     return;
   }
   event.preventDefault();

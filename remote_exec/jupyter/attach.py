@@ -192,7 +192,9 @@ def reconnect_shell(url: str, session_id: str) -> None:
     :raises RemoteCommandError: no such session (or it has ended), or the agent failed.
     """
     _, state = _reconnecting_kernel()
-    if not is_job_id(session_id):
+    # "new" and "last" are ids of the safe form, and words to KernelState.shell: a record would
+    # open a shell (or show the user's own newest one) where Reconnect only ever shows one that is
+    if not is_job_id(session_id) or session_id in ("new", "last"):
         raise UsageError(f"Reconnect refused: the notebook names an unsafe shell id: {str(session_id)[:80]!r}")
     hint = shell_hint(session_id, url) if isinstance(url, str) else None
     sb = _open(state, _may_open(state, url, f"shell {session_id}", hint))

@@ -32,6 +32,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -77,11 +78,14 @@ class Controllable(Protocol):
 
 
 def control_dir() -> Path:
-    """Where the kernels' sockets are: :data:`SOCKET_DIR` under Jupyter's runtime dir (which a
-    kernel inherits from the server that started it)."""
+    """Where this host's kernels' sockets are: ``SOCKET_DIR-<host>`` under Jupyter's runtime dir
+    (which a kernel inherits from the server that started it). One per host: a runtime dir in a
+    home shared between machines (NFS) holds other hosts' sockets, which this host cannot reach
+    and must not take for a dead kernel's (:func:`sweep_stale`)."""
     from jupyter_core.paths import jupyter_runtime_dir
 
-    return Path(jupyter_runtime_dir()) / SOCKET_DIR
+    host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:64] or "host"
+    return Path(jupyter_runtime_dir()) / f"{SOCKET_DIR}-{host}"
 
 
 # sun_path holds 108 bytes with its NUL: a longer socket path cannot be bound or reached by name.
@@ -220,18 +224,35 @@ class ControlServer:
 SWEEP_MAX = 256
 """Socket files one start looks at (the directory is ours, but a bound keeps a start quick)."""
 
+SWEEP_MIN_AGE = 60.0
+"""Seconds a socket file must have existed before a sweep may take it for a dead kernel's: a
+kernel starting now has bound its socket and not yet called ``listen``, and a connect to it is
+refused meanwhile."""
+
+_PROBE_TIMEOUT = 0.5  # a listener with a full queue is busy, not dead: a timeout counts as alive
+
 
 def sweep_stale(directory: Path) -> list[str]:
     """Remove the sockets in ``directory`` that no process listens on any more: those of kernels
     that were killed (SIGKILL, a crash, the machine's OOM killer) and so never ran their exit
-    handler. A socket whose connect is refused is dead (a live kernel's accepts); anything else --
-    not ours by name, not a socket, a connect that fails otherwise -- is left. Blocking (file
-    system and connects): call it off the event loop. Returns the names removed."""
+    handler. A socket older than :data:`SWEEP_MIN_AGE` whose connect is refused is dead (a live
+    kernel's accepts, or times out when busy); anything else -- not ours by name, not a socket,
+    young, a connect that fails otherwise, a file another kernel removed meanwhile -- is left.
+    Blocking (file system and connects, each bounded): call it off the event loop. Returns the
+    names removed."""
     removed = []
+    now = time.time()
     for entry in sorted(directory.iterdir())[:SWEEP_MAX]:
-        if not NAME_PATTERN.fullmatch(entry.name) or not stat.S_ISSOCK(os.lstat(entry).st_mode):
+        try:
+            st = os.lstat(entry)
+        except OSError:
+            continue  # gone meanwhile (another kernel's sweep, or its exit)
+        if not NAME_PATTERN.fullmatch(entry.name) or not stat.S_ISSOCK(st.st_mode):
+            continue
+        if now - st.st_mtime < SWEEP_MIN_AGE:
             continue
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(_PROBE_TIMEOUT)
         try:
             with socket_address(entry) as address:
                 probe.connect(address)
@@ -239,7 +260,7 @@ def sweep_stale(directory: Path) -> list[str]:
             _unlink(entry)
             removed.append(entry.name)
         except OSError:
-            pass
+            pass  # a timeout (busy), or anything else: not known dead
         finally:
             probe.close()
     return removed

@@ -295,8 +295,8 @@ class RecordedDisplay:
         """Display the bundle in the output of the request running now."""
         from IPython.display import display
 
+        self._parent = current_parent()  # before the id: an update from the loop thread uses both
         self.display_id = display_id
-        self._parent = current_parent()
         data, meta = self._bundle()
         cast(Any, display)(data, metadata=meta, raw=True, display_id=display_id)
 

@@ -222,6 +222,14 @@ def test_a_shell_id_with_an_expression_is_refused_and_gets_no_hint(
     refused = not marker.exists() and shell_hint(evil, "local://") is None
     adversary.tried(AREA, "shell Reconnect with {expr} in the session id", refused=refused)
     assert refused and not shell.magics_manager.registry["RemoteExecMagics"].state.sandboxes
+    # "new" and "last" are ids of the safe form, and words to the shell lookup: a record naming
+    # one would open a shell (or show the user's newest) where Reconnect only shows one that is
+    for word in ("new", "last"):
+        with pytest.raises(UsageError, match="unsafe shell id"):
+            reconnect_shell("local://", word)
+        opened = shell.magics_manager.registry["RemoteExecMagics"].state.sandboxes
+        adversary.tried(AREA, f"shell Reconnect naming the session {word!r}", refused=not opened)
+        assert not opened
 
 
 def test_a_pasted_shell_hint_is_taken_as_typed(shell: InteractiveShell, tmp_path: Path, adversary: Adversary) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from remote_exec.jupyter import JobView
 from remote_exec.jupyter.controls import (
     MAX_BODY,
     SOCKET_DIR,
+    SWEEP_MIN_AGE,
     TOKEN_HEADER,
     ControlServer,
     private_dir,
@@ -55,7 +57,7 @@ def runtime() -> Iterator[Path]:
     top = Path(tempfile.mkdtemp(prefix="rx-rt-"))
     path = top / ("deep-" * 16) / "runtime"
     path.mkdir(parents=True)
-    assert len(os.fsencode(path / SOCKET_DIR / ("k-" + "0" * 32 + ".sock"))) > 107
+    assert len(os.fsencode(path / f"{SOCKET_DIR}-host" / ("k-" + "0" * 32 + ".sock"))) > 107
     yield path
     shutil.rmtree(top, ignore_errors=True)
 
@@ -155,7 +157,7 @@ def test_refusals_leave_the_job_running(sb: rx.Sandbox, front: HeadlessFrontEnd)
 def test_the_socket_is_private(sb: rx.Sandbox, runtime: Path) -> None:
     _view(sb)[0].kill()
     sock = _socket_of(sb)
-    assert sock.parent == runtime / SOCKET_DIR
+    assert sock.parent.parent == runtime and sock.parent.name.startswith(f"{SOCKET_DIR}-")  # this host's
     st_dir, st_sock = os.lstat(sock.parent), os.lstat(sock)
     assert stat.S_IMODE(st_dir.st_mode) == 0o700 and st_dir.st_uid == os.geteuid()
     assert stat.S_ISSOCK(st_sock.st_mode) and stat.S_IMODE(st_sock.st_mode) == 0o600
@@ -205,6 +207,12 @@ def test_a_killed_kernels_socket_is_removed_by_the_next_one(tmp_path: Path) -> N
         procs[0].kill()
         procs[0].wait()
         (directory / "notes.txt").write_text("not a socket")
+        young = directory / ("k-" + "1" * 32 + ".sock")  # bound, not yet listening: a kernel starting
+        with socket.socket(socket.AF_UNIX) as s, socket_address(young) as address:
+            s.bind(address)
+        old = time.time() - SWEEP_MIN_AGE - 1
+        for name in (killed, alive):
+            os.utime(directory / name, (old, old))
         assert {killed, alive} <= {e.name for e in directory.iterdir()}
 
         async def start() -> ControlServer:
@@ -215,7 +223,7 @@ def test_a_killed_kernels_socket_is_removed_by_the_next_one(tmp_path: Path) -> N
 
         asyncio.run(start())
         left = {e.name for e in directory.iterdir()}
-        assert killed not in left and alive in left and "notes.txt" in left
+        assert killed not in left and alive in left and "notes.txt" in left and young.name in left
         assert sweep_stale(directory) == []  # the live one answers: kept
     finally:
         for p in procs:
@@ -292,7 +300,7 @@ def test_the_route_forwards_to_the_kernel_and_refuses_the_rest(
     assert _route(base, name, kill, auth=None, kernel_token=token) == 403  # not logged in to Jupyter
     # A name that climbs out of the dir to another socket of ours (the agent's: it runs commands).
     agent_sock = next(agent_dir.rglob("agent.sock"))
-    climb = os.path.relpath(agent_sock, runtime / SOCKET_DIR).replace("/", "%2F")
+    climb = os.path.relpath(agent_sock, _socket_of(sb).parent).replace("/", "%2F")
     for bad in (climb, "..", "..%2F..%2Fx", "k-..%2Fx.sock", "x" * 100, name[:-5] + "%00.sock", name + "x"):
         assert _route(base, bad, kill, auth=auth, kernel_token=token) == 400, bad  # refused by its name
     absent = "k-" + "0" * 32 + ".sock"

@@ -6,6 +6,7 @@ tail is capped with a hidden-line count, ``\\r`` redraws a line, colours carry a
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 import subprocess
@@ -114,3 +115,21 @@ def test_a_disconnected_views_hint_is_made_from_its_id_and_url() -> None:
     ]
     for view in ("job_view.js", "terminal_view.js"):
         assert 'model.get("hint")' not in (STATIC / view).read_text()
+
+
+def test_a_reconnects_values_reach_python_as_exactly_those_strings() -> None:
+    """Every widget's Reconnect (connection.js) writes the call's values as Python string
+    literals: whatever a saved widget state holds -- quotes, backslashes, braces, U+2028 (a line
+    break to IPython), an astral character -- Python reads back exactly that string, one line."""
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("node is not installed")
+    values = ['a"b', "c\\d", "{__import__('os')}", "x\u2028y\u0085z\u2029", "😀", "$HOME\n1"]
+    code = (
+        STATIC / "connection.js"
+    ).read_text() + f"\nconsole.log(JSON.stringify({json.dumps(values)}.map(rxPyString)));"
+    proc = subprocess.run([node, "-e", code], capture_output=True, text=True, timeout=30, check=True)
+    literals = json.loads(proc.stdout)
+    for value, literal in zip(values, literals, strict=True):
+        assert literal.isascii() and "\n" not in literal and len(literal.splitlines()) == 1, literal
+        assert ast.literal_eval(literal) == value

@@ -16,13 +16,23 @@ const RX_KERNEL_UP = new Set(["idle", "busy"]);
 const RX_WIDGET_MIME = "application/vnd.jupyter.widget-view+json";
 const RX_RECONNECT_CALLS = new Set(["reconnect", "reconnect_shell", "reconnect_dashboard"]);
 
+// `value` as a Python str literal: JSON's escapes (a valid Python literal for ASCII) and every
+// other character as \u/\U (IPython splits a cell's lines on U+2028, U+2029 and U+0085).
+function rxPyString(value) {
+  return JSON.stringify(String(value)).replace(/[^\x00-\x7e]/gu, (c) => {
+    const cp = c.codePointAt(0);
+    return cp > 0xffff ? `\\U${cp.toString(16).padStart(8, "0")}` : `\\u${cp.toString(16).padStart(4, "0")}`;
+  });
+}
+
 // Follow `model`'s kernel. `call()` gives the reconnect call, {fn, args} (args: strings), or null
 // when there is nothing to reconnect to; `label()` the button's text ("Reconnect", or "Open live
 // view" for a job that has ended); `onChange()` re-renders the widget; `onError(text)` shows why a
 // Reconnect failed. Returns {lost(), button, update(), stop()}.
-function rxConnection(model, root, { call, label = () => "Reconnect", onChange, onError }) {
+function rxConnection(model, root, { call, label = () => "Reconnect", onChange, onError, onReplaced = () => {} }) {
   const manager = model.widget_manager;
-  const kernel = manager && manager.kernel;
+  const kernel = manager && manager.kernel; // the kernel that made this widget
+  const current = () => (manager && manager.kernel) || kernel; // the one up now (another after "Change kernel")
   let lost = false;
   let busy = false; // a Reconnect under way: its own text stands
   const button = rxButton("Reconnect", "A live view of this from the kernel running now", () => reconnect());
@@ -39,7 +49,8 @@ function rxConnection(model, root, { call, label = () => "Reconnect", onChange, 
     button.hidden = !gone || !call();
     if (busy) return;
     button.textContent = label();
-    button.disabled = !(kernel && RX_KERNEL_UP.has(kernel.status));
+    const now = current();
+    button.disabled = !(now && RX_KERNEL_UP.has(now.status));
     button.title = button.disabled ? "Waiting for a kernel to be up" : "A live view of this from the kernel running now";
   };
   const onLost = () => {
@@ -57,34 +68,46 @@ function rxConnection(model, root, { call, label = () => "Reconnect", onChange, 
 
   const reconnect = () => {
     const request = call();
-    if (!request || !RX_RECONNECT_CALLS.has(request.fn) || !kernel) return;
+    const target = current();
+    if (busy || !request || !RX_RECONNECT_CALLS.has(request.fn) || !target) return;
     const args = request.args.map((a) => String(a));
-    // The JupyterLab extension, when installed, runs it with the output routed into this cell.
+    busy = true; // one request per click: a second click waits for this one
+    button.disabled = true;
+    button.textContent = "Reconnecting…";
+    // The JupyterLab extension, when installed, runs it with the output routed into this cell
+    // (the cell's output is replaced, this view with it; if the call fails, the output comes
+    // back with the error, this view rendered anew).
     const detail = { fn: request.fn, args };
     if (!root.dispatchEvent(new CustomEvent("remote-exec:reconnect", { bubbles: true, cancelable: true, detail }))) {
       return;
     }
-    busy = true;
-    button.disabled = true;
-    button.textContent = "Reconnecting…";
-    const module = JSON.stringify("remote_exec.jupyter.attach");
-    const code = `__import__(${module}, fromlist=[${JSON.stringify(request.fn)}]).${request.fn}(${args.map((a) => JSON.stringify(a)).join(", ")})`;
-    const future = kernel.requestExecute({ code, silent: false, store_history: false, stop_on_error: false });
+    const code = `__import__("remote_exec.jupyter.attach", fromlist=[${rxPyString(request.fn)}]).${request.fn}(${args.map(rxPyString).join(", ")})`;
+    const future = target.requestExecute({ code, silent: false, store_history: false, stop_on_error: false });
+    let shown = false;
     const failed = (text) => {
       busy = false;
       update();
       onError(text);
     };
+    // The request ended with no widget to show (widgets off in that kernel, the kernel died):
+    // say so rather than "Reconnecting…" for ever.
+    future.done.then(
+      () => !shown && busy && failed("Reconnect gave no live view (does this kernel show widgets?)"),
+      (err) => !shown && busy && failed(`Reconnect failed: ${err}`),
+    );
     future.onIOPub = (msg) => {
       const type = msg.header.msg_type;
       const ref = type === "display_data" && msg.content.data[RX_WIDGET_MIME];
-      if (ref) {
+      if (ref && !shown) {
+        shown = true;
         manager
           .get_model(ref.model_id)
           .then((m) => manager.create_view(m))
           .then((view) => {
-            root.replaceWith(view.el); // this view's timers stop with its cleanup; the live one takes over
+            root.replaceWith(view.el); // the live one takes over
             button.textContent = "Reconnected";
+            busy = false;
+            onReplaced(); // replaceWith runs no cleanup: this view stops its own timers and listeners
           }, (err) => failed(`Reconnect failed: ${err}`));
       } else if (type === "error") {
         failed(`Reconnect failed: ${msg.content.ename}: ${msg.content.evalue}`);
@@ -102,6 +125,16 @@ function rxConnection(model, root, { call, label = () => "Reconnect", onChange, 
       if (kernel && kernel.statusChanged) kernel.statusChanged.disconnect(onStatus);
       if (kernel && kernel.disposed) kernel.disposed.disconnect(onLost);
     },
+  };
+}
+
+// `fn` run at most once (a view's cleanup: by its Reconnect, then again by anywidget).
+function rxOnce(fn) {
+  let done = false;
+  return () => {
+    if (done) return;
+    done = true;
+    fn();
   };
 }
 

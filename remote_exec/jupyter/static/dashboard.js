@@ -61,6 +61,7 @@ export default {
     const gone = rxEl("span", "rx-badge rx-state-disconnected", "disconnected");
     gone.hidden = true;
     const connection = rxConnection(model, root, {
+      onReplaced: () => cleanup(), // defined below: this render's cleanup
       call: () => ({ fn: "reconnect_dashboard", args: model.get("sandboxes") }),
       label: () => "Reconnect",
       onChange: () => renderAll(),
@@ -83,6 +84,9 @@ export default {
     const pageText = rxEl("span", "rx-muted");
     pager.append(prev, pageText, next);
     const openedBox = rxEl("div", "rx-dash-opened");
+    // The job view opened under the table reconnects in place: its event stops here, short of
+    // the JupyterLab extension, which would replace the whole cell's output (this dashboard).
+    openedBox.addEventListener("remote-exec:reconnect", (event) => event.stopPropagation());
     root.append(header, linksBox, notice, errors, table, empty, pager, openedBox);
 
     const fleet = () => model.get("sandboxes").length > 1;
@@ -321,7 +325,7 @@ export default {
     }, 1000);
     const unmark = rxMarkControls(model, root);
     model.send({ type: "hello" });
-    return () => {
+    const cleanup = rxOnce(() => {
       unmark();
       clearInterval(timer);
       clearTimeout(textTimer);
@@ -332,6 +336,7 @@ export default {
       model.off("change:links", renderLinks);
       model.off("msg:custom", onMsg);
       connection.stop();
-    };
+    });
+    return cleanup;
   },
 };

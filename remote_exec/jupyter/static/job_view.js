@@ -63,6 +63,7 @@ export default {
     // one disconnected state and one Reconnect for every widget (connection.js); a job that has
     // ended offers its live view (the agent's whole kept output) instead
     const connection = rxConnection(model, root, {
+      onReplaced: () => cleanup(), // defined below: this render's cleanup
       call: () => ({ fn: "reconnect", args: [model.get("sandbox"), model.get("job_id")] }),
       label: () => (model.get("state") === "running" ? "Reconnect" : "Open live view"),
       onChange: () => renderState(),
@@ -200,7 +201,7 @@ export default {
     const timer = setInterval(() => model.get("state") === "running" && !connection.lost() && renderState(), 500);
     const unmark = rxMarkControls(model, root);
     model.send({ type: "hello" });
-    return () => {
+    const cleanup = rxOnce(() => {
       unmark();
       clearInterval(timer);
       unwatch();
@@ -210,6 +211,7 @@ export default {
       store.listeners.delete(onMsg);
       model.off(traits, renderState);
       connection.stop();
-    };
+    });
+    return cleanup;
   },
 };

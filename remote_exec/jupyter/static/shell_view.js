@@ -40,6 +40,7 @@ export default {
     // one disconnected state and one Reconnect for every widget (connection.js): the shell goes on
     // in the sandbox, and Reconnect shows it again (its transcript from the session's record)
     const connection = rxConnection(model, root, {
+      onReplaced: () => cleanup(), // defined below: this render's cleanup
       call: () =>
         model.get("state") === "open" ? { fn: "reconnect_shell", args: [model.get("sandbox"), model.get("session_id")] } : null,
       onChange: () => renderState(),
@@ -140,11 +141,12 @@ export default {
     renderState();
     const unmark = rxMarkControls(model, root);
     model.send({ type: "hello" });
-    return () => {
+    const cleanup = rxOnce(() => {
       unmark();
       store.listeners.delete(onMsg);
       model.off(traits, renderState);
       connection.stop();
-    };
+    });
+    return cleanup;
   },
 };
