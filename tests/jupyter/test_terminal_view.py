@@ -210,9 +210,10 @@ def test_a_bg_stdin_cell_takes_lines_and_an_eof_from_its_view(ip: InteractiveShe
     assert view.stdin_open
     front.send(view, {"type": "hello"})
     front.send(view, {"type": "stdin", "data": "Ada\n"})
-    front.send(view, {"type": "stdin", "data": "line for cat\n"})
+    wait_for(lambda: view.text("stdout") == "hello Ada\n", what="the answer")
+    front.send(view, {"type": "stdin", "data": "line for cat\n"})  # typed after the answer, as a user would
     wait_for(lambda: view.text("stdout") == "hello Ada\nline for cat\n", what="the answers")
-    # echoed in the pane where it was typed, before its answer, as a terminal shows it
+    # each line echoed in the pane where it was typed, before its answer, as a terminal shows it
     assert view.text() == "Ada\nhello Ada\nline for cat\nline for cat\n" and view.text("stdin") == "Ada\nline for cat\n"
     front.send(view, {"type": "close_stdin"})
     assert ip.user_ns["job"].wait().stdout == "hello Ada\nline for cat\nstdin closed\n"

@@ -73,9 +73,13 @@ export default {
     });
     const actions = rxEl("span", "rx-actions"); // the buttons wrap together, never one by one
     actions.append(bell, interrupt, kill, connection.button);
-    header.append(badge, link, cmd, meta, quiet, usage, actions);
+    header.append(badge, link, cmd, actions);
+    // What changes while the job runs (elapsed, "no output for…", the sparklines) has a row of its
+    // own: nothing appearing there moves the buttons under the pointer.
+    const facts = rxEl("div", "rx-job-facts");
+    facts.append(meta, quiet, usage);
     const stdin = rxJobStdinLine(model);
-    root.append(header, error, stdin.el);
+    root.append(header, facts, error, stdin.el);
 
     const views = {};
     const copies = {};
