@@ -39,7 +39,9 @@ async def test_stream_merges_tagged_events(agent_dir: Path) -> None:
                 seen[item.index].append(item)
     for i in (0, 1):
         got = [s.event for s in seen[i]]
-        assert got == [rx.StdoutChunk("a\n"), rx.StdoutChunk("b\n"), rx.Completed(0, "a\nb\n", "")]
+        # (how the output is cut into chunks depends on when each poll comes: not asserted)
+        assert "".join(str(e.data) for e in got if isinstance(e, rx.StdoutChunk)) == "a\nb\n"
+        assert got[-1] == rx.Completed(0, "a\nb\n", "") and all(isinstance(e, rx.StdoutChunk) for e in got[:-1])
 
 
 async def test_leaving_stream_early_kills_the_rest(agent_dir: Path) -> None:

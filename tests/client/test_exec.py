@@ -25,9 +25,17 @@ def joined(events: list[rx.ExecRemoteEvent], kind: type) -> str:
 
 
 async def test_events_order_streams_and_exit_code(url: str) -> None:
-    script = "echo out1; echo err1 >&2; sleep 0.1; echo out2; echo err2 >&2; exit 3"
+    # out2 is written only once this test has seen out1 (the script waits for a line on stdin):
+    # streaming is shown by the event, not by a sleep that a loaded machine can outlast
+    script = "echo out1; echo err1 >&2; read -r go; echo out2; echo err2 >&2; exit 3"
     async with rx.open_sandbox(url) as sb:
-        events = await collect(sb.exec_remote(["sh", "-c", script]))
+        proc = sb.exec_remote(["sh", "-c", script], stdin_open=True)
+        events: list[rx.ExecRemoteEvent] = []
+        with anyio.fail_after(60):
+            async for ev in proc:
+                events.append(ev)
+                if isinstance(ev, rx.StdoutChunk) and "out1" in str(ev.data):
+                    await proc.write_stdin("go\n")
     assert isinstance(events[-1], rx.Completed)
     assert all(not isinstance(e, rx.Completed) for e in events[:-1])
     assert joined(events, rx.StdoutChunk) == "out1\nout2\n"
