@@ -143,7 +143,7 @@ class Dashboard(anywidget.AnyWidget):
         """The rows of the page shown (what the front end draws)."""
         self._refresher: asyncio.Task[None] | None = None
         self._closed = False
-        self._display = RecordedDisplay(self._bundle)  # the output that shows it, its record rewritten
+        self._display = RecordedDisplay(self._repr_mimebundle_)  # the output that shows it, its record rewritten
         self._recorded = float("-inf")
         self._recorded_text = ""  # the record last written (rewritten only when it changes)
         self._usage: dict[str, JobStats] = {}  # running job id -> its last reading
@@ -451,10 +451,6 @@ class Dashboard(anywidget.AnyWidget):
         self._recorded = time.monotonic()
         self._recorded_text = repr((self.rows, self.counts, self.errors))  # what this first record shows
         self._display.show(uuid.uuid4().hex)
-
-    def _bundle(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        bundle = self._repr_mimebundle_()
-        return bundle if isinstance(bundle, tuple) else (bundle, {})
 
     def _update_record(self) -> None:
         self._recorded = time.monotonic()

@@ -160,7 +160,7 @@ class JobView(StreamWidget):
         self.process = proc
         """The handle the view follows."""
         self._control_proc = control or proc
-        self._recorded = RecordedDisplay(self._bundle)  # the output that shows it, its record rewritten
+        self._recorded = RecordedDisplay(self._repr_mimebundle_)  # the output that shows it, its record rewritten
         self.outcome: Outcome | None = None
         """How the job ended, once it has."""
         self._done = threading.Event()
@@ -306,10 +306,6 @@ class JobView(StreamWidget):
         """IPython's hook for a cell's value or ``display()``: with widgets, :meth:`show` (a record
         that follows the job); else none, so the text stays the cell's value (what nbval compares)."""
         return self.show if widgets_enabled() else None
-
-    def _bundle(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        bundle = self._repr_mimebundle_()
-        return bundle if isinstance(bundle, tuple) else (bundle, {})
 
     def _update_record(self) -> None:
         self._recorded.update()

@@ -281,10 +281,14 @@ class RecordedDisplay:
     one rewritten.
     """
 
-    def __init__(self, bundle: Callable[[], Bundle]) -> None:
-        self._bundle = bundle
+    def __init__(self, bundle: Callable[[], Any]) -> None:
+        self._repr = bundle  # a _repr_mimebundle_: data, or (data, metadata)
         self.display_id: str | None = None
         self._parent: dict[str, Any] | None = None
+
+    def _bundle(self) -> Bundle:
+        bundle = self._repr()
+        return bundle if isinstance(bundle, tuple) else (bundle, {})
 
     @property
     def shown(self) -> bool:

@@ -88,7 +88,7 @@ class ShellView(StreamWidget):
         self._stdin_lock = asyncio.Lock()  # one write at a time: the handle's stdin cursor
         self._idle_event = threading.Event()
         self._idle_event.set()
-        self._recorded = RecordedDisplay(self._bundle)  # the output that shows it, its record rewritten
+        self._recorded = RecordedDisplay(self._repr_mimebundle_)  # the output that shows it, its record rewritten
         self._serve_controls()
 
     # -- work (loop thread) ----------------------------------------------------------------------
@@ -228,10 +228,6 @@ class ShellView(StreamWidget):
         """With widgets, :meth:`show` (a record that follows the shell); else none, so the text
         stays the cell's value (what nbval compares)."""
         return self.show if widgets_enabled() else None
-
-    def _bundle(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        bundle = self._repr_mimebundle_()
-        return bundle if isinstance(bundle, tuple) else (bundle, {})
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         if not widgets_enabled():

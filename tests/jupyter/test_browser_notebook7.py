@@ -15,7 +15,7 @@ import nbformat
 import pytest
 
 from .conftest import gone, wait_for
-from .lab_page import CELLS, failure_shot, run_first_cell, shot, wait_done
+from .lab_page import CELLS, failure_shot, run_cell, run_first_cell, shot, wait_done
 
 pytestmark = pytest.mark.slow
 
@@ -39,13 +39,6 @@ def notebook7_idle(page: Any) -> None:
     page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").first.wait_for(timeout=90_000)
 
 
-def run(page: Any, index: int) -> Any:
-    cell = page.locator(CELLS).nth(index)
-    cell.locator(".jp-InputArea-editor").click()
-    page.keyboard.press("Shift+Enter")
-    return cell
-
-
 def test_a_bg_view_in_notebook7_acts_while_a_cell_runs_and_reconnects_after_a_restart(
     lab: tuple[str, Path], page: Any, agent_dir: Path, tmp_path: Path
 ) -> None:
@@ -58,7 +51,7 @@ def test_a_bg_view_in_notebook7_acts_while_a_cell_runs_and_reconnects_after_a_re
     with failure_shot(page, "notebook7"):
         open_in_notebook7(page, lab, "nb7.ipynb", cells)
         run_first_cell(page)
-        bg = run(page, 1)
+        bg = run_cell(page, 1)
         wait_done(bg)
         job = bg.locator(".rx-job")
         job.locator(".rx-pane-stdout .rx-line", has_text="tick 3").wait_for()
@@ -78,7 +71,7 @@ def test_a_bg_view_in_notebook7_acts_while_a_cell_runs_and_reconnects_after_a_re
         shot(page, "notebook7-1-reconnected", bg)
 
         # Kill while another cell runs: by the control route, the kernel busy
-        sleeper = run(page, 2)
+        sleeper = run_cell(page, 2)
         sleeper.locator(".jp-OutputArea-output", has_text="sleeping").wait_for()
         wait_for(lambda: live.get_attribute("data-controls") == "socket", what="the view's control route")
         live.locator("button", has_text="Kill").click()
