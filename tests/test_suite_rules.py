@@ -7,6 +7,7 @@ is not a sleep of the test's."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 __all__: list[str] = []
@@ -114,6 +115,24 @@ def test_no_test_sleeps_as_synchronisation() -> None:
     assert not offences, "wait for an event, a line, a file or a process state instead:\n" + "\n".join(offences)
 
 
+# A locator found by a text ending in a number, as a substring, also finds the lines after it
+# (has_text "tick 3" is "tick 30" too, and in strict mode three matches are an error): a soak
+# failure of the restart test. Such a locator matches the whole line (a regex) or takes `.first`.
+NUMBERED_SUBSTRING = re.compile(r'has_text="[^"]*\d"\)\.wait_for\(')
+
+
+def test_no_locator_matches_a_numbered_line_as_a_substring() -> None:
+    offences = [
+        f"{path.relative_to(TESTS)}:{n}: {line.strip()}"
+        for path in _python_files()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if NUMBERED_SUBSTRING.search(line) and path.name != Path(__file__).name
+    ]
+    assert not offences, 'match the whole line, has_text=re.compile(r"^tick 3\\s*$"), or take .first:\n' + "\n".join(
+        offences
+    )
+
+
 def test_the_checks_catch_the_known_forms() -> None:
     """The forms this suite used to have (issue #22), and forms that are fine."""
     # The samples are spelled with placeholders, so that no line of this file is itself the form
@@ -143,4 +162,6 @@ def test_the_checks_catch_the_known_forms() -> None:
         (2, 1.0),
         (3, 1.0),
     ]
+    assert NUMBERED_SUBSTRING.search('x.locator(".l", has_text="tick 3").wait_for()')
+    assert not NUMBERED_SUBSTRING.search('x.locator(".l", has_text="tick 3").first.wait_for()')
     assert long_sleeps("time.sleep(0.05)\nrun('time.sleep(300)')\nawait anyio.sleep(0)") == []

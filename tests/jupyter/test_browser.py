@@ -41,8 +41,8 @@ def test_bg_widget_and_foreground_interrupt_in_jupyterlab(
         cell = run_cell(page, 1)
         wait_done(cell)
         job = cell.locator(".rx-job")
-        job.locator(".rx-pane-stdout .rx-line", has_text="out line 20").wait_for()
-        job.locator(".rx-pane-stderr .rx-line", has_text="err line 20").wait_for()
+        job.locator(".rx-pane-stdout .rx-line", has_text=re.compile(r"^out line 20\s*$")).wait_for()
+        job.locator(".rx-pane-stderr .rx-line", has_text=re.compile(r"^err line 20\s*$")).wait_for()
         assert job.locator(".rx-pane-stdout span.rx-fg-2").first.inner_text() == "green"  # ANSI colours
         assert job.locator(".rx-badge").inner_text().strip().lower() == "running"
         shot(page, "browser-1-bg-running", cell)
@@ -101,7 +101,7 @@ def test_dashboard_and_shell_view_in_jupyterlab(lab: tuple[str, Path], page: Any
         shell.locator(".rx-shell-prompt", has_text="/tmp$").wait_for()
         field.fill("echo out $X; echo oops >&2")
         field.press("Enter")
-        shell.locator(".rx-kind-stdout", has_text="out 5").wait_for()
+        shell.locator(".rx-kind-stdout", has_text=re.compile(r"^out 5\s*$")).wait_for()
         shell.locator(".rx-kind-stderr", has_text="oops").wait_for()
         field.press("ArrowUp")
         assert field.input_value() == "echo out $X; echo oops >&2"

@@ -85,7 +85,7 @@ def test_health_in_the_job_view(
         cell = run_cell(page, 1)
         wait_done(cell)
         job = cell.locator(".rx-job")
-        job.locator(".rx-pane-stdout .rx-line", has_text="line 40").wait_for()
+        job.locator(".rx-pane-stdout .rx-line", has_text=re.compile(r"^line 40\s*$")).wait_for()
         cell.locator(".rx-job[data-link='connected']").wait_for()
 
         # the sparkline: sampled while the view is on screen

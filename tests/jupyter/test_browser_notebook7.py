@@ -54,7 +54,7 @@ def test_a_bg_view_in_notebook7_acts_while_a_cell_runs_and_reconnects_after_a_re
         bg = run_cell(page, 1)
         wait_done(bg)
         job = bg.locator(".rx-job")
-        job.locator(".rx-pane-stdout .rx-line", has_text="tick 3").wait_for()
+        job.locator(".rx-pane-stdout .rx-line", has_text=re.compile(r"^tick 3\s*$")).wait_for()
         wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the bg job's pid")
         pid = int(pid_file.read_text())
 
