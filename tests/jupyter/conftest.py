@@ -197,15 +197,21 @@ def browser(lab: tuple[str, Path]) -> Iterator[Any]:
         b.close()
 
 
-@pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    """A fresh browser context per test: its own JupyterLab page, one notebook in it."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+def new_page(browser: Any, width: int = 1400, height: int = 1000) -> Any:
+    """A page in a fresh browser context (close it with ``page.context.close()``), its console
+    kept for a failure's report (lab_page.failure_shot writes it out)."""
+    context = browser.new_context(viewport={"width": width, "height": height})
     pg = context.new_page()
     pg.set_default_timeout(60_000)
-    # The page's console, kept for a failure's report (lab_page.failure_shot writes it out).
     pg.rx_console = []
     pg.on("console", lambda msg: pg.rx_console.append(f"{msg.type}: {msg.text}"[:2000]))
     pg.on("pageerror", lambda err: pg.rx_console.append(f"pageerror: {err}"[:2000]))
+    return pg
+
+
+@pytest.fixture
+def page(browser: Any) -> Iterator[Any]:
+    """A fresh browser context per test: its own JupyterLab page, one notebook in it."""
+    pg = new_page(browser)
     yield pg
-    context.close()
+    pg.context.close()

@@ -22,7 +22,7 @@ import pytest
 import remote_exec as rx
 
 from ..conftest import stop_agent
-from .conftest import wait_for
+from .conftest import new_page, wait_for
 from .lab_page import (
     ARTIFACTS,
     failure_shot,
@@ -41,11 +41,9 @@ JOBS = 120  # 3 pages of 50
 @pytest.fixture
 def narrow(browser: Any) -> Iterator[Any]:
     """A 1 000 px wide window, as a laptop's notebook with the file browser open."""
-    context = browser.new_context(viewport={"width": 1000, "height": 900})
-    pg = context.new_page()
-    pg.set_default_timeout(60_000)
+    pg = new_page(browser, 1000, 900)
     yield pg
-    context.close()
+    pg.context.close()
 
 
 @pytest.fixture
@@ -66,6 +64,22 @@ def busy(fresh_agent_dir: Path) -> Iterator[tuple[str, rx.Sandbox, list[Any]]]:
                 proc.detach()
     stop_agent(fresh_agent_dir, timeout=60)
     wait_for(lambda: not any(map(alive, pids)), timeout=60, what="every sleeper ended")
+
+
+# Records in the page what a press met: the elements under mousedown, mouseup and click (with
+# their row's job id) and each control request's answer.
+RECORD_PRESS = """() => {
+  const seen = (window.rxPress = []);
+  const where = (e) => `${(e.target.textContent || "").slice(0, 12)}@${e.target.closest?.("tr")?.dataset.jobId ?? "-"}`;
+  for (const type of ["mousedown", "mouseup", "click"]) {
+    document.addEventListener(type, (e) => seen.push(`${type} ${where(e)} ${Math.round(performance.now())}`), true);
+  }
+  const fetch = window.fetch;
+  window.fetch = (...args) => fetch(...args).then(
+    (r) => (seen.push(`fetch ${r.status} ${Math.round(performance.now())}`), r),
+    (e) => (seen.push(`fetch failed ${e}`), Promise.reject(e)),
+  );
+}"""
 
 
 def alive(pid: int) -> bool:
@@ -151,13 +165,18 @@ def test_many_jobs_stay_responsive(
         wait_for(lambda: all(s != "running" for s in states(sb, ids[:20]).values()), what="20 interrupted jobs")
         assert states(sb, ids[20:21]) == {ids[20]: "running"}
 
-        # a press held 1.1 s
+        # a press held 1.1 s (what the page saw of it is recorded: a soak run once lost it)
+        page.evaluate(RECORD_PRESS)
         button = rows.nth(20).locator("button", has_text="Interrupt")
         button.hover()
         page.mouse.down()
         page.wait_for_timeout(1100)  # the press itself, not a wait for something
         page.mouse.up()
-        wait_for(lambda: states(sb, ids[20:21])[ids[20]] != "running", what="the held press's interrupt")
+        try:
+            wait_for(lambda: states(sb, ids[20:21])[ids[20]] != "running", what="the held press's interrupt")
+        except AssertionError as exc:
+            seen = page.evaluate("window.rxPress")
+            raise AssertionError(f"{exc}: job {ids[20]}; the page saw {seen}") from None
         dash.locator(f".rx-dash-row[data-job-id='{ids[20]}'] button:has-text('Interrupt'):disabled").wait_for()
 
         # Open on the page's last row: the view is scrolled into the window

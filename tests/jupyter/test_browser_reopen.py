@@ -23,7 +23,7 @@ import pytest
 
 import remote_exec as rx
 
-from .conftest import gone, wait_for
+from .conftest import gone, new_page, wait_for
 from .lab_page import (
     ARTIFACTS,
     CELLS,
@@ -118,9 +118,7 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
         "%remote_jobs",
     ]
     path = notebooks / "reopen.ipynb"
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = context.new_page()
-    pg.set_default_timeout(60_000)
+    pg = new_page(browser)
     with failure_shot(pg, "browser-reopen"):
         open_notebook(pg, lab, path.name, cells)
         run_first_cell(pg)
@@ -152,7 +150,7 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
         assert WIDGET not in dash_out["data"] and run_id in dash_out["data"]["text/html"]
         assert fin_id in dash_out["data"]["text/plain"] and "no jobs" not in dash_out["data"]["text/plain"]
         shot(pg, "browser-reopen-1-live-before-closing", run)
-    context.close()
+    pg.context.close()
     shut_down_kernels(lab)
     # the saver's bundle for the JupyterLab extension, beside the records every other reader shows
     assert dash_out["data"][RECORD_MIME]["sandboxes"] == [f"local://?dir={agent_dir}"]  # a dashboard's Reconnect
@@ -179,9 +177,7 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
     (ARTIFACTS / "browser-reopen-nbconvert.html").write_text(html)
 
     # reopened with a new kernel: the records, not "Error displaying widget: model not found"
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    pg = context.new_page()
-    pg.set_default_timeout(60_000)
+    pg = new_page(browser)
     try:
         with failure_shot(pg, "browser-reopen-2"):
             pg.goto(url.format(workspace="reopened", name=path.name))
@@ -240,7 +236,7 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
             assert resaved["data"][RECORD_MIME]["job_id"] == run_id and WIDGET not in resaved["data"]
             shot(pg, "browser-reopen-6-live-again-after-a-reload", pg.locator(CELLS).nth(2))
     finally:
-        context.close()
+        pg.context.close()
 
     kill_ticking(agent_dir)
 
