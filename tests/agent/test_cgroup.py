@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from remote_exec.agent.jobs.cgroup import CgroupHome, JobCgroup
+from remote_exec.sandboxes.jailcgroup import BoxCgroup
 
 pytestmark = pytest.mark.anyio
 
@@ -136,3 +137,20 @@ def test_a_dead_agents_empty_parent_goes_and_a_swept_one_comes_back() -> None:
     assert cg is not None and all(os.path.isdir(d) for d in cg.dirs.values())
     assert cg.remove()
     home.close()
+
+
+def test_an_agents_sweep_leaves_a_jail_box_being_set_up_alone() -> None:
+    """A ``jail://`` box's cgroup is made beside the agents' parents and is empty until bwrap
+    joins it: a local agent starting in that moment swept it, and the jail failed to start."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    box = BoxCgroup.make(os.getuid())
+    if box is None:
+        pytest.skip("no writable cgroup hierarchy here")
+    try:
+        home = CgroupHome.discover(f"rxtest{uuid.uuid4().hex[:8]}")  # sweeps the empty parents
+        assert home is not None
+        home.close()
+        assert all(os.path.isdir(d) for d in box.dirs.values()), box.dirs
+    finally:
+        assert box.remove()

@@ -168,13 +168,20 @@ class CgroupHome:
                 os.rmdir(parent)
 
 
+# An agent's parent dir: ``remote-exec-`` and a state id (alphanumeric, server._state_id). Only
+# these are swept: a jail:// box's delegated cgroup (``remote-exec-box-<hex>``, made beside them
+# by the host side) is empty from its mkdir until bwrap joins it, and a local agent's sweep in
+# that moment removed it ("bwrap: Can't find source path .../remote-exec-box-...").
+_PARENT = re.compile(r"remote-exec-[A-Za-z0-9]{1,32}")
+
+
 def _sweep_parents(base: str) -> None:
-    """Remove the empty ``remote-exec-*`` dirs below ``base``: those of agents that died
-    (SIGKILL, OOM) with no job left. A live agent's is busy while it has a job, and made
+    """Remove the empty agent parent dirs (:data:`_PARENT`) below ``base``: those of agents that
+    died (SIGKILL, OOM) with no job left. A live agent's is busy while it has a job, and made
     again for its next one."""
     with contextlib.suppress(OSError), os.scandir(base) as it:
         for entry in it:
-            if entry.name.startswith("remote-exec-") and entry.is_dir(follow_symlinks=False):
+            if _PARENT.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
                 with contextlib.suppress(OSError):
                     os.rmdir(entry.path)  # EBUSY with a job's cgroup in it: left alone
 
