@@ -64,7 +64,7 @@ _SIGNAL_NAMES = frozenset(s.name for s in _signal.Signals)
 class WireModel(BaseModel):
     """Base of every wire model: strict, immutable, unknown fields rejected."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 class Empty(WireModel):
