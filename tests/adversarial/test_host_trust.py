@@ -58,7 +58,8 @@ def _agent_in_child(tmp_path: Path, handlers_src: str) -> Iterator[str]:
         asyncio.run(main())
         """
     )
-    script = "import asyncio, sys\nfrom pathlib import Path\nfrom tests.adversarial.hostile_agent import HostileAgent\n"
+    script = "import asyncio, json, sys\nfrom pathlib import Path\n"
+    script += "from tests.adversarial.hostile_agent import HostileAgent\n"
     script += handlers_src + serve
     with subprocess.Popen(
         [sys.executable, "-c", script], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
@@ -77,10 +78,14 @@ entry = {{"path": "/w/f", "name": "f", "type": "file", "size": 0, "mode": 420, "
 job = {{"job_id": "x-1", "pid": 1, "command": "true", "label": None, "state": "completed", "exit_code": 0,
        "started_at": 0.0, "ended_at": 0.0, "stdout_bytes": 0, "stderr_bytes": 0, "stdin_open": False,
        "stdin_bytes": 0, "encoding": "utf-8"}}
+from tests.adversarial.hostile_agent import Encoded
+def encoded(result): return Encoded(json.dumps(result).encode())
+listing, jobs = encoded({{"path": "/w", "entries": [entry] * {HUGE}}}), encoded({{"jobs": [job] * 700_000}})
+stat = encoded({{**entry, "name": "n" * 10_000_000}})
 handlers = {{
-    "file_list": lambda p, _: {{"path": "/w", "entries": [entry] * {HUGE}}},
-    "exec_remote_list": lambda p, _: {{"jobs": [job] * 700_000}},
-    "file_stat": lambda p, _: {{**entry, "name": "n" * 10_000_000}},
+    "file_list": lambda p, _: listing,
+    "exec_remote_list": lambda p, _: jobs,
+    "file_stat": lambda p, _: stat,
 }}
 """
 
@@ -90,8 +95,8 @@ async def test_a_huge_listing_is_refused_with_bounded_memory(tmp_path: Path, adv
     # About 90 MiB of file entries, 150 MiB of jobs: both under the old 160 MiB response cap,
     # so an unbounded client parses them (GBs of objects).
     with _agent_in_child(tmp_path, HUGE_HANDLERS) as url:
-        # No liveness bound: the hostile agent encodes its 150 MiB answer (seconds of CPU on a
-        # loaded machine) without a heartbeat, and its silence is not what is tested here.
+        # No liveness bound: the hostile agent sends its 150 MiB answer (encoded before it
+        # serves: see Encoded) without a heartbeat, and its silence is not what is tested here.
         async with rx.open_sandbox(url, liveness=0) as sb:
             _reset_peak()
             before = _vm_kib("VmRSS")
