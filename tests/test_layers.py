@@ -28,6 +28,8 @@ The same table is in ``docs/concepts.md`` ("Layers").
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import remote_exec
@@ -204,3 +206,23 @@ def test_no_module_reaches_into_private_state_it_does_not_define() -> None:
 def test_the_reach_in_finder_sees_one() -> None:
     source = "class A:\n    def _own(self): ...\ndef f(sb):\n    sb._own()\n    sb._client().call()\n    self._x\n"
     assert reach_ins(source) == {"sb._client"}
+
+
+def test_the_agents_stdio_relay_imports_no_wire_models_and_no_aiohttp() -> None:
+    """The relay runs for every channel a host opens into a sandbox (``docker exec ... stdio``,
+    each ``local://`` stdio channel): pydantic with every wire model, and aiohttp with its TLS
+    contexts, cost it ~0.4 s of CPU before it relayed a byte. The protocol package is lazy."""
+    probe = (
+        "import sys, remote_exec.agent.cli, remote_exec.agent.relay\n"
+        "print(sorted(m for m in ('pydantic', 'aiohttp', 'remote_exec.protocol.base') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_every_protocol_name_resolves_lazily() -> None:
+    import remote_exec.protocol as protocol
+
+    missing = [name for name in protocol.__all__ if getattr(protocol, name, None) is None]
+    assert missing == []
+    assert sorted(dir(protocol)) == sorted(protocol.__all__)

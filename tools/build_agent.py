@@ -69,7 +69,15 @@ def freeze(work: Path, exclude: list[str]) -> Path:
     """Run PyInstaller; return the ``remote-exec-agent/`` directory it made."""
     cmd = [sys.executable, "-m", "PyInstaller", "--onedir", "--noconfirm", "--clean", "--log-level", "WARN"]
     cmd += ["--name", NAME, "--distpath", str(work / "dist"), "--workpath", str(work / "build")]
-    cmd += ["--specpath", str(work), "--collect-submodules", "remote_exec.agent", "--strip"]
+    cmd += [
+        "--specpath",
+        str(work),
+        "--collect-submodules",
+        "remote_exec.agent",
+        "--collect-submodules",
+        "remote_exec.protocol",
+        "--strip",
+    ]
     for name in exclude:
         cmd += ["--exclude-module", name]
     # A fixed hash seed and timestamps make the build reproducible, so an unchanged agent keeps

@@ -21,7 +21,7 @@ from pathlib import Path
 from .._version import __version__
 from ..errors import AgentUnavailableError
 from ..protocol import default_agent_dir
-from .relay import error_line, refuse_stdio, relay_call, relay_stdio
+from .relay import error_line, refuse_stdio, relay_stdio
 from .statedir import describe, ensure_server
 from .stream import STREAM_SOCKET
 from .upgrade import take_over
@@ -130,12 +130,11 @@ def main(argv: list[str] | None = None) -> int:
             return refuse_stdio(exc)
         sys.stdout.buffer.write(error_line(body if args.cmd == "call" else _SERVER_INFO, exc) + b"\n")
         return 3
-    sock = state_dir / "agent.sock"
-    if args.cmd == "call":
-        return asyncio.run(relay_call(sock, body))
-    if args.cmd == "ensure":
-        return asyncio.run(relay_call(sock, _SERVER_INFO))
-    return relay_stdio(state_dir / STREAM_SOCKET)
+    if args.cmd == "stdio":
+        return relay_stdio(state_dir / STREAM_SOCKET)
+    from .httprelay import relay_call  # aiohttp: kept off the stdio relay's path (see relay.py)
+
+    return asyncio.run(relay_call(state_dir / "agent.sock", body if args.cmd == "call" else _SERVER_INFO))
 
 
 def _serve(args: argparse.Namespace, state_dir: Path) -> int:

@@ -1,4 +1,5 @@
-"""Relays from the agent CLI to the server: one-shot ``call`` (over HTTP) and persistent ``stdio``.
+"""The agent CLI's persistent ``stdio`` relay to the server (the one-shot HTTP ``call``:
+:mod:`.httprelay`).
 
 ``stdio`` is a plain byte pipe to the server's frame stream (:mod:`.stream`). Both connect only
 to a socket of this user's served by a process of this user's
@@ -9,52 +10,22 @@ the reason (:func:`refuse_stdio`, :func:`error_line`), so the host's error names
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import socket
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
-import aiohttp
-
-from ..errors import AgentUnavailableError, RemoteExecError
+from ..errors import RemoteExecError
 from ..protocol import frames
 from ..protocol.ownership import check_peer, check_socket
 from ..protocol.pipes import widen_pipe
 from .stream import SOCKET_BUFFER
 
-__all__ = ["error_line", "refuse_stdio", "relay_call", "relay_stdio"]
+__all__ = ["error_line", "refuse_stdio", "relay_stdio"]
 
-_URL = "http://agent/rpc"
 _CHUNK = 1 << 20
-
-
-class _CheckedConnector(aiohttp.UnixConnector):
-    """A Unix connector that checks who listens before aiohttp writes a byte of the request."""
-
-    async def _create_connection(self, req: Any, traces: Any, timeout: Any) -> Any:
-        path = Path(self.path)
-        check_socket(path)  # another user's file: refused before connecting at all
-        proto = await super()._create_connection(req, traces, timeout)
-        transport = proto.transport
-        assert transport is not None  # just connected
-        try:
-            check_peer(transport.get_extra_info("socket"), path)
-        except BaseException:
-            transport.abort()
-            raise
-        return proto
-
-
-def _session(sock: Path) -> aiohttp.ClientSession:
-    return aiohttp.ClientSession(
-        connector=_CheckedConnector(path=os.fspath(sock), limit=0),
-        timeout=aiohttp.ClientTimeout(total=None),
-        headers={"Content-Type": "application/json"},
-    )
 
 
 def error_line(line: bytes, exc: RemoteExecError) -> bytes:
@@ -65,24 +36,6 @@ def error_line(line: bytes, exc: RemoteExecError) -> bytes:
         id_ = None
     err = {"code": exc.code, "message": exc.message}
     return json.dumps({"jsonrpc": "2.0", "id": id_, "error": err}, separators=(",", ":")).encode()
-
-
-async def relay_call(sock: Path, body: bytes) -> int:
-    """POST one request; print the response. Exit status 3 if the server cannot be reached."""
-    async with _session(sock) as session:
-        try:
-            async with session.post(_URL, data=body if len(body) < 1 << 20 else io.BytesIO(body)) as resp:
-                answer = await resp.read()
-        except aiohttp.ClientError as exc:
-            sys.stdout.buffer.write(error_line(body, AgentUnavailableError(f"agent server unreachable: {exc}")) + b"\n")
-            return 3
-        except RemoteExecError as exc:  # refused: not our agent
-            sys.stdout.buffer.write(error_line(body, exc) + b"\n")
-            return 3
-    if answer:
-        sys.stdout.buffer.write(answer + b"\n")
-    sys.stdout.flush()
-    return 0
 
 
 def relay_stdio(stream_sock: Path) -> int:

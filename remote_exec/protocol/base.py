@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from .method_names import PROTOCOL_VERSION
 from .names import job_id_form
 
 __all__ = [
@@ -24,22 +25,6 @@ __all__ = [
     "WireModel",
 ]
 
-
-PROTOCOL_VERSION = 8
-"""Bumped on any incompatible change; the host refuses an agent with another version.
-
-3: ``exec_remote_list`` and ``file_list`` answer in pages (``after`` / ``next``).
-4: jobs outlive the agent: job ids stay valid across agents, ``JobInfo.leftovers``,
-``StartParams.output_cap``, ``ServerInfo.keeper_pid``, ``server_handover``, ``exec_remote_read``
-(a log at any offset, or its tail), ``exec_remote_forget``, ``exec_remote_prune``.
-5: PTY jobs: ``StartParams.tty``/``tty_size``, ``JobInfo.tty``/``tty_size``, ``exec_remote_resize``
-(a v4 agent refuses a start that names ``tty`` at all).
-6: ``PollParams.hits``: a poll answers as soon as the job has more watch-rule hits than the
-caller has seen (a v5 agent refuses a poll that names it).
-7: ``JobInfo.last_output_at`` (a v6 host refuses a listing that carries it, so it is a version).
-8: ``StartParams.job_id`` (the client chooses the id), ``PollResult.stdout_truncated`` /
-``stderr_truncated`` (bytes lost to a job truncating its own log); every job id on the wire is
-of the safe form of ``protocol/names.py``."""
 
 MAX_PAGE_ITEMS = 1000
 """Most items one page of ``exec_remote_list`` or ``file_list`` holds."""
