@@ -36,9 +36,15 @@ NAME = "remote-exec-agent"
 STDLIB_EXCLUDES = ["tkinter", "unittest", "pydoc", "pydoc_data", "lib2to3", "idlelib", "ensurepip", "distutils"]
 STDLIB_EXCLUDES += ["test", "sqlite3", "curses", "turtle", "turtledemo", "venv", "xmlrpc", "doctest"]
 
-_PROBE = """
+# Packages the agent imports only when first needed (inside a function), so importing its
+# modules does not load them: the probe loads them itself, or the bundle would leave them out.
+LAZY_IMPORTS = ["regex"]  # agent/jobs/watch.py: a watch rule's patterns
+
+_PROBE = f"""
 import importlib, json, pkgutil, sys
 import remote_exec.agent
+for name in {LAZY_IMPORTS!r}:
+    importlib.import_module(name)
 for m in pkgutil.walk_packages(remote_exec.agent.__path__, "remote_exec.agent."):
     if not m.name.endswith("__main__"):
         importlib.import_module(m.name)
