@@ -288,11 +288,16 @@ class StreamWidget(anywidget.AnyWidget):
         """A message that came by the control socket (loop thread): handled as the comm's."""
         self._on_front_end_msg(self, content, None)
 
+    def _hold_record(self, on: bool) -> None:
+        """Hold back rewriting this widget's output record (a widget with one overrides this)."""
+
     def _handle_front_end_msg(self, content: dict[str, Any]) -> None:
         kind = content.get("type")
         if kind == "hello":
             viewer = content.get("viewer")
             self._loop.call_soon(self._hello, viewer if isinstance(viewer, str) else None)
+        elif kind == "hold":  # a press or typing in a view: its record's rewrite waits
+            self._hold_record(content.get("on") is True)
         elif kind == "fetch":
             stream = content.get("stream")
             self._loop.call_soon(self._fetch, stream if isinstance(stream, str) else None, content.get("purpose"))

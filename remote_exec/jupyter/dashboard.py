@@ -339,6 +339,8 @@ class Dashboard(anywidget.AnyWidget):
             self._loop.spawn(self._guard, self._clear_finished)
         elif kind == "show_cleared":
             self._loop.spawn(self._guard, self._show_cleared)
+        elif kind == "hold":  # a press or typing in a view: its record's rewrite waits
+            self._display.hold(content.get("on") is True)
         elif kind == "close_view":
             self._loop.call_soon(self._close_opened)
         elif kind in ("kill", "interrupt") and sb is not None and isinstance(job_id, str):

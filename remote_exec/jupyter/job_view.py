@@ -310,6 +310,9 @@ class JobView(StreamWidget):
     def _update_record(self) -> None:
         self._recorded.update()
 
+    def _hold_record(self, on: bool) -> None:
+        self._recorded.hold(on)
+
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         if not widgets_enabled():
             return super()._repr_mimebundle_(**kwargs)  # plain text only: what nbval compares

@@ -22,6 +22,7 @@ from .display import format_duration
 from .trust import attach_hint
 
 __all__ = [
+    "HOLD_MAX",
     "RECORD_LINES",
     "RECORD_LINE_CHARS",
     "JobRecord",
@@ -32,6 +33,9 @@ __all__ = [
     "jobs_html",
     "tail_lines",
 ]
+
+HOLD_MAX = 30.0
+"""Seconds a view's hold on its record's rewrites lasts without a release (see RecordedDisplay.hold)."""
 
 RECORD_LINES = 40
 """Lines of each stream a record keeps (the newest)."""
@@ -285,6 +289,18 @@ class RecordedDisplay:
         self._repr = bundle  # a _repr_mimebundle_: data, or (data, metadata)
         self.display_id: str | None = None
         self._parent: dict[str, Any] | None = None
+        self._held_until = 0.0  # (monotonic) see hold()
+        self._pending = False
+
+    def hold(self, on: bool) -> None:
+        """A person presses or types in a view of this output (its front end says so): rewrites
+        wait until the hold ends. JupyterLab's widget renderer re-creates the whole view for a
+        rewritten output, so a rewrite during a press lost the click (Chromium drops a click
+        whose mousedown node left the page) and one while typing lost the field's focus. A hold
+        whose release never comes (a closed page) lapses after :data:`HOLD_MAX` seconds."""
+        self._held_until = time.monotonic() + HOLD_MAX if on else 0.0
+        if not on and self._pending:
+            self.update()
 
     def _bundle(self) -> Bundle:
         bundle = self._repr()
@@ -309,6 +325,10 @@ class RecordedDisplay:
         way out keeps it as it was)."""
         if self.display_id is None:
             return
+        if time.monotonic() < self._held_until:
+            self._pending = True  # rewritten when the hold ends
+            return
+        self._pending = False
         from IPython.display import update_display
 
         with contextlib.suppress(Exception), as_reply_to(self._parent):

@@ -229,6 +229,9 @@ class ShellView(StreamWidget):
         stays the cell's value (what nbval compares)."""
         return self.show if widgets_enabled() else None
 
+    def _hold_record(self, on: bool) -> None:
+        self._recorded.hold(on)
+
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
         if not widgets_enabled():
             return super()._repr_mimebundle_(**kwargs)  # plain text only: what nbval compares

@@ -443,3 +443,32 @@ def test_a_dashboards_reconnect_shows_the_same_sandboxes(
     assert isinstance(dash, Dashboard) and dash.sandboxes == [jurl]
     assert cap.outputs[0].metadata[RECORD_META] == {"kind": "dashboard", "sandboxes": [jurl]}
     dash.close()
+
+
+def test_a_held_view_s_record_is_rewritten_only_when_the_hold_ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rewrite re-creates the live view in JupyterLab (a press spanning one never clicked): while
+    a view says a person presses or types in it, rewrites wait, and the last one comes at release."""
+    import IPython.display
+
+    from remote_exec.jupyter.record import HOLD_MAX, RecordedDisplay
+
+    rewrites: list[str] = []
+    monkeypatch.setattr(IPython.display, "update_display", lambda data, **_: rewrites.append(data["text/plain"]))
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: None)
+    value = ["v1"]
+    shown = RecordedDisplay(lambda: {"text/plain": value[0]})
+    shown.show("d1")
+    shown.hold(True)
+    value[0] = "v2"
+    shown.update()
+    assert rewrites == []
+    shown.hold(False)
+    assert rewrites == ["v2"]
+    shown.hold(False)  # a second release: nothing pending, nothing sent
+    assert rewrites == ["v2"]
+    shown.hold(True)  # a release that never comes lapses
+    later = time.monotonic() + HOLD_MAX + 1
+    monkeypatch.setattr(time, "monotonic", lambda: later)
+    value[0] = "v3"
+    shown.update()
+    assert rewrites == ["v2", "v3"]

@@ -434,6 +434,42 @@ function rxMarkControls(model, root) {
   return () => model.off("change:controls", mark);
 }
 
+// While a person presses a button or types in this view, the kernel holds back rewriting the
+// view's output record: JupyterLab's widget renderer re-creates the whole view for a rewritten
+// output, and a press that spans it never clicks (Chromium drops a click whose mousedown node
+// left the page), a field loses its focus. Sent by the control route when there is one (it
+// acts while the kernel runs a cell). Returns the function that stops (and releases).
+function rxHoldRecord(model, root) {
+  let pressing = false;
+  let typing = false;
+  let held = false;
+  const sync = () => {
+    const now = pressing || typing;
+    if (now !== held) {
+      held = now;
+      rxControl(model, { type: "hold", on: now });
+    }
+  };
+  const down = () => { pressing = true; sync(); };
+  const up = () => { if (pressing) { pressing = false; sync(); } };
+  const focusIn = (e) => { typing = e.target instanceof HTMLInputElement || e.target instanceof HTMLTextAreaElement; sync(); };
+  const focusOut = () => { typing = false; sync(); };
+  root.addEventListener("pointerdown", down, true);
+  window.addEventListener("pointerup", up, true);
+  window.addEventListener("pointercancel", up, true);
+  root.addEventListener("focusin", focusIn);
+  root.addEventListener("focusout", focusOut);
+  return () => {
+    root.removeEventListener("pointerdown", down, true);
+    window.removeEventListener("pointerup", up, true);
+    window.removeEventListener("pointercancel", up, true);
+    root.removeEventListener("focusin", focusIn);
+    root.removeEventListener("focusout", focusOut);
+    pressing = typing = false;
+    sync();
+  };
+}
+
 // Acknowledgements of comm-sent controls, per model: id -> callback.
 const RX_ACKS = new WeakMap();
 

@@ -324,9 +324,11 @@ export default {
       for (const entry of rows.values()) if (entry.data.state === "running") elapsed(entry);
     }, 1000);
     const unmark = rxMarkControls(model, root);
+    const unhold = rxHoldRecord(model, root);
     model.send({ type: "hello" });
     const cleanup = rxOnce(() => {
       unmark();
+      unhold();
       clearInterval(timer);
       clearTimeout(textTimer);
       openedAbort?.abort();

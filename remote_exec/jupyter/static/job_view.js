@@ -204,9 +204,11 @@ export default {
     renderUsage();
     const timer = setInterval(() => model.get("state") === "running" && !connection.lost() && renderState(), 500);
     const unmark = rxMarkControls(model, root);
+    const unhold = rxHoldRecord(model, root);
     model.send({ type: "hello" });
     const cleanup = rxOnce(() => {
       unmark();
+      unhold();
       clearInterval(timer);
       unwatch();
       since.cleanup();

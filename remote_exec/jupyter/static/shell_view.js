@@ -140,9 +140,11 @@ export default {
     model.on(traits, renderState);
     renderState();
     const unmark = rxMarkControls(model, root);
+    const unhold = rxHoldRecord(model, root);
     model.send({ type: "hello" });
     const cleanup = rxOnce(() => {
       unmark();
+      unhold();
       store.listeners.delete(onMsg);
       model.off(traits, renderState);
       connection.stop();
