@@ -63,6 +63,8 @@ def test_buttons_kill_interrupt_and_open(dash: Dashboard, sb: rx.Sandbox, front:
     wait_for(lambda: isinstance(dash.opened, JobView), what="opened view")
     view = dash.opened
     assert isinstance(view, JobView) and view.job_id == polite.job_id
+    # The trait is set on the loop thread a moment before its state message is sent: wait for it.
+    wait_for(lambda: any("opened" in u for u in front.updates(dash)), what="the opened view's state message")
     update = next(u for u in front.updates(dash) if "opened" in u)
     assert update["opened"] == f"anywidget:{view.model_id}"  # the front end renders it by reference
     wait_for(lambda: view.text("stdout") == "hello\n", what="replayed output")
