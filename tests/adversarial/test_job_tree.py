@@ -113,7 +113,11 @@ async def _bomb(group: LimitedCgroup, sb: rx.AsyncSandbox, timeout: float | None
     the session) that takes every pid the test cgroup has left."""
     limit = group.pids_current() + 48
     group.set_pids_max(limit)  # the limit first, then the bomb
-    bomb = "b(){ while :; do b & env -i setsid sh -c 'while :; do sleep 1; done' & sleep 0.02; done; }; echo go; b"
+    # The leader only waits (it forks nothing): bash gives up on a fork refused for a while, or
+    # at once when a SIGCHLD cuts its retry sleep short, and a leader that exits so would end
+    # the job before its timeout (a "completed" job whose leftovers are ended, not a timeout).
+    copy = "b & env -i setsid sh -c 'while :; do sleep 1; done' & sleep 0.02"
+    bomb = f"b(){{ while :; do {copy}; done; }}; b & echo go; exec sleep 300"
     proc = sb.exec_remote(["bash", "-c", bomb], kill_grace=0.2, timeout=timeout)
     assert await anext(aiter(proc)) == rx.StdoutChunk("go\n")
     await wait_until("the bomb holds every pid", lambda: group.pids_current() >= limit - 2, 60)
