@@ -12,7 +12,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -20,10 +19,9 @@ from pathlib import Path
 
 from .._version import __version__
 from ..errors import AgentUnavailableError
-from ..protocol import default_agent_dir
-from .relay import error_line, refuse_stdio, relay_stdio
+from ..protocol.agentdir import STREAM_SOCKET, default_agent_dir
+from .relay import error_line, refuse_stdio, relay_stdio, stream_call
 from .statedir import describe, ensure_server
-from .stream import STREAM_SOCKET
 from .upgrade import take_over
 
 __all__ = ["main"]
@@ -132,12 +130,18 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     if args.cmd == "stdio":
         return relay_stdio(state_dir / STREAM_SOCKET)
+    if args.cmd == "ensure":
+        return stream_call(state_dir / STREAM_SOCKET, _SERVER_INFO)
+    import asyncio  # not at the top: ``stdio`` and ``ensure`` do without it
+
     from .httprelay import relay_call  # aiohttp: kept off the stdio relay's path (see relay.py)
 
-    return asyncio.run(relay_call(state_dir / "agent.sock", body if args.cmd == "call" else _SERVER_INFO))
+    return asyncio.run(relay_call(state_dir / "agent.sock", body))
 
 
 def _serve(args: argparse.Namespace, state_dir: Path) -> int:
+    import asyncio
+
     from .budget import default_budget
     from .files.sessions import FileLimits
     from .jobs.controller import JobLimits

@@ -17,13 +17,13 @@ import sys
 import threading
 from pathlib import Path
 
-from ..errors import RemoteExecError
+from ..errors import AgentUnavailableError, RemoteExecError
 from ..protocol import frames
+from ..protocol.agentdir import SOCKET_BUFFER
 from ..protocol.ownership import check_peer, check_socket
 from ..protocol.pipes import widen_pipe
-from .stream import SOCKET_BUFFER
 
-__all__ = ["error_line", "refuse_stdio", "relay_stdio"]
+__all__ = ["error_line", "refuse_stdio", "relay_stdio", "stream_call"]
 
 _CHUNK = 1 << 20
 
@@ -50,7 +50,7 @@ def relay_stdio(stream_sock: Path) -> int:
     for fd in (0, 1):  # 1 MiB pipes both ways: a big frame crosses in few wakeups
         widen_pipe(fd)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    with contextlib.suppress(OSError):  # big uploads cross in few sends (see stream.SOCKET_BUFFER)
+    with contextlib.suppress(OSError):  # big uploads cross in few sends (see agentdir.SOCKET_BUFFER)
         conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
     try:
         check_socket(stream_sock)
@@ -85,6 +85,34 @@ def relay_stdio(stream_sock: Path) -> int:
     except OSError:  # the server reset the connection, or the host closed our stdout
         pass
     return 0 if stdin_done.is_set() else 3
+
+
+def stream_call(stream_sock: Path, request: bytes) -> int:
+    """Send one plain JSON request line over the frame stream; print its answer line.
+
+    What ``ensure`` asks (``server_info``), with the standard library only: the HTTP ``call``
+    would import aiohttp first, which costs a cold start more CPU than the question itself.
+    Exit status 3 (with the reason as the answer) when the server cannot be reached.
+    """
+    try:
+        check_socket(stream_sock)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+            conn.connect(os.fspath(stream_sock))
+            check_peer(conn, stream_sock)
+            conn.sendall(request + b"\n")
+            conn.shutdown(socket.SHUT_WR)  # one request: the server answers it, then closes
+            answer = bytearray()
+            while b"\n" not in answer and len(answer) < _CHUNK and (data := conn.recv(_CHUNK)):
+                answer += data  # one line is the answer: read no further (bounded by _CHUNK)
+    except OSError as exc:
+        unreachable = AgentUnavailableError(f"agent server unreachable: {exc}")
+        sys.stdout.buffer.write(error_line(request, unreachable) + b"\n")
+        return 3
+    except RemoteExecError as exc:  # not our agent: nothing was sent to it
+        sys.stdout.buffer.write(error_line(request, exc) + b"\n")
+        return 3
+    sys.stdout.buffer.write(bytes(answer).split(b"\n", 1)[0] + b"\n")
+    return 0
 
 
 def refuse_stdio(exc: RemoteExecError) -> int:

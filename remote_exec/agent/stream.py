@@ -23,18 +23,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ..errors import RemoteExecError, ServerBusyError
-from ..protocol import STREAM_SOCKET, frames
+from ..protocol import frames
+from ..protocol.agentdir import SOCKET_BUFFER, STREAM_SOCKET
 from .intake import Intake, LineTooLong, read_frame
 
 __all__ = ["CURRENT_PEER", "STREAM_SOCKET", "Peer", "Peers", "serve_frames"]
 
 log = logging.getLogger("remote_exec.agent")
 _WRITE_CHUNK = 1 << 20
-
-
-SOCKET_BUFFER = 4 << 20
-"""Bytes a frame-stream socket may hold in flight: a whole 4 MiB poll answer in one send, not
-twenty ~200 KiB ones (Linux caps it at ``net.core.wmem_max``; the default is kept if refused)."""
 
 
 def widen_socket(writer: asyncio.StreamWriter) -> None:

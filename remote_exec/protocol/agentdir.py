@@ -10,10 +10,14 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["STREAM_SOCKET", "default_agent_dir"]
+__all__ = ["SOCKET_BUFFER", "STREAM_SOCKET", "default_agent_dir"]
 
 STREAM_SOCKET = "agent.stream"
 """The agent's frame-stream socket (``stdio``-style frames, no HTTP), beside ``agent.sock``."""
+
+SOCKET_BUFFER = 4 << 20
+"""Bytes a frame-stream socket may hold in flight: a whole 4 MiB poll answer in one send, not
+twenty ~200 KiB ones (Linux caps it at ``net.core.wmem_max``; the default is kept if refused)."""
 
 
 def default_agent_dir() -> Path:
