@@ -214,10 +214,11 @@ def test_the_reach_in_finder_sees_one() -> None:
 def test_the_agents_stdio_relay_imports_no_wire_models_and_no_aiohttp() -> None:
     """The relay runs for every channel a host opens into a sandbox (``docker exec ... stdio``,
     each ``local://`` stdio channel): pydantic with every wire model, and aiohttp with its TLS
-    contexts, cost it ~0.4 s of CPU before it relayed a byte. The protocol package is lazy."""
+    contexts, cost it ~0.4 s of CPU before it relayed a byte; asyncio ~25 ms more. The protocol
+    package is lazy."""
     probe = (
         "import sys, remote_exec.agent.cli, remote_exec.agent.relay\n"
-        "print(sorted(m for m in ('pydantic', 'aiohttp', 'remote_exec.protocol.base') if m in sys.modules))"
+        "print(sorted(m for m in ('pydantic', 'aiohttp', 'asyncio', 'remote_exec.protocol.base') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

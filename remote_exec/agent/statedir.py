@@ -29,7 +29,6 @@ from pathlib import Path
 from ..errors import AgentUnavailableError, UntrustedAgentError
 from ..protocol.ownership import check_peer, check_socket, check_state_dir
 from .keeper import KEEPER_SOCKET
-from .keeperlink import keeper_call
 from .statefile import open_own_file
 
 __all__ = ["describe", "ensure_server", "open_private", "secure_dir", "server_command", "socket_accepts"]
@@ -150,6 +149,8 @@ def _ensure_server(state_dir: Path, serve_args: list[str] | None) -> bool:
         agent = server_command(state_dir, serve_args or [])
         if socket_accepts(state_dir / KEEPER_SOCKET):
             # The keeper outlived its agent (a handover, or it is restarting a crashed one).
+            from .keeperlink import keeper_call  # its module needs asyncio: kept off the relay's start
+
             answer = keeper_call(state_dir, {"op": "start", "argv": agent}, READY_TIMEOUT)
             if answer is not None and answer.get("ok"):
                 return True
