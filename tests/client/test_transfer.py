@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -259,3 +261,28 @@ async def test_a_failing_small_file_stops_the_big_one_before_upload_raises(url: 
         assert sorted(p.name for p in dest.iterdir()) == ["small.txt"]
         await sb.write_file(str(dest / "probe"), "p")  # a later request, served after any stray chunk
         assert sorted(p.name for p in dest.iterdir()) == ["probe", "small.txt"]
+
+
+# A fresh interpreter: tqdm's first bar in a process makes a multiprocessing lock (an import, a
+# getcwd, a semaphore), which the blocking guard saw on the loop in a random order that copied
+# with a progress bar first.
+_FIRST_BAR = """
+import asyncio
+from blockbuster import BlockBuster
+from remote_exec.client.transfer.progress import progress_bar
+
+async def main():
+    bar = await progress_bar(10, "first", True)
+    bar.update(10)
+    bar.close()
+
+bb = BlockBuster("remote_exec")
+bb.activate()
+asyncio.run(main())
+print("ok")
+"""
+
+
+def test_the_first_progress_bar_of_a_process_blocks_no_loop() -> None:
+    run = subprocess.run([sys.executable, "-c", _FIRST_BAR], capture_output=True, text=True, timeout=60)
+    assert (run.returncode, run.stdout) == (0, "ok\n"), run.stderr[-2000:]

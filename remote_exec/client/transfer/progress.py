@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import asyncio
-import importlib
-import sys
+import threading
 
 __all__ = ["ProgressBar", "progress_bar"]
 
 
 async def progress_bar(total: int, desc: str, enabled: bool) -> ProgressBar:
-    """A :class:`ProgressBar`, with tqdm imported in a worker thread the first time: an import
-    reads files, and the event loop must not wait on them. Cancelling abandons the import, which
+    """A :class:`ProgressBar`, with tqdm made ready in a worker thread the first time: its import
+    reads files, and its first bar makes a multiprocessing lock (another import, a semaphore),
+    and the event loop must not wait on them. Cancelling abandons the preparation, which
     completes in its thread."""
-    if enabled and total > 0 and "tqdm.auto" not in sys.modules:
-        await asyncio.to_thread(importlib.import_module, "tqdm.auto")
+    if enabled and total > 0 and not _ready.is_set():
+        await asyncio.to_thread(_prepare)
     return ProgressBar(total, desc, enabled)
+
+
+_ready = threading.Event()  # tqdm imported and its lock made, in this process
+
+
+def _prepare() -> None:
+    from tqdm.auto import tqdm
+
+    tqdm.get_lock()  # type: ignore[no-untyped-call]  # made on the first call: here, not on the loop
+    _ready.set()
 
 
 class ProgressBar:
