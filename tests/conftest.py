@@ -265,6 +265,15 @@ def job_dir(state: Path, job_id: str) -> Path:
     return jobs / job_id
 
 
+def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> None:
+    """Wait (a deadline loop, 20 ms a look) until ``predicate()`` is true."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
 def run_cli(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "remote_exec.cli", *args], capture_output=True, text=True, timeout=60, **kwargs

@@ -351,13 +351,20 @@ async def _idle_watch(app: web.Application, idle_timeout: float, stop: asyncio.E
     jobs: JobController = app[JOBS]
     shells: ShellController = app[SHELLS]
     activity: _Activity = app[ACTIVITY]
+    held_by_shells = False  # told once per stretch: why an idle agent stays up
     while True:
         # A timer, not synchronisation: nothing signals "time passed with nothing happening".
         await asyncio.sleep(min(idle_timeout / 4, 5.0))
         quiet = time.monotonic() - activity.last
+        idle = not jobs.running_count and activity.in_flight == 0 and quiet >= idle_timeout
         # An open shell keeps the agent up: its state would die with it (the shell TTL bounds it).
-        busy = jobs.running_count or shells.open_count
-        if not busy and activity.in_flight == 0 and quiet >= idle_timeout:
+        if idle and shells.open_count:
+            if not held_by_shells:
+                log.info("idle for %.0f s, but %d shell session(s) open: staying up", quiet, shells.open_count)
+            held_by_shells = True
+        elif idle:
             log.info("idle for %.0f s with no jobs: exiting", quiet)
             stop.set()
             return
+        else:
+            held_by_shells = False

@@ -36,7 +36,7 @@ from remote_exec.protocol import (
     WriteStdinParams,
 )
 
-from ..conftest import stop_agent, wait_exit
+from ..conftest import stop_agent, wait_exit, wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -300,9 +300,15 @@ async def test_falls_back_to_sh() -> None:
 
 def test_an_open_shell_keeps_the_agent_up(fresh_agent_dir: Path) -> None:
     with rx.connect(f"local://?dir={fresh_agent_dir}&idle_timeout=1") as sb:
-        agent = sb.info.pid
         sh = sb.shell()
-    assert not wait_exit(agent, 2.5)  # idle for longer than idle_timeout, but its state would die
+        # Asked now, not at the connect: an agent idle for 1 s before the shell opened has exited
+        # by design, and the shell is the next one's (a soak failure named the first one).
+        agent = sb.server_info().pid
+    # The agent's own word that it was idle past idle_timeout and stayed up for the shell.
+    log = fresh_agent_dir / "agent.log"
+    staying = "1 shell session(s) open: staying up"
+    wait_for(lambda: staying in log.read_text(errors="replace"), 30, what="the agent's idle check")
+    assert not wait_exit(agent, 0)
     with rx.connect(f"local://?dir={fresh_agent_dir}&idle_timeout=1") as sb:
         sb.reattach_shell(sh.session_id).close()
     assert wait_exit(agent, 20)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ import remote_exec as rx
 from remote_exec.agent.jobs.proctable import group_members
 from remote_exec.jupyter.headless import HeadlessFrontEnd
 
+from ..conftest import wait_for as wait_for  # re-exported: the jupyter tests import it from here
 from .lab_page import BASE_URL, BROWSER_ARGS, CHROMIUM, LABEXTENSION, free_port, unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,14 +78,6 @@ def ip(jurl: str, ipython_dir: Path) -> Iterator[InteractiveShell]:
     shell.run_line_magic("unload_ext", "remote_exec")
     for name in set(shell.user_ns) - before:
         del shell.user_ns[name]
-
-
-def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def gone(pid: int | None, timeout: float = 10.0) -> bool:
