@@ -62,6 +62,8 @@ def test_usage_errors() -> None:
     assert r.returncode != 0 and "no command" in r.stderr
     r = run_cli("-s", "nope://x", "ps")
     assert r.returncode == 2 and "unsupported sandbox URL" in r.stderr
+    r = run_cli("--liveness", "-1", "ps")
+    assert r.returncode != 0 and r.stderr == "remote-exec: --liveness takes seconds >= 0, not -1\n"
 
 
 def test_agent_call_and_stdio(agent_dir: Path) -> None:

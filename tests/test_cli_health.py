@@ -64,7 +64,9 @@ def test_attach_tells_quiet_from_frozen_and_rides_the_freeze_out(fresh_agent_dir
         job.stats(window=0.1)  # it started
         job.detach()
         agent = sb.info.pid
-    argv = [sys.executable, "-m", "remote_exec.cli", "-s", url, "attach", job.job_id or "", "--quiet-after", "2"]
+    # A 3 s liveness bound, not the default 8: the rule is tested, not the number.
+    attach_job = ["attach", job.job_id or "", "--quiet-after", "2"]
+    argv = [sys.executable, "-m", "remote_exec.cli", "-s", url, "--liveness", "3", *attach_job]
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as attach:
         try:
             out, err = lines_of(attach.stdout), lines_of(attach.stderr)

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import Literal, TypeVar, Unpack, overload
 
 from anyio.from_thread import BlockingPortal, BlockingPortalProvider
 
+from ..client.channel import Liveness
 from ..client.link import Link
 from ..client.logs import OutputSlice, Stream
 from ..client.process import ExecRemoteProcess
@@ -23,7 +25,7 @@ from ..client.shell import ShellSession
 from ..client.types import ExecRemoteOptions, ExecResult, OptionOverrides
 from ..protocol import DEFAULT_MAX_BYTES as READ_BYTES
 from ..protocol import JobInfo, JobStats, PruneResult, SandboxStats, ServerInfo, ShellInfo
-from ..sandboxes import open_sandbox
+from ..sandboxes import SandboxOpener, open_sandbox
 from .handles import BlockingExecRemoteProcess, BlockingPortForward, BlockingShellSession, interruptible
 from .sandbox_files import BlockingSandboxFiles
 
@@ -57,20 +59,34 @@ class Sandbox(BlockingSandboxFiles):
     """Blocking twin of :class:`~remote_exec.AsyncSandbox`: ``with rx.connect(url) as sb``."""
 
     def __init__(
-        self, url: str = "local://", *, response_margin: float | None = None, workspace_root: str | None = None
+        self,
+        url: str = "local://",
+        *,
+        response_margin: float | None = None,
+        workspace_root: str | None = None,
+        open_timeout: float | None = None,
+        liveness: float | Liveness | None = None,
     ) -> None:
         portal = lease_portal()
         self._owns_lease = True
+        opener = functools.partial(
+            open_sandbox,
+            url,
+            response_margin=response_margin,
+            workspace_root=workspace_root,
+            open_timeout=open_timeout,
+            liveness=liveness,
+        )
         try:
-            async_sandbox: AsyncSandbox = portal.call(self._open, url, response_margin, workspace_root)
+            async_sandbox: AsyncSandbox = portal.call(self._open, opener)
         except BaseException:
             release_portal()
             raise
         super().__init__(portal, async_sandbox)
 
     @staticmethod
-    async def _open(url: str, response_margin: float | None, workspace_root: str | None) -> AsyncSandbox:
-        return await open_sandbox(url, response_margin=response_margin, workspace_root=workspace_root)
+    async def _open(opener: Callable[[], SandboxOpener]) -> AsyncSandbox:
+        return await opener()
 
     def _release_portal(self) -> None:
         if self._owns_lease:
@@ -261,16 +277,29 @@ class Sandbox(BlockingSandboxFiles):
 
 
 def connect(
-    url: str = "local://", *, response_margin: float | None = None, workspace_root: str | None = None
+    url: str = "local://",
+    *,
+    response_margin: float | None = None,
+    workspace_root: str | None = None,
+    open_timeout: float | None = None,
+    liveness: float | Liveness | None = None,
 ) -> Sandbox:
     """Open the sandbox at ``url`` with the blocking API: ``with rx.connect(url) as sb``.
 
-    ``workspace_root`` confines the file methods (see :attr:`AsyncSandbox.workspace_root`).
+    The keywords are :func:`~remote_exec.open_sandbox`'s: ``workspace_root`` confines the file
+    methods (see :attr:`AsyncSandbox.workspace_root`); ``open_timeout`` and ``liveness`` bound
+    how long an agent may take to answer at all, and how long a silent one goes unnoticed.
 
     :raises SandboxError: bad URL or unknown scheme.
     :raises AgentUnavailableError: the agent cannot be started or reached.
     """
-    return Sandbox(url, response_margin=response_margin, workspace_root=workspace_root)
+    return Sandbox(
+        url,
+        response_margin=response_margin,
+        workspace_root=workspace_root,
+        open_timeout=open_timeout,
+        liveness=liveness,
+    )
 
 
 def borrowing(async_sandbox: AsyncSandbox, portal: BlockingPortal) -> Sandbox:

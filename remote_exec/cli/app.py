@@ -69,6 +69,13 @@ def _parser() -> argparse.ArgumentParser:
         default=os.environ.get("REMOTE_EXEC_SANDBOX", "local://"),
         help="sandbox URL (default: $REMOTE_EXEC_SANDBOX or local://)",
     )
+    p.add_argument(
+        "--liveness",
+        metavar="S",
+        type=float,
+        default=None,
+        help="seconds within which a silent agent (frozen, cut off) is noticed (default 8; 0: no heartbeat)",
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser(
         "run",
@@ -190,7 +197,9 @@ def _env(pairs: list[str]) -> dict[str, str] | None:
 async def _main(args: argparse.Namespace) -> int:
     if args.cmd == "run" and not [a for a in args.command if a != "--"][:1]:  # before connecting anywhere
         raise SystemExit("remote-exec run: no command (use: remote-exec run -- CMD ARGS...)")
-    async with open_sandbox(args.sandbox) as sb:
+    if args.liveness is not None and args.liveness < 0:
+        raise SystemExit(f"remote-exec: --liveness takes seconds >= 0, not {args.liveness:g}")
+    async with open_sandbox(args.sandbox, liveness=args.liveness) as sb:
         return await _dispatch(sb, args)
 
 

@@ -7,13 +7,15 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import remote_exec as rx
-from remote_exec.jupyter import Dashboard, JobView
+from remote_exec.jupyter import Dashboard, JobView, job_view
 from remote_exec.jupyter.headless import HeadlessFrontEnd
-from remote_exec.jupyter.job_view import WATCH_TTL
 
 from .conftest import wait_for
 
@@ -34,7 +36,8 @@ def test_job_view_shows_lost_then_connected_and_loses_nothing(
 ) -> None:
     gate = tmp_path / "gate"
     script = f"echo before; while [ ! -e {gate} ]; do sleep 0.05; done; seq 1 2000"
-    with rx.connect(f"local://?dir={fresh_agent_dir}") as sb:
+    # A 3 s liveness bound, not the default 8: the rule is tested, not the number.
+    with rx.connect(f"local://?dir={fresh_agent_dir}", liveness=3.0) as sb:
         view = JobView(sb.exec_remote(["bash", "-c", script]), command="freeze me")
         front.send(view, {"type": "hello"})
         wait_for(
@@ -62,18 +65,35 @@ def test_job_view_shows_lost_then_connected_and_loses_nothing(
         assert links[-2:] == ["lost", "connected"], links
 
 
-def test_usage_is_sampled_only_while_a_view_watches(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:
+def test_usage_is_sampled_only_while_a_view_watches(
+    sb: rx.Sandbox, front: HeadlessFrontEnd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Shorter than the real periods (2 s, 15 s): what is tested is the rule, not the numbers.
+    monkeypatch.setattr(job_view, "SAMPLE_PERIOD", 0.3)
+    monkeypatch.setattr(job_view, "WATCH_TTL", 3.0)
     proc = sb.exec_remote(["bash", "-c", "while :; do :; done"])  # one busy core
     view = JobView(proc, command="busy")
+
+    renewed = [0.0]
+
+    def watched(check: Callable[[], bool]) -> Callable[[], bool]:
+        def renew_then_check() -> bool:  # the page renews its watch while it shows the view
+            if time.monotonic() - renewed[0] > 0.5:
+                front.send(view, {"type": "watch", "view": "v1", "on": True})
+                renewed[0] = time.monotonic()
+            return check()
+
+        return renew_then_check
+
     try:
         front.send(view, {"type": "hello"})
         wait_for(lambda: last(front, view).get("link") == "connected", what="the first link update")
         assert not view.sampling and view.usage == []  # nobody watches: nothing sampled
-        front.send(view, {"type": "watch", "view": "v1", "on": True})
-        wait_for(lambda: len(last(front, view).get("usage", [])) >= 2, timeout=60, what="two samples")
+        samples = lambda: len(last(front, view).get("usage", [])) >= 2  # noqa: E731
+        wait_for(watched(samples), timeout=60, what="two samples")
         # A busy loop: up to one core (less on a loaded machine: its share is what is measured).
         busy = lambda: any(p[1] > 20 for p in last(front, view)["usage"])  # noqa: E731
-        wait_for(busy, timeout=60, what="a sample of the busy loop")
+        wait_for(watched(busy), timeout=60, what="a sample of the busy loop")
         points = last(front, view)["usage"]
         assert all(len(p) == 3 for p in points)
         assert all(p[2] > 0 for p in points)  # resident memory in bytes
@@ -82,7 +102,7 @@ def test_usage_is_sampled_only_while_a_view_watches(sb: rx.Sandbox, front: Headl
         # a view that stops renewing (a closed tab) is forgotten after WATCH_TTL
         front.send(view, {"type": "watch", "view": "v2", "on": True})
         wait_for(lambda: view.sampling, what="sampling again")
-        wait_for(lambda: not view.sampling, timeout=WATCH_TTL + 30, what="the stale watch to expire")
+        wait_for(lambda: not view.sampling, timeout=job_view.WATCH_TTL + 30, what="the stale watch to expire")
     finally:
         view.kill()
     assert view.wait(30) is not None
