@@ -56,7 +56,9 @@ TIMED = start=$$(date +%s); trap 'echo "make $@: $$(( $$(date +%s) - start )) s"
 # bubblewrap, browser, kernel or fresh venv (the `backend` mark, set in tests/conftest.py), on
 # the socket channel only (the stdio twins run in `make test`), in four workers: many of these
 # tests wait on processes more than they compute.
-QUICK := $(BIN)/pytest -q -n 4 --dist loadgroup -m "not backend and not slow" -k "not stdio" --durations=25
+# nbval's plugin is off outside the notebooks' run: it imports nbformat, whose jsonschema builds
+# a URI grammar at import (1 s of CPU in every worker).
+QUICK := $(BIN)/pytest -q -n 4 --dist loadgroup -p no:nbval -m "not backend and not slow" -k "not stdio" --durations=25
 check: $(STAMP)
 	@$(TIMED) $(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck quick
 
@@ -77,7 +79,7 @@ NBVAL := $(BIN)/pytest --nbval notebooks --nbval-current-env --nbval-sanitize-wi
 test: $(STAMP)
 	@$(TIMED) $(MAKE) --no-print-directory -j4 --output-sync=target lint typecheck docs agent || exit 1; \
 	nblog=$$(mktemp); $(NBVAL) >$$nblog 2>&1 & nbval=$$!; \
-	$(BIN)/pytest $(XDIST) $(ORDER) --durations=25; suite=$$?; \
+	$(BIN)/pytest $(XDIST) $(ORDER) -p no:nbval --durations=25; suite=$$?; \
 	wait $$nbval; notebooks=$$?; echo "== the notebooks (nbval, run alongside the suite)"; cat $$nblog; \
 	rm -f $$nblog; exit $$(( suite || notebooks ))
 

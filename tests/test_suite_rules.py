@@ -133,6 +133,21 @@ def test_no_locator_matches_a_numbered_line_as_a_substring() -> None:
     )
 
 
+# ``not gone(pid)`` waits out gone()'s whole timeout before it can be true (a 10 s wait in a test
+# found by its time): an absence of an end is checked now, ``gone(pid, timeout=0)``.
+WAITED_OUT_ABSENCE = re.compile(r"not gone\((?![^)]*timeout=0\b)")
+
+
+def test_no_check_that_a_job_lives_waits_out_a_timeout() -> None:
+    offences = [
+        f"{path.relative_to(TESTS)}:{n}: {line.strip()}"
+        for path in _python_files()
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if WAITED_OUT_ABSENCE.search(line) and path.name != Path(__file__).name
+    ]
+    assert not offences, "check it now: not gone(pid, timeout=0)\n" + "\n".join(offences)
+
+
 def test_the_checks_catch_the_known_forms() -> None:
     """The forms this suite used to have (issue #22), and forms that are fine."""
     # The samples are spelled with placeholders, so that no line of this file is itself the form
@@ -157,6 +172,8 @@ def test_the_checks_catch_the_known_forms() -> None:
     ]
     assert [code for code in bad if not elapsed_upper_bounds(code)] == []
     assert [code for code in fine if elapsed_upper_bounds(code)] == []
+    assert WAITED_OUT_ABSENCE.search("assert not gone(job.pid)")
+    assert not WAITED_OUT_ABSENCE.search("assert not gone(pid, timeout=0)")
     assert long_sleeps("time.sleep(0.5)\nawait asyncio.sleep(1)\npage.wait_for_timeout(1000)") == [
         (1, 0.5),
         (2, 1.0),

@@ -165,7 +165,7 @@ def test_a_bg_handle_is_a_process_handle(ip: InteractiveShell, front: HeadlessFr
     view = front.widget(cap.outputs[0])
     assert isinstance(view, JobView)
     job: BackgroundJob = ip.user_ns["job"]
-    assert isinstance(job.pid, int) and job.pid > 0 and not gone(job.pid)
+    assert isinstance(job.pid, int) and job.pid > 0 and not gone(job.pid, timeout=0)
     job.write_stdin("from code\n")
     front.send(view, {"type": "stdin", "data": "from the view\n"})
     wait_for(lambda: "got from the view" in view.text("stdout"), what="the view's line")
