@@ -20,6 +20,20 @@ import { IRenderMimeRegistry, renderHTML } from "@jupyterlab/rendermime";
 import { Widget } from "@lumino/widgets";
 
 const RECORD_MIME = "application/vnd.remote-exec.record+json";
+// A live view's draft record (remote_exec/jupyter/record.py): rewritten beside the view so the view
+// itself is never re-rendered; the saver moves its record into the view's output. Shown as nothing.
+const DRAFT_MIME = "application/vnd.remote-exec.draft+json";
+
+class DraftRenderer extends Widget {
+  constructor() {
+    super();
+    this.addClass("rx-record-draft");
+  }
+
+  renderModel() {
+    return Promise.resolve();
+  }
+}
 const UP = new Set(["idle", "busy"]);
 
 // A JSON string is a valid Python str literal: the only way a value from the file reaches code.
@@ -321,6 +335,7 @@ const plugin = {
       },
       0, // ahead of text/html, which the same output carries for every other reader
     );
+    rendermime.addFactory({ safe: true, mimeTypes: [DRAFT_MIME], createRenderer: () => new DraftRenderer() }, 0);
   },
 };
 

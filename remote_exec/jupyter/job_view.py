@@ -4,9 +4,9 @@ The view reads the handle it is given to its end (on the background loop), so gi
 nobody else iterates: ``JobView.attach(sb, job_id)`` makes a fresh one.
 
 Its output bundle carries a record beside the widget (:mod:`~remote_exec.jupyter.record`):
-shown with :meth:`JobView.show`, the view rewrites that record in the notebook
-(``update_display``) on every state change, every :data:`RECORD_PERIOD` seconds while the job
-runs, and at its end, so a saved notebook tells how far the job got.
+shown with :meth:`JobView.show`, the view writes its newest record into a draft output beside it
+every :data:`RECORD_PERIOD` seconds while the job runs, and into its own output at the job's end,
+so a saved notebook tells how far the job got (the view itself is never re-rendered meanwhile).
 
 Health: the view shows its sandbox's channel state (``link``: connected, reconnecting, lost,
 gone; :class:`~remote_exec.client.link.Link`) beside the job's, and the front end says "no
@@ -223,7 +223,7 @@ class JobView(StreamWidget):
         )
         self.outcome = outcome
         await self._drain()
-        self._update_record()  # the final record: what a saved notebook shows from now on
+        self._recorded.update(final=True)  # the final record: what a saved notebook shows from now on
         self._done.set()
 
     def _on_link(self, status: LinkStatus) -> None:

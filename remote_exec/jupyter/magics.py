@@ -40,7 +40,7 @@ from .magic_base import (
 from .rerun import SHELL_LABEL, rerun_named, running_terminals
 from .runner import CellJob, failure
 from .shell_view import ShellView
-from .terminal_view import DEFAULT_SIZE, MAX_ROWS, TerminalView
+from .terminal_view import DEFAULT_SIZE, MAX_ROWS, TerminalView, start_cols
 
 __all__ = ["SHELL_COMMAND", "RemoteExecMagics"]
 
@@ -355,7 +355,7 @@ class RemoteExecMagics(StateMagics):
                     show(TerminalView(watcher, command=SHELL_LABEL, sandbox=sb.url, rows=rows, control=control))
                     return
             proc = sb.exec_remote(
-                SHELL_COMMAND, tty=True, tty_size=(DEFAULT_SIZE[0], rows), label=SHELL_LABEL, tags=notebook_tags()
+                SHELL_COMMAND, tty=True, tty_size=(start_cols(), rows), label=SHELL_LABEL, tags=notebook_tags()
             )
         except RemoteExecError as exc:
             raise RemoteCommandError(f"{type(exc).__name__}: {exc}") from exc

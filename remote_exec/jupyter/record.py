@@ -1,8 +1,9 @@
 """A job view's stored record: what a saved notebook shows where no kernel or widget model is.
 
 A view's output bundle holds, beside the widget, a ``text/plain`` and a ``text/html`` record
-(state, exit code, duration, command, the tail of each stream) that the view rewrites as the job
-moves and at its end. GitHub, nbviewer and ``jupyter nbconvert`` show the HTML; it is plain
+(state, exit code, duration, command, the tail of each stream), kept fresh in a draft output
+beside it while the job runs and written into the view's own output at its end
+(:class:`RecordedDisplay`). GitHub, nbviewer and ``jupyter nbconvert`` show the HTML; it is plain
 inline-styled HTML (no script, no class a stylesheet must supply) because those renderers strip
 the rest. ANSI colours are kept: SGR sequences become ``<span style=...>``, others are dropped.
 """
@@ -19,6 +20,7 @@ from typing import Any, cast
 
 from ..client.ends import end_words
 from .display import format_duration
+from .saving import DRAFT_MIME, RECORD_DRAFT, RECORD_META
 from .trust import attach_hint
 
 __all__ = [
@@ -276,13 +278,18 @@ Bundle = tuple[dict[str, Any], dict[str, Any]]
 
 
 class RecordedDisplay:
-    """One displayed output whose record is rewritten in place (a view's, a shell's, a dashboard's).
+    """One displayed view (a job's, a shell's, a dashboard's) and its record, kept fresh beside it.
 
     :meth:`show` displays ``bundle()`` (the widget beside its record, and the metadata that marks
-    the record for the saver) under a display id, and remembers the request that showed it;
-    :meth:`update` rewrites that output with a fresh ``bundle()``, as a reply to that request (see
-    :func:`as_reply_to`), from any thread. Shown again (a reloaded page), the newest output is the
-    one rewritten.
+    the record for the saver) under a display id, and after it a *draft*: an output that shows
+    nothing and carries the newest record in its metadata. :meth:`update` rewrites the draft, as
+    a reply to the request that showed the view (see :func:`as_reply_to`), from any thread; the
+    view's own output is left alone until :meth:`update` is ``final``. JupyterLab's widget
+    renderer makes a new view for every rewrite of a widget's output, which lost a click, a
+    field's focus, a terminal's and a pane's scroll; a draft's rewrite touches no view. The
+    server's saver (saving.py) moves a draft's record into its view's output, so a notebook saved
+    at any moment (a kernel killed a second later) holds a record as fresh as the last draft.
+    Shown again (a reloaded page), the newest output is the one rewritten.
     """
 
     def __init__(self, bundle: Callable[[], Any]) -> None:
@@ -293,18 +300,31 @@ class RecordedDisplay:
         self._pending = False
 
     def hold(self, on: bool) -> None:
-        """A person presses or types in a view of this output (its front end says so): rewrites
-        wait until the hold ends. JupyterLab's widget renderer re-creates the whole view for a
-        rewritten output, so a rewrite during a press lost the click (Chromium drops a click
-        whose mousedown node left the page) and one while typing lost the field's focus. A hold
-        whose release never comes (a closed page) lapses after :data:`HOLD_MAX` seconds."""
+        """A person presses or types in a view of this output (its front end says so): the final
+        rewrite of the view's own output waits until the hold ends (a rewrite makes a new view,
+        and Chromium drops a click whose mousedown node left the page). A hold whose release
+        never comes (a closed page) lapses after :data:`HOLD_MAX` seconds."""
         self._held_until = time.monotonic() + HOLD_MAX if on else 0.0
         if not on and self._pending:
-            self.update()
+            self.update(final=True)
 
     def _bundle(self) -> Bundle:
         bundle = self._repr()
-        return bundle if isinstance(bundle, tuple) else (bundle, {})
+        data, meta = bundle if isinstance(bundle, tuple) else (bundle, {})
+        meta = dict(meta or {})
+        if isinstance(meta.get(RECORD_META), dict) and self.display_id is not None:
+            # the saver pairs the view's output with its draft by this id
+            meta[RECORD_META] = {**meta[RECORD_META], "display": self.display_id}
+        return data, meta
+
+    def _draft(self, with_record: bool) -> Bundle:
+        draft: dict[str, Any] = {"for": self.display_id}
+        if with_record:
+            data, meta = self._bundle()
+            record = {k: data[k] for k in ("text/html", "text/plain") if isinstance(data.get(k), str)}
+            draft.update(data=record, mark=meta.get(RECORD_META))
+        # text/plain for front ends without the JupyterLab extension: an empty line at most
+        return {"text/plain": "", DRAFT_MIME: {}}, {RECORD_DRAFT: draft}
 
     @property
     def shown(self) -> bool:
@@ -312,25 +332,31 @@ class RecordedDisplay:
         return self.display_id is not None
 
     def show(self, display_id: str) -> None:
-        """Display the bundle in the output of the request running now."""
+        """Display the bundle in the output of the request running now, and its draft after it."""
         from IPython.display import display
 
         self._parent = current_parent()  # before the id: an update from the loop thread uses both
         self.display_id = display_id
         data, meta = self._bundle()
         cast(Any, display)(data, metadata=meta, raw=True, display_id=display_id)
+        draft, draft_meta = self._draft(with_record=False)
+        cast(Any, display)(draft, metadata=draft_meta, raw=True, display_id=f"{display_id}-draft")
 
-    def update(self) -> None:
-        """Rewrite the shown output with a fresh bundle (nothing if never shown; a kernel on its
-        way out keeps it as it was)."""
+    def update(self, *, final: bool = False) -> None:
+        """Write the newest record into the draft; ``final`` (the job ended): into the view's own
+        output, once, and empty the draft. Nothing if never shown; a kernel on its way out keeps
+        the outputs as they were."""
         if self.display_id is None:
             return
-        if time.monotonic() < self._held_until:
+        if final and time.monotonic() < self._held_until:
             self._pending = True  # rewritten when the hold ends
             return
-        self._pending = False
         from IPython.display import update_display
 
         with contextlib.suppress(Exception), as_reply_to(self._parent):
-            data, meta = self._bundle()
-            cast(Any, update_display)(data, metadata=meta, raw=True, display_id=self.display_id)
+            if final:
+                self._pending = False
+                data, meta = self._bundle()
+                cast(Any, update_display)(data, metadata=meta, raw=True, display_id=self.display_id)
+            draft, draft_meta = self._draft(with_record=not final)
+            cast(Any, update_display)(draft, metadata=draft_meta, raw=True, display_id=f"{self.display_id}-draft")

@@ -27,7 +27,7 @@ from .background import BackgroundJob
 from .display import CellWriter, JobInterrupted, RemoteCommandError
 from .follow import Outcome, follow, loop_of
 from .job_view import JobView
-from .terminal_view import TerminalView
+from .terminal_view import DEFAULT_SIZE, TerminalView, start_cols
 from .vt import ScreenWriter
 
 __all__ = ["CellJob", "exit_line", "failure"]
@@ -92,6 +92,7 @@ class CellJob:
             tags=self.tags,
             policy=self.policy,
             tty=self.tty,
+            tty_size=(start_cols(), DEFAULT_SIZE[1]) if self.tty else None,
             stdin_open=self.stdin,
         )
         return await proc.started()

@@ -17,8 +17,12 @@ notebook has a kernel, and shows the live view again on its own when the running
 holds one (a reloaded page). Without the extension JupyterLab ranks ``text/html`` first and shows
 the record as before; GitHub, nbviewer and nbconvert ignore the unknown type.
 
+A live view keeps its newest record in a *draft* output beside it (:data:`RECORD_DRAFT`; see
+:class:`~remote_exec.jupyter.record.RecordedDisplay`): rewriting the view's own output would make
+JupyterLab render a new view. The hook moves each draft's record into its view's output (the same
+checks apply) and drops every draft, so the file holds the record as of the save.
 Only the file changes: the open notebook keeps its live views, which go on rewriting their
-record (see :mod:`~remote_exec.jupyter.job_view`) until the job ends. A reopened (or reloaded)
+drafts until the job ends. A reopened (or reloaded)
 notebook shows the record; ``%exec_remote_attach JOB`` (named in a running job's record), or the
 extension's Reconnect, gives a live view again.
 
@@ -33,12 +37,30 @@ from typing import Any
 
 from ..protocol.names import is_job_id
 
-__all__ = ["RECORD_META", "RECORD_MIME", "WIDGET_MIME", "keep_records", "load_jupyter_server_extension"]
+__all__ = [
+    "DRAFT_MIME",
+    "RECORD_DRAFT",
+    "RECORD_META",
+    "RECORD_MIME",
+    "WIDGET_MIME",
+    "keep_records",
+    "load_jupyter_server_extension",
+]
 
 RECORD_META = "remote_exec"
 """Key in an output's metadata that marks a bundle whose ``text/html`` is a record."""
 
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"
+
+RECORD_DRAFT = "remote_exec_draft"
+"""Key in a draft output's metadata: the view it belongs to (``for``: the ``display`` of that
+view's :data:`RECORD_META`) and, while the view's job runs, its newest record (``data``:
+``text/html`` and ``text/plain``; ``mark``: the :data:`RECORD_META` mark). See
+:class:`~remote_exec.jupyter.record.RecordedDisplay`: the view's own output is not rewritten
+while it lives; the saver moves the draft's record into it."""
+
+DRAFT_MIME = "application/vnd.remote-exec.draft+json"
+"""A draft's data: the JupyterLab extension renders it as nothing (its output hidden)."""
 
 RECORD_MIME = "application/vnd.remote-exec.record+json"
 """A saved job record as the JupyterLab extension reads it (see the module doc)."""
@@ -104,6 +126,8 @@ def keep_records(model: dict[str, Any], **_: Any) -> None:
     if model.get("type") != "notebook" or not isinstance(model.get("content"), dict):
         return
     for cell in model["content"].get("cells") or []:
+        if isinstance(cell, dict) and isinstance(cell.get("outputs"), list):
+            cell["outputs"] = _merge_drafts(cell["outputs"])
         for output in (cell.get("outputs") if isinstance(cell, dict) else None) or []:
             if not isinstance(output, dict):
                 continue
@@ -115,6 +139,39 @@ def keep_records(model: dict[str, Any], **_: Any) -> None:
                     data.pop(RECORD_MIME, None)  # never a stale or forged one
                 else:
                     data[RECORD_MIME] = record
+
+
+def _draft_of(output: object) -> dict[str, Any] | None:
+    meta = output.get("metadata") if isinstance(output, dict) else None
+    draft = meta.get(RECORD_DRAFT) if isinstance(meta, dict) else None
+    return draft if isinstance(draft, dict) else None
+
+
+def _merge_drafts(outputs: list[Any]) -> list[Any]:
+    """The cell's outputs without its drafts, each draft's record moved into the output of the
+    view it names (same cell, same ``display``): the newest record, as of the save."""
+    drafts = {}
+    for output in outputs:
+        draft = _draft_of(output)
+        if draft is not None and isinstance(draft.get("for"), str):
+            drafts[draft["for"]] = draft
+    kept = []
+    for output in outputs:
+        if _draft_of(output) is not None:
+            continue  # a draft is never saved: it is merged below, or stale
+        data, meta = (output.get("data"), output.get("metadata")) if isinstance(output, dict) else (None, None)
+        mark = meta.get(RECORD_META) if isinstance(meta, dict) else None
+        key = mark.get("display") if isinstance(mark, dict) else None
+        draft = drafts.get(key) if isinstance(key, str) else None
+        if isinstance(data, dict) and isinstance(meta, dict) and draft is not None:
+            record, new_mark = draft.get("data"), draft.get("mark")
+            html, plain = (record.get("text/html"), record.get("text/plain")) if isinstance(record, dict) else (0, 0)
+            fits = isinstance(html, str) and isinstance(plain, str) and max(len(html), len(plain)) <= MAX_RECORD_HTML
+            if fits and isinstance(new_mark, dict):
+                data["text/html"], data["text/plain"] = html, plain
+                meta[RECORD_META] = {**new_mark, "display": key}  # checked with the rest below
+        kept.append(output)
+    return kept
 
 
 def _jupyter_server_extension_points() -> list[dict[str, str]]:

@@ -27,7 +27,7 @@ from .job_view import JobView
 from .transcript import RateLimit
 from .vt import RENDER_CHARS, render_screen
 
-__all__ = ["DEFAULT_SIZE", "INPUT_LIMIT", "MAX_COLS", "MAX_ROWS", "TerminalView"]
+__all__ = ["DEFAULT_SIZE", "INPUT_LIMIT", "MAX_COLS", "MAX_ROWS", "TerminalView", "start_cols"]
 
 DEFAULT_SIZE = (80, 24)
 """Columns and rows of a terminal before its view has measured the cell."""
@@ -36,6 +36,16 @@ INPUT_LIMIT = 1024 * 1024
 """Characters of keystrokes (a paste) waiting for the job's stdin at most; more is refused."""
 
 MAX_COLS, MAX_ROWS = 500, 200
+
+_measured = {"cols": DEFAULT_SIZE[0]}  # the width a page last measured a terminal at (see start_cols)
+
+
+def start_cols() -> int:
+    """Columns a new terminal starts at: the width the page last measured one of this kernel's
+    terminals at (a notebook's cells are one width), else 80. A job's first lines (``ls``, a
+    prompt, ``tput cols``) are then laid out for the view that shows them; a view measured
+    otherwise resizes the PTY as it renders."""
+    return _measured["cols"]
 
 
 class TerminalView(JobView):
@@ -80,12 +90,6 @@ class TerminalView(JobView):
         # Keystrokes echo within a round: up to 100 short rounds a second (a JobView's 10 would
         # add up to 100 ms to every echo). OUTPUT_RATE still caps the bytes.
         return RateLimit(max_messages=100, min_gap=0.005)
-
-    async def _record_while_running(self) -> None:
-        # No periodic record rewrites: each one (update_display) makes the front end render the
-        # view anew, which would take the focus from a terminal being typed into. The record is
-        # written when the view is shown and when the job ends.
-        await asyncio.Event().wait()  # cancelled when the job ends
 
     def _emit(self, stream: str, text: str) -> None:
         super()._emit(stream, text)
@@ -134,6 +138,7 @@ class TerminalView(JobView):
             self._typist = None
 
     def _want_size(self, cols: int, rows: int) -> None:
+        _measured["cols"] = cols
         self._size_wanted = (cols, rows)
         self._set(cols=cols, rows=rows)
         if self._sizer is None and not self._done.is_set():

@@ -22,6 +22,7 @@ from traitlets.config import Config
 
 import remote_exec as rx
 from remote_exec.agent.jobs.proctable import group_members
+from remote_exec.jupyter import terminal_view
 from remote_exec.jupyter.headless import HeadlessFrontEnd
 
 from ..conftest import wait_for as wait_for  # re-exported: the jupyter tests import it from here
@@ -50,8 +51,10 @@ def front() -> Iterator[HeadlessFrontEnd]:
 
 @pytest.fixture(autouse=True)
 def interactive(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Behave as under a widget front end (an InteractiveShell alone has no kernel)."""
+    """Behave as under a widget front end (an InteractiveShell alone has no kernel), as a kernel
+    that just started: no terminal width measured yet (a kernel-wide memory, see start_cols)."""
     monkeypatch.setenv("REMOTE_EXEC_NONINTERACTIVE", "0")
+    monkeypatch.setattr(terminal_view, "_measured", {"cols": terminal_view.DEFAULT_SIZE[0]})
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ Skipped (with the reason) when Chromium or Playwright is missing, except under
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 from pathlib import Path
@@ -28,7 +29,9 @@ def test_bg_widget_and_foreground_interrupt_in_jupyterlab(
 ) -> None:
     pid_file = tmp_path / "fg.pid"
     cells = [
-        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
+        # the records' period shortened: the view must outlive many rewrites of its record
+        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}\n"
+        "import remote_exec.jupyter.job_view as jv\njv.RECORD_PERIOD = 0.3",
         "%%exec_remote --bg\nprintf '\\033[32mgreen\\033[0m text\\n'\n"
         'for i in $(seq 1 2000); do echo "out line $i"; echo "err line $i" >&2; sleep 0.05; done',
         f"%%exec_remote\necho $$ > {pid_file}\necho fg-started\nsleep 300",
@@ -45,6 +48,14 @@ def test_bg_widget_and_foreground_interrupt_in_jupyterlab(
         job.locator(".rx-pane-stderr .rx-line", has_text=re.compile(r"^err line 20\s*$")).wait_for()
         assert job.locator(".rx-pane-stdout span.rx-fg-2").first.inner_text() == "green"  # ANSI colours
         assert job.locator(".rx-badge").inner_text().strip().lower() == "running"
+        # The record is kept fresh beside the view (a draft), never by re-rendering the view:
+        # the same element lives on while the record follows the job (seen in the saved file).
+        job.evaluate("el => { el.dataset.rxMark = 'first'; }")
+        job.locator(".rx-pane-stdout .rx-line", has_text=re.compile(r"^out line 60\s*$")).wait_for()
+        assert cell.locator(".rx-record-draft").count() == 1 and cell.locator(".rx-record-draft").is_hidden()
+        page.keyboard.press("Control+s")
+        wait_for(lambda: saved_line(lab[1] / "job.ipynb", 1) >= 60, timeout=60, what="a save with a fresh record")
+        assert cell.locator(".rx-job").count() == 1 and job.get_attribute("data-rx-mark") == "first"
         shot(page, "browser-1-bg-running", cell)
         job.locator("button", has_text="Kill").click()
         job.locator(".rx-badge", has_text="killed").wait_for()
@@ -65,6 +76,19 @@ def test_bg_widget_and_foreground_interrupt_in_jupyterlab(
         assert gone(int(pid_file.read_text()))
         assert "SIGINT sent" in cell.locator(".jp-OutputArea").inner_text()
         shot(page, "browser-4-fg-interrupted", cell)
+
+
+def saved_line(notebook: Path, index: int) -> int:
+    """The newest ``out line N`` in the saved record of cell ``index`` (its one output), or 0."""
+    try:
+        outputs = json.loads(notebook.read_text())["cells"][index]["outputs"]
+    except (OSError, ValueError, KeyError, IndexError):
+        return 0
+    if len(outputs) != 1:  # the view's output alone: its draft is never saved
+        return 0
+    plain = outputs[0]["data"].get("text/plain", "")
+    plain = "".join(plain) if isinstance(plain, list) else plain  # a file keeps text as a list of lines
+    return max(map(int, re.findall(r"out line (\d+)", plain)), default=0)
 
 
 def test_dashboard_and_shell_view_in_jupyterlab(lab: tuple[str, Path], page: Any, agent_dir: Path) -> None:

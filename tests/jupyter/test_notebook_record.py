@@ -7,6 +7,7 @@ import html
 import shlex
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from IPython.core.error import UsageError
@@ -14,15 +15,29 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 import remote_exec as rx
-from remote_exec.jupyter import JobView, RemoteCommandError
+from remote_exec.jupyter import JobView, RemoteCommandError, job_view
 from remote_exec.jupyter.background import BackgroundJob
 from remote_exec.jupyter.headless import HeadlessFrontEnd
 from remote_exec.jupyter.record import ansi_to_html
+from remote_exec.jupyter.saving import DRAFT_MIME, RECORD_DRAFT, RECORD_META
 from remote_exec.jupyter.trust import attach_hint
 
 from .conftest import gone, wait_for
 
 WIDGET = "application/vnd.jupyter.widget-view+json"
+
+
+def newest_record(outputs: list[Any], kind: str = "text/html") -> str:
+    """The newest record among captured outputs: a draft's (while the job runs) or a view's own
+    output rewritten (at its end, or as first shown)."""
+    found = ""
+    for o in outputs:
+        draft = o.metadata.get(RECORD_DRAFT)
+        if isinstance(draft, dict) and "data" in draft:
+            found = draft["data"][kind]
+        elif kind in o.data and RECORD_META in o.metadata:
+            found = o.data[kind]
+    return found
 
 
 def test_ansi_colours_become_inline_styles_and_text_is_escaped() -> None:
@@ -33,28 +48,100 @@ def test_ansi_colours_become_inline_styles_and_text_is_escaped() -> None:
 
 
 def test_the_stored_record_follows_the_job_to_its_end(
-    ip: InteractiveShell, front: HeadlessFrontEnd, tmp_path: Path
+    ip: InteractiveShell, front: HeadlessFrontEnd, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """While the job runs, only the draft beside the view is rewritten (a rewrite of the view's
+    own output makes JupyterLab render a new view: a lost click, focus, scroll); at the end, the
+    view's output gets the final record once and the draft is emptied."""
+    monkeypatch.setattr(job_view, "RECORD_PERIOD", 0.2)
     gate = tmp_path / "gate"
     script = f"printf '\\033[31mred line\\033[0m\\n'; echo err >&2; while [ ! -e {gate} ]; do sleep 0.02; done; exit 3"
     with capture_output() as cap:
         ip.run_cell_magic("exec_remote", "--bg --name rec", script)
         job = ip.user_ns["rec"]
-        first = cap.outputs[0]
+        first, draft = cap.outputs[:2]
+        view_id = first.transient["display_id"]
         assert WIDGET in first.data  # the widget and its record, in one output
         assert first.data["text/plain"].startswith("[running] printf")
+        assert first.metadata[RECORD_META]["display"] == view_id  # what the saver pairs the draft by
+        assert draft.transient["display_id"] == f"{view_id}-draft" and draft.data["text/plain"] == ""
+        assert draft.metadata[RECORD_DRAFT] == {"for": view_id}  # nothing newer yet
+        wait_for(lambda: "err" in newest_record(cap.outputs, "text/plain"), what="a draft")
+        assert not [o for o in cap.outputs[2:] if o.transient["display_id"] == view_id]  # the view: untouched
         gate.touch()
         wait_for(lambda: job.done, what="the job's end")
         assert job.view is not None and job.view.wait(10) is not None
-        wait_for(lambda: any(getattr(o, "update", False) for o in cap.outputs), what="the final record")
-    final = [o for o in cap.outputs if getattr(o, "update", False)][-1]
-    assert final.transient["display_id"] == first.transient["display_id"]  # rewrites the same output
+
+        def rewrites() -> list[Any]:
+            return [o for o in cap.outputs[2:] if o.transient["display_id"] == view_id]
+
+        wait_for(rewrites, what="the final record")
+        wait_for(lambda: cap.outputs[-1].metadata.get(RECORD_DRAFT) == {"for": view_id}, what="the draft emptied")
+    (final,) = rewrites()  # once
     assert WIDGET in final.data
     plain, html = final.data["text/plain"], final.data["text/html"]
     assert plain.startswith("[failed] printf") and "exit 3" in plain and f"job {job.job_id}" in plain
     assert "red line" in plain and "\x1b" not in plain and "err" in plain
     assert '<span style="color:#cd3131">red line</span>' in html and ">failed<" in html and "exit 3" in html
     assert "<script" not in html
+
+
+def test_the_saver_moves_a_drafts_record_into_its_view_and_drops_every_draft() -> None:
+    """A notebook saved while a job runs (a kernel killed the next second): the view's output
+    holds the record of the newest draft, checked as any record is; drafts are never saved."""
+    from remote_exec.jupyter.saving import RECORD_MIME, keep_records
+
+    mark = {"job_id": "j-1", "state": "running", "sandbox": "local://", "label": "x", "display": "d1"}
+    view = {
+        "output_type": "display_data",
+        "metadata": {RECORD_META: mark},
+        "data": {WIDGET: {"model_id": "m"}, "text/html": "<p>old</p>", "text/plain": "old"},
+    }
+    newest = {"text/html": "<p>newest</p>", "text/plain": "newest"}
+    draft = {
+        "output_type": "display_data",
+        "metadata": {RECORD_DRAFT: {"for": "d1", "data": newest, "mark": {**mark, "state": "completed"}}},
+        "data": {"text/plain": "", DRAFT_MIME: {}},
+    }
+    stray = {"output_type": "display_data", "metadata": {RECORD_DRAFT: {"for": "gone"}}, "data": {"text/plain": ""}}
+    model: dict[str, Any] = {
+        "type": "notebook",
+        "content": {"cells": [{"cell_type": "code", "outputs": [view, draft, stray]}]},
+    }
+    keep_records(model)
+    (kept,) = model["content"]["cells"][0]["outputs"]
+    assert kept["data"]["text/html"] == "<p>newest</p>" and kept["data"]["text/plain"] == "newest"
+    assert kept["data"][RECORD_MIME]["state"] == "completed" and WIDGET not in kept["data"]
+
+
+@pytest.mark.parametrize(
+    ("draft", "why"),
+    [
+        ({"for": "d1", "data": {"text/html": "x" * (256 * 1024 + 1), "text/plain": ""}, "mark": {}}, "too much HTML"),
+        ({"for": "d1", "data": {"text/html": "<p>", "text/plain": ["no"]}, "mark": {}}, "text that is not text"),
+        ({"for": "d1", "data": "<p>", "mark": {}}, "data that is not a bundle"),
+        ({"for": "d1", "data": {"text/html": "<p>", "text/plain": "p"}, "mark": "m"}, "a mark that is not one"),
+        ({"for": "other", "data": {"text/html": "<p>", "text/plain": "p"}, "mark": {}}, "another view's draft"),
+    ],
+)
+def test_a_forged_draft_changes_nothing(draft: object, why: str) -> None:
+    from remote_exec.jupyter.saving import keep_records
+
+    mark = {"job_id": "j-1", "state": "running", "display": "d1"}
+    view = {
+        "output_type": "display_data",
+        "metadata": {RECORD_META: mark},
+        "data": {"text/html": "<p>old</p>", "text/plain": "old"},
+    }
+    forged = {"output_type": "display_data", "metadata": {RECORD_DRAFT: draft}, "data": {"text/plain": ""}}
+    model: dict[str, Any] = {
+        "type": "notebook",
+        "content": {"cells": [{"cell_type": "code", "outputs": [view, forged]}]},
+    }
+    keep_records(model)
+    (kept,) = model["content"]["cells"][0]["outputs"]
+    assert kept["data"]["text/html"] == "<p>old</p>", why
+    assert kept["metadata"][RECORD_META]["job_id"] == "j-1", why
 
 
 def test_a_running_record_says_how_to_reconnect(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:
@@ -362,14 +449,12 @@ def test_the_dashboards_record_lists_its_jobs_and_follows_them(
         front.send(dash, {"type": "hello"})  # a view: the dashboard refreshes while shown
         gate.touch()
 
-        def completed() -> bool:
-            updates = [o for o in cap.outputs if getattr(o, "update", False)]
-            return bool(updates) and ">completed<" in updates[-1].data["text/html"]
-
-        wait_for(completed, what="the record rewritten with the job's end")
+        wait_for(lambda: ">completed<" in newest_record(cap.outputs), what="the record with the job's end")
     final = [o for o in cap.outputs if getattr(o, "update", False)][-1]
-    assert final.transient["display_id"] == first.transient["display_id"] and RECORD_META in final.metadata
-    assert "dash-line" in final.data["text/html"] and "data-remote-exec-record=" in final.data["text/html"]
+    assert final.metadata[RECORD_DRAFT]["for"] == first.transient["display_id"]  # the dashboard's own draft
+    assert final.metadata[RECORD_DRAFT]["mark"]["kind"] == "dashboard"
+    record = newest_record(cap.outputs)
+    assert "dash-line" in record and "data-remote-exec-record=" in record
     dash.close()
 
 
@@ -383,15 +468,18 @@ def test_a_view_as_a_cells_value_keeps_its_record_up_to_date(
     ip.user_ns.update(sb_=sb, job_id_=proc.job_id)
     with capture_output() as cap:
         ip.run_cell("from remote_exec.jupyter import JobView\nJobView.attach(sb_, job_id_)")
-        (first,) = cap.outputs
+        first, draft = cap.outputs
         assert WIDGET in first.data and first.transient["display_id"]
+        assert draft.metadata[RECORD_DRAFT] == {"for": first.transient["display_id"]}
         gate.touch()
 
         def ended() -> bool:
-            return any(getattr(o, "update", False) and "[completed]" in o.data["text/plain"] for o in cap.outputs)
+            return any(
+                getattr(o, "update", False) and "[completed]" in o.data.get("text/plain", "") for o in cap.outputs
+            )
 
         wait_for(ended, what="the record rewritten at the job's end")
-    final = [o for o in cap.outputs if getattr(o, "update", False)][-1]
+    final = [o for o in cap.outputs if getattr(o, "update", False) and WIDGET in o.data][-1]
     assert final.transient["display_id"] == first.transient["display_id"] and "value-line" in final.data["text/html"]
 
 
@@ -410,7 +498,9 @@ def test_a_shells_reconnect_shows_the_same_session_and_its_record(
     assert isinstance(old, ShellView)
     old.run("cd /tmp && echo here-it-was")
     meta = cap.outputs[0].metadata  # the first record; rewritten after the command
-    assert meta[RECORD_META] == {"kind": "shell", "session_id": old.session_id, "sandbox": jurl, "state": "open"}
+    display = cap.outputs[0].transient["display_id"]  # what the saver pairs the record's draft by
+    want = {"kind": "shell", "session_id": old.session_id, "sandbox": jurl, "state": "open", "display": display}
+    assert meta[RECORD_META] == want
     record = old.record()
     assert "here-it-was" in record.html() and "/tmp$" in record.plain()
     assert saved_record(meta[RECORD_META], record.html()) is not None
@@ -441,34 +531,42 @@ def test_a_dashboards_reconnect_shows_the_same_sandboxes(
         reconnect_dashboard(jurl, jurl)  # the same URL twice: one sandbox
     dash = front.widget(cap.outputs[0])
     assert isinstance(dash, Dashboard) and dash.sandboxes == [jurl]
-    assert cap.outputs[0].metadata[RECORD_META] == {"kind": "dashboard", "sandboxes": [jurl]}
+    display = cap.outputs[0].transient["display_id"]
+    assert cap.outputs[0].metadata[RECORD_META] == {"kind": "dashboard", "sandboxes": [jurl], "display": display}
     dash.close()
 
 
-def test_a_held_view_s_record_is_rewritten_only_when_the_hold_ends(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A rewrite re-creates the live view in JupyterLab (a press spanning one never clicked): while
-    a view says a person presses or types in it, rewrites wait, and the last one comes at release."""
+def test_a_held_view_s_final_record_waits_for_the_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the final record rewrites the view's own output (which re-creates the live view in
+    JupyterLab: a press spanning it never clicked). While a view says a person presses or types
+    in it, that rewrite waits for the release; the drafts beside it go out meanwhile."""
     import IPython.display
 
     from remote_exec.jupyter.record import HOLD_MAX, RecordedDisplay
 
-    rewrites: list[str] = []
-    monkeypatch.setattr(IPython.display, "update_display", lambda data, **_: rewrites.append(data["text/plain"]))
+    rewrites: list[tuple[str, str]] = []
+
+    def update_display(data: dict[str, Any], *, display_id: str, **_: Any) -> None:
+        rewrites.append((display_id, data["text/plain"]))
+
+    monkeypatch.setattr(IPython.display, "update_display", update_display)
     monkeypatch.setattr(IPython.display, "display", lambda *a, **k: None)
     value = ["v1"]
     shown = RecordedDisplay(lambda: {"text/plain": value[0]})
     shown.show("d1")
     shown.hold(True)
     value[0] = "v2"
-    shown.update()
-    assert rewrites == []
+    shown.update()  # a draft: never held
+    assert rewrites == [("d1-draft", "")]
+    shown.update(final=True)
+    assert rewrites == [("d1-draft", "")]  # held
     shown.hold(False)
-    assert rewrites == ["v2"]
+    assert rewrites[1:] == [("d1", "v2"), ("d1-draft", "")]
     shown.hold(False)  # a second release: nothing pending, nothing sent
-    assert rewrites == ["v2"]
+    assert len(rewrites) == 3
     shown.hold(True)  # a release that never comes lapses
     later = time.monotonic() + HOLD_MAX + 1
     monkeypatch.setattr(time, "monotonic", lambda: later)
     value[0] = "v3"
-    shown.update()
-    assert rewrites == ["v2", "v3"]
+    shown.update(final=True)
+    assert rewrites[3:] == [("d1", "v3"), ("d1-draft", "")]

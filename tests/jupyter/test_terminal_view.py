@@ -9,9 +9,11 @@ from IPython.core.interactiveshell import InteractiveShell
 from IPython.utils.capture import capture_output
 
 import remote_exec as rx
-from remote_exec.jupyter import TerminalView
+from remote_exec.jupyter import TerminalView, job_view, terminal_view
 from remote_exec.jupyter.background import BackgroundJob
 from remote_exec.jupyter.headless import HeadlessFrontEnd
+from remote_exec.jupyter.saving import RECORD_DRAFT
+from remote_exec.jupyter.terminal_view import DEFAULT_SIZE
 from remote_exec.jupyter.vt import RENDER_CHARS, render_screen
 
 from .conftest import wait_for
@@ -164,6 +166,49 @@ def test_a_tty_cell_is_a_terminal_to_type_into(ip: InteractiveShell, front: Head
     assert job.wait().returncode == 0
     assert view.wait(20) is not None
     assert view.screen().splitlines() == ["name? Ada", "hello Ada", "tty"]
+
+
+def test_a_running_terminals_record_follows_its_screen(
+    ip: InteractiveShell, front: HeadlessFrontEnd, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the job runs its newest screen goes into the record's draft (what a notebook saved
+    after its kernel was SIGKILLed keeps), never into the view's own output (a rewrite there would
+    make JupyterLab render a new terminal, taking the focus of someone typing)."""
+    monkeypatch.setattr(job_view, "RECORD_PERIOD", 0.2)
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--tty --name term", "read -p 'name? ' n; echo \"hi $n\"; sleep 300")
+        view = front.widget(cap.outputs[0])
+        assert isinstance(view, TerminalView)
+        front.send(view, {"type": "hello"})
+        for key in "Ada\r":
+            front.send(view, {"type": "input", "data": key})
+
+        def drafted() -> str:
+            drafts = [o.metadata[RECORD_DRAFT] for o in cap.outputs if RECORD_DRAFT in o.metadata]
+            return next((d["data"]["text/plain"] for d in reversed(drafts) if "data" in d), "")
+
+        wait_for(lambda: "hi Ada" in drafted(), what="a draft with the screen")
+        view_id = cap.outputs[0].transient["display_id"]
+        assert not [o for o in cap.outputs[1:] if o.transient.get("display_id") == view_id]  # the view: untouched
+        assert "\x1b" not in drafted() and drafted().startswith("[running]")
+        ip.user_ns["term"].kill()
+
+
+def test_a_terminal_starts_at_the_width_the_page_measured(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:
+    """Not at 80 columns until its view resizes it: the first lines (``ls``, ``tput cols``) are
+    laid out for the width the page measured this kernel's terminals at."""
+    assert terminal_view.start_cols() == DEFAULT_SIZE[0]  # a fresh kernel (the autouse fixture)
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--tty --name first", "read -r _")
+    front.send(front.widget(cap.outputs[0]), {"type": "resize", "cols": 132, "rows": 24})
+    wait_for(lambda: terminal_view.start_cols() == 132, what="the page's measure")
+    ip.user_ns["first"].kill()
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--tty --name second", "tput cols")
+    view = front.widget(cap.outputs[0])
+    assert ip.user_ns["second"].wait().returncode == 0
+    assert isinstance(view, TerminalView) and view.wait(20) is not None
+    assert view.screen() == "132"
 
 
 def test_a_tty_cell_in_plain_text_prints_the_rendered_screen(ip: InteractiveShell, plain: None) -> None:
