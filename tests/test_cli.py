@@ -63,7 +63,10 @@ def test_usage_errors() -> None:
     r = run_cli("-s", "nope://x", "ps")
     assert r.returncode == 2 and "unsupported sandbox URL" in r.stderr
     r = run_cli("--liveness", "-1", "ps")
-    assert r.returncode != 0 and r.stderr == "remote-exec: --liveness takes seconds >= 0, not -1\n"
+    assert r.returncode != 0 and r.stderr == "remote-exec: --liveness takes 0 (off) or seconds >= 0.5, not -1\n"
+    for bad in ("nan", "inf", "0.001"):  # a heartbeat that spins, never waits, or loses a healthy agent
+        r = run_cli("--liveness", bad, "ps")
+        assert r.returncode != 0 and r.stderr.startswith("remote-exec: --liveness takes 0 (off)"), bad
 
 
 def test_agent_call_and_stdio(agent_dir: Path) -> None:

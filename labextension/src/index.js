@@ -7,8 +7,8 @@
 // trusted) and, while the notebook has a kernel, one button -- Reconnect (a running job, an open
 // shell), Open live view (a job that ended), Open live dashboard -- that runs the matching call
 // of remote_exec.jupyter.attach in that kernel with the output routed into this same cell (as a
-// cell's own run is), so the live view takes the record's place and its records fill that output
-// from then on: the next save stores a fresh one. When the kernel up already shows a view of the job (the
+// cell's own run is), so the live view takes the record's place and its records (in a draft
+// beside it) follow into that output: the next save stores a fresh one. When the kernel up already shows a view of the job (the
 // page was reloaded), the view comes back by itself: a silent user_expressions query asks, which
 // imports nothing into a kernel that never used remote_exec and starts nothing. A live view's own
 // Reconnect (after a kernel restart) is routed the same way when this extension is there.
@@ -32,6 +32,13 @@ class DraftRenderer extends Widget {
 
   renderModel() {
     return Promise.resolve();
+  }
+
+  // style/index.css hides the output's row with :has(); a browser without it (Firefox < 121)
+  // would show an empty row per draft, so the row is hidden here too.
+  onAfterAttach() {
+    const row = this.node.closest(".jp-OutputArea-child");
+    if (row) row.style.display = "none";
   }
 }
 const UP = new Set(["idle", "busy"]);

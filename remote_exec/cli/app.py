@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -197,8 +198,8 @@ def _env(pairs: list[str]) -> dict[str, str] | None:
 async def _main(args: argparse.Namespace) -> int:
     if args.cmd == "run" and not [a for a in args.command if a != "--"][:1]:  # before connecting anywhere
         raise SystemExit("remote-exec run: no command (use: remote-exec run -- CMD ARGS...)")
-    if args.liveness is not None and args.liveness < 0:
-        raise SystemExit(f"remote-exec: --liveness takes seconds >= 0, not {args.liveness:g}")
+    if args.liveness is not None and not (args.liveness == 0 or 0.5 <= args.liveness < math.inf):
+        raise SystemExit(f"remote-exec: --liveness takes 0 (off) or seconds >= 0.5, not {args.liveness:g}")
     async with open_sandbox(args.sandbox, liveness=args.liveness) as sb:
         return await _dispatch(sb, args)
 

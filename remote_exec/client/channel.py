@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
@@ -109,7 +110,7 @@ class Liveness:
     @classmethod
     def within(cls, bound: float) -> Liveness:
         """The liveness that notices a silent agent within ``bound`` seconds."""
-        if bound <= 0:
+        if not 0 < bound < math.inf:  # nan too: a heartbeat that never waits would spin
             raise ValueError(f"liveness must be a positive number of seconds, not {bound!r}")
         return cls(interval=bound / 4, timeout=bound * 3 / 4)
 

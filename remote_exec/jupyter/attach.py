@@ -252,7 +252,7 @@ def live_view(job_id: str) -> bool:
 def show_again(job_id: str) -> None:
     """Show this kernel's open view of ``job_id`` again, in the output of the request running now
     (the extension routes it into the record's cell): the same widget, its records from now on
-    rewriting that output, which the next save stores.
+    going into that output's draft, which the next save stores.
 
     :raises JobNotFoundError: no open view of that job here (closed meanwhile).
     """

@@ -289,14 +289,14 @@ class StreamWidget(anywidget.AnyWidget):
         self._on_front_end_msg(self, content, None)
 
     def _hold_record(self, on: bool) -> None:
-        """Hold back rewriting this widget's output record (a widget with one overrides this)."""
+        """Hold back the final rewrite of this widget's output (a widget with one overrides this)."""
 
     def _handle_front_end_msg(self, content: dict[str, Any]) -> None:
         kind = content.get("type")
         if kind == "hello":
             viewer = content.get("viewer")
             self._loop.call_soon(self._hello, viewer if isinstance(viewer, str) else None)
-        elif kind == "hold":  # a press or typing in a view: its record's rewrite waits
+        elif kind == "hold":  # a press or typing in a view: a final rewrite of its output waits
             self._hold_record(content.get("on") is True)
         elif kind == "fetch":
             stream = content.get("stream")

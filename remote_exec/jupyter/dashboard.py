@@ -9,8 +9,9 @@ What persists (filters, page, folds) is widget state; rows travel as ``{type: "r
 messages carrying only the rows that changed since the last one, so the front end updates its
 table in place (a selection, focus or a press on a button survives a refresh).
 
-Displayed, its output carries a record (the page's rows), rewritten every ``RECORD_PERIOD`` s at
-most as it refreshes: a saved notebook shows the jobs as they last were (:mod:`~remote_exec.jupyter.saving`).
+Displayed, its output carries a record (the page's rows), kept fresh in a draft beside it every
+``RECORD_PERIOD`` s at most as it refreshes (the view is never re-rendered for it): a saved
+notebook shows the jobs as they last were (:mod:`~remote_exec.jupyter.saving`).
 
 Health: ``links`` holds each sandbox's channel state (:class:`~remote_exec.client.link.Link`),
 shown above the table; each running job's row carries its CPU and memory (one batched
@@ -339,7 +340,7 @@ class Dashboard(anywidget.AnyWidget):
             self._loop.spawn(self._guard, self._clear_finished)
         elif kind == "show_cleared":
             self._loop.spawn(self._guard, self._show_cleared)
-        elif kind == "hold":  # a press or typing in a view: its record's rewrite waits
+        elif kind == "hold":  # a press or typing in a view: a final rewrite of its output waits
             self._display.hold(content.get("on") is True)
         elif kind == "close_view":
             self._loop.call_soon(self._close_opened)

@@ -50,7 +50,7 @@ from .transcript import DEFAULT_TAIL_LINES
 __all__ = ["QUIET_AFTER", "RECORD_PERIOD", "SAMPLE_PERIOD", "SHOWN", "USAGE_POINTS", "WATCH_TTL", "JobView"]
 
 RECORD_PERIOD = 5.0
-"""Seconds between rewrites of a running view's stored record."""
+"""Seconds between rewrites of a running view's stored record (its draft, beside the view)."""
 
 QUIET_AFTER = 60.0
 """Seconds without output after which a running job shows "no output for N min"."""

@@ -344,15 +344,16 @@ class RecordedDisplay:
 
     def update(self, *, final: bool = False) -> None:
         """Write the newest record into the draft; ``final`` (the job ended): into the view's own
-        output, once, and empty the draft. Nothing if never shown; a kernel on its way out keeps
-        the outputs as they were."""
+        output, once, and empty the draft. A final held by a press or typing goes into the draft
+        at once (what a save keeps) and into the view's output at the release. Nothing if never
+        shown; a kernel on its way out keeps the outputs as they were."""
         if self.display_id is None:
-            return
-        if final and time.monotonic() < self._held_until:
-            self._pending = True  # rewritten when the hold ends
             return
         from IPython.display import update_display
 
+        if final and time.monotonic() < self._held_until:
+            self._pending = True  # into the view's output when the hold ends
+            final = False
         with contextlib.suppress(Exception), as_reply_to(self._parent):
             if final:
                 self._pending = False

@@ -1,7 +1,8 @@
 """A shell view's stored record: what a saved notebook shows of a shell session, with no kernel.
 
 As a job view's (:mod:`~remote_exec.jupyter.record`): plain inline-styled HTML beside the widget,
-rewritten after each command, that the saver keeps in place of the widget. It holds the newest
+kept fresh after each command in a draft beside the view, that the saver moves into the view's
+output in place of the widget. It holds the newest
 lines of the transcript (commands typed, their output, the shell's notes), the session's id,
 sandbox, cwd and state, and for an open session "open as of <time>" and the magic that shows it
 again from a running kernel.

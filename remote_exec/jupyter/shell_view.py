@@ -7,8 +7,9 @@ command's stdin is open: a line typed meanwhile is its input (Ctrl+D closes it).
 
 Shown with :meth:`ShellView.show`, its output carries a record beside the widget
 (:mod:`~remote_exec.jupyter.shell_record`: the newest transcript lines, the session's id and
-state), rewritten after each command: what a saved notebook shows, and what the JupyterLab
-extension's Reconnect reads.
+state), kept fresh after each command in a draft output beside the view (the view itself is not
+re-rendered; :class:`~remote_exec.jupyter.record.RecordedDisplay`): what a saved notebook shows
+once the server's saver moved it in, and what the JupyterLab extension's Reconnect reads.
 """
 
 from __future__ import annotations
@@ -220,7 +221,7 @@ class ShellView(StreamWidget):
         )
 
     def show(self) -> None:
-        """Display the view in the cell's output, its record rewritten after each command."""
+        """Display the view in the cell's output, its record's draft rewritten after each command."""
         self._recorded.show(self._uid)
 
     @property

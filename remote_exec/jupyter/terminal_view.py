@@ -38,6 +38,7 @@ INPUT_LIMIT = 1024 * 1024
 MAX_COLS, MAX_ROWS = 500, 200
 
 _measured = {"cols": DEFAULT_SIZE[0]}  # the width a page last measured a terminal at (see start_cols)
+MIN_MEASURED = 20  # narrower is a collapsed or hidden view, not the notebook's width
 
 
 def start_cols() -> int:
@@ -103,7 +104,10 @@ class TerminalView(JobView):
         elif kind == "resize":
             cols, rows = content.get("cols"), content.get("rows")
             if isinstance(cols, int) and isinstance(rows, int) and cols > 0 and rows > 0:
-                self._loop.call_soon(self._want_size, min(cols, MAX_COLS), min(rows, MAX_ROWS))
+                cols, rows = min(cols, MAX_COLS), min(rows, MAX_ROWS)
+                if cols >= MIN_MEASURED:  # a page's measure (not a collapsed or hidden view's)
+                    _measured["cols"] = cols
+                self._loop.call_soon(self._want_size, cols, rows)
         else:
             super()._action(kind, content)
 
@@ -138,7 +142,6 @@ class TerminalView(JobView):
             self._typist = None
 
     def _want_size(self, cols: int, rows: int) -> None:
-        _measured["cols"] = cols
         self._size_wanted = (cols, rows)
         self._set(cols=cols, rows=rows)
         if self._sizer is None and not self._done.is_set():

@@ -27,7 +27,7 @@ from .conftest import gone, wait_for
 WIDGET = "application/vnd.jupyter.widget-view+json"
 
 
-def newest_record(outputs: list[Any], kind: str = "text/html") -> str:
+def newest_record(outputs: list[Any], kind: str = "text/html", drafts_only: bool = False) -> str:
     """The newest record among captured outputs: a draft's (while the job runs) or a view's own
     output rewritten (at its end, or as first shown)."""
     found = ""
@@ -35,7 +35,7 @@ def newest_record(outputs: list[Any], kind: str = "text/html") -> str:
         draft = o.metadata.get(RECORD_DRAFT)
         if isinstance(draft, dict) and "data" in draft:
             found = draft["data"][kind]
-        elif kind in o.data and RECORD_META in o.metadata:
+        elif kind in o.data and RECORD_META in o.metadata and not drafts_only:
             found = o.data[kind]
     return found
 
@@ -66,7 +66,7 @@ def test_the_stored_record_follows_the_job_to_its_end(
         assert first.metadata[RECORD_META]["display"] == view_id  # what the saver pairs the draft by
         assert draft.transient["display_id"] == f"{view_id}-draft" and draft.data["text/plain"] == ""
         assert draft.metadata[RECORD_DRAFT] == {"for": view_id}  # nothing newer yet
-        wait_for(lambda: "err" in newest_record(cap.outputs, "text/plain"), what="a draft")
+        wait_for(lambda: "err" in newest_record(cap.outputs, "text/plain", drafts_only=True), what="a draft")
         assert not [o for o in cap.outputs[2:] if o.transient["display_id"] == view_id]  # the view: untouched
         gate.touch()
         wait_for(lambda: job.done, what="the job's end")
@@ -124,7 +124,7 @@ def test_the_saver_moves_a_drafts_record_into_its_view_and_drops_every_draft() -
         ({"for": "other", "data": {"text/html": "<p>", "text/plain": "p"}, "mark": {}}, "another view's draft"),
     ],
 )
-def test_a_forged_draft_changes_nothing(draft: object, why: str) -> None:
+def test_a_malformed_draft_changes_nothing(draft: object, why: str) -> None:
     from remote_exec.jupyter.saving import keep_records
 
     mark = {"job_id": "j-1", "state": "running", "display": "d1"}
@@ -539,34 +539,37 @@ def test_a_dashboards_reconnect_shows_the_same_sandboxes(
 def test_a_held_view_s_final_record_waits_for_the_release(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only the final record rewrites the view's own output (which re-creates the live view in
     JupyterLab: a press spanning it never clicked). While a view says a person presses or types
-    in it, that rewrite waits for the release; the drafts beside it go out meanwhile."""
+    in it, that rewrite waits for the release; the record goes into the draft at once (what a
+    save keeps meanwhile), as every record before it did."""
     import IPython.display
 
     from remote_exec.jupyter.record import HOLD_MAX, RecordedDisplay
 
     rewrites: list[tuple[str, str]] = []
 
-    def update_display(data: dict[str, Any], *, display_id: str, **_: Any) -> None:
-        rewrites.append((display_id, data["text/plain"]))
+    def update_display(data: dict[str, Any], *, display_id: str, metadata: dict[str, Any], **_: Any) -> None:
+        draft = metadata.get(RECORD_DRAFT, {})
+        rewrites.append((display_id, draft["data"]["text/plain"] if "data" in draft else data["text/plain"]))
 
     monkeypatch.setattr(IPython.display, "update_display", update_display)
     monkeypatch.setattr(IPython.display, "display", lambda *a, **k: None)
     value = ["v1"]
-    shown = RecordedDisplay(lambda: {"text/plain": value[0]})
+    shown = RecordedDisplay(lambda: ({"text/plain": value[0]}, {RECORD_META: {"job_id": "j-1"}}))
     shown.show("d1")
     shown.hold(True)
     value[0] = "v2"
     shown.update()  # a draft: never held
-    assert rewrites == [("d1-draft", "")]
+    assert rewrites == [("d1-draft", "v2")]
+    value[0] = "v3"
     shown.update(final=True)
-    assert rewrites == [("d1-draft", "")]  # held
+    assert rewrites[1:] == [("d1-draft", "v3")]  # held: the final record in the draft only
     shown.hold(False)
-    assert rewrites[1:] == [("d1", "v2"), ("d1-draft", "")]
+    assert rewrites[2:] == [("d1", "v3"), ("d1-draft", "")]  # the view's output, the draft emptied
     shown.hold(False)  # a second release: nothing pending, nothing sent
-    assert len(rewrites) == 3
+    assert len(rewrites) == 4
     shown.hold(True)  # a release that never comes lapses
     later = time.monotonic() + HOLD_MAX + 1
     monkeypatch.setattr(time, "monotonic", lambda: later)
-    value[0] = "v3"
+    value[0] = "v4"
     shown.update(final=True)
-    assert rewrites[3:] == [("d1", "v3"), ("d1-draft", "")]
+    assert rewrites[4:] == [("d1", "v4"), ("d1-draft", "")]

@@ -202,7 +202,10 @@ def test_a_terminal_starts_at_the_width_the_page_measured(ip: InteractiveShell, 
         ip.run_cell_magic("exec_remote", "--tty --name first", "read -r _")
     front.send(front.widget(cap.outputs[0]), {"type": "resize", "cols": 132, "rows": 24})
     wait_for(lambda: terminal_view.start_cols() == 132, what="the page's measure")
-    ip.user_ns["first"].kill()
+    first = ip.user_ns["first"]
+    first.kill()
+    # its view's last record written before the next capture (which would catch it first)
+    assert first.view is not None and first.view.wait(20) is not None
     with capture_output() as cap:
         ip.run_cell_magic("exec_remote", "--tty --name second", "tput cols")
     view = front.widget(cap.outputs[0])

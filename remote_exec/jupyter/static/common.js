@@ -434,8 +434,9 @@ function rxMarkControls(model, root) {
   return () => model.off("change:controls", mark);
 }
 
-// While a person presses a button or types in this view, the kernel holds back rewriting the
-// view's output record: JupyterLab's widget renderer re-creates the whole view for a rewritten
+// While a person presses a button or types in this view, the kernel holds back the one rewrite
+// of the view's output (its final record, at the job's end; records before it go into a draft
+// beside the view): JupyterLab's widget renderer re-creates the whole view for a rewritten
 // output, and a press that spans it never clicks (Chromium drops a click whose mousedown node
 // left the page), a field loses its focus. Sent by the control route when there is one (it
 // acts while the kernel runs a cell). Returns the function that stops (and releases).

@@ -139,8 +139,9 @@ function rxNotify(title, body, tag) {
 
 // "New since you last looked": when the tab is hidden, note each pane's end; when it is shown
 // again, mark the first line that came meanwhile (the mark stays until the tab is hidden again).
-// Marks live in the page, not in the view: a view is drawn anew whenever its output's saved
-// record is rewritten (update_display), and the mark must outlive that. Keyed by model and pane.
+// Marks live in the page, not in the view: a view is drawn anew when its output is rewritten
+// (update_display: once, at its job's end) or shown again, and the mark must outlive that.
+// Keyed by model and pane.
 const RX_SINCE = new Map(); // `${model id}:${pane}` -> {at (absolute line index of the last line seen), shown}
 
 function rxSinceMarker(views, id) {
