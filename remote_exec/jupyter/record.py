@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import html
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -298,15 +299,20 @@ class RecordedDisplay:
         self._parent: dict[str, Any] | None = None
         self._held_until = 0.0  # (monotonic) see hold()
         self._pending = False
+        # show() runs on the kernel's thread, update() on the loop's, hold() on either: one at a
+        # time, so a final update cannot go out before the output it rewrites (the front end
+        # drops it, and "running" would stay), nor a release miss a final pending meanwhile.
+        self._lock = threading.RLock()
 
     def hold(self, on: bool) -> None:
         """A person presses or types in a view of this output (its front end says so): the final
         rewrite of the view's own output waits until the hold ends (a rewrite makes a new view,
         and Chromium drops a click whose mousedown node left the page). A hold whose release
         never comes (a closed page) lapses after :data:`HOLD_MAX` seconds."""
-        self._held_until = time.monotonic() + HOLD_MAX if on else 0.0
-        if not on and self._pending:
-            self.update(final=True)
+        with self._lock:
+            self._held_until = time.monotonic() + HOLD_MAX if on else 0.0
+            if not on and self._pending:
+                self.update(final=True)
 
     def _bundle(self) -> Bundle:
         bundle = self._repr()
@@ -335,18 +341,23 @@ class RecordedDisplay:
         """Display the bundle in the output of the request running now, and its draft after it."""
         from IPython.display import display
 
-        self._parent = current_parent()  # before the id: an update from the loop thread uses both
-        self.display_id = display_id
-        data, meta = self._bundle()
-        cast(Any, display)(data, metadata=meta, raw=True, display_id=display_id)
-        draft, draft_meta = self._draft(with_record=False)
-        cast(Any, display)(draft, metadata=draft_meta, raw=True, display_id=f"{display_id}-draft")
+        with self._lock:
+            self._parent = current_parent()  # before the id: an update from the loop thread uses both
+            self.display_id = display_id
+            data, meta = self._bundle()
+            cast(Any, display)(data, metadata=meta, raw=True, display_id=display_id)
+            draft, draft_meta = self._draft(with_record=False)
+            cast(Any, display)(draft, metadata=draft_meta, raw=True, display_id=f"{display_id}-draft")
 
     def update(self, *, final: bool = False) -> None:
         """Write the newest record into the draft; ``final`` (the job ended): into the view's own
         output, once, and empty the draft. A final held by a press or typing goes into the draft
         at once (what a save keeps) and into the view's output at the release. Nothing if never
         shown; a kernel on its way out keeps the outputs as they were."""
+        with self._lock:
+            self._update(final)
+
+    def _update(self, final: bool) -> None:
         if self.display_id is None:
             return
         from IPython.display import update_display
