@@ -322,18 +322,21 @@ class ExecRemoteProcess:
             await self._write(b"", eof=True)
 
     async def _write(self, data: str | bytes, eof: bool) -> None:
-        await self.started()
-        assert self._job_id is not None
         raw = data.encode() if isinstance(data, str) else data
         if self.options.encoding == "utf-8":
             _text(raw)  # the same check, and error, as the job's input
-        if self.options.tty:
-            await self._write_keys(raw, eof)
-            return
         # One write at a time on this handle's cursor: two at once would both start from the same
-        # offset, and the agent would take the second for a retry of the first and drop it.
+        # offset, and the agent would take the second for a retry of the first and drop it. The
+        # lock is taken before anything is awaited (asyncio's lock serves waiters first come,
+        # first served), so writes go in the order they were called: writes called before the
+        # job's start had come back once went after later ones that found it started (soak).
         async with self._stdin_lock:
-            await self._write_at_cursor(raw, eof)
+            await self.started()
+            assert self._job_id is not None
+            if self.options.tty:
+                await self._write_keys(raw, eof)
+            else:
+                await self._write_at_cursor(raw, eof)
 
     async def _write_at_cursor(self, raw: bytes, eof: bool) -> None:
         assert self._job_id is not None
