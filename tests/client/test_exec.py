@@ -97,6 +97,37 @@ async def test_concurrent_writes_to_one_handle_all_arrive_in_order(url: str) -> 
     assert res.stdout == "".join(lines)
 
 
+async def test_writes_called_before_the_start_came_back_go_first(agent_dir: Path) -> None:
+    """The order the soak once saw broken: writes called while the job's start was in flight
+    were woken a few loop steps after it came back, and a write called after it (finding the
+    job started) went first. Here the early callers are woken late on purpose."""
+    async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
+        proc = sb.exec_remote(["cat"], stdin_open=True)
+        real_started, gate, early = proc.started, anyio.Event(), [0]
+
+        async def started_late_for_early_callers() -> rx.ExecRemoteProcess:
+            early[0] += 1
+            if early[0] <= 5:
+                await gate.wait()
+                for _ in range(5):  # a wake-up that takes a few loop steps
+                    await anyio.lowlevel.checkpoint()
+            return await real_started()
+
+        proc.started = started_late_for_early_callers  # type: ignore[method-assign]
+        async with anyio.create_task_group() as tg:
+            for i in range(5):
+                tg.start_soon(proc.write_stdin, f"early {i}\n")
+                await anyio.lowlevel.checkpoint()
+            await real_started()
+            gate.set()
+            for i in range(5):
+                tg.start_soon(proc.write_stdin, f"late {i}\n")
+                await anyio.lowlevel.checkpoint()
+        await proc.close_stdin()
+        res = await proc.wait()
+    assert res.stdout == "".join(f"early {i}\n" for i in range(5)) + "".join(f"late {i}\n" for i in range(5))
+
+
 async def test_stdin_closed_by_default_and_write_without_stdin_open(url: str) -> None:
     async with rx.open_sandbox(url) as sb:
         res = await sb.run(["cat"], timeout=10)  # would hang if stdin were left open
