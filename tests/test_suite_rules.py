@@ -121,13 +121,18 @@ def test_no_test_sleeps_as_synchronisation() -> None:
 NUMBERED_SUBSTRING = re.compile(r'has_text="[^"]*\d"\)\.wait_for\(')
 
 
-def test_no_locator_matches_a_numbered_line_as_a_substring() -> None:
-    offences = [
+def lines_matching(pattern: re.Pattern[str]) -> list[str]:
+    """``path:line: text`` of every line of the suite (this file aside) that ``pattern`` finds."""
+    return [
         f"{path.relative_to(TESTS)}:{n}: {line.strip()}"
         for path in _python_files()
         for n, line in enumerate(path.read_text().splitlines(), 1)
-        if NUMBERED_SUBSTRING.search(line) and path.name != Path(__file__).name
+        if pattern.search(line) and path.name != Path(__file__).name
     ]
+
+
+def test_no_locator_matches_a_numbered_line_as_a_substring() -> None:
+    offences = lines_matching(NUMBERED_SUBSTRING)
     assert not offences, 'match the whole line, has_text=re.compile(r"^tick 3\\s*$"), or take .first:\n' + "\n".join(
         offences
     )
@@ -139,12 +144,7 @@ WAITED_OUT_ABSENCE = re.compile(r"not gone\((?![^)]*timeout=0\b)")
 
 
 def test_no_check_that_a_job_lives_waits_out_a_timeout() -> None:
-    offences = [
-        f"{path.relative_to(TESTS)}:{n}: {line.strip()}"
-        for path in _python_files()
-        for n, line in enumerate(path.read_text().splitlines(), 1)
-        if WAITED_OUT_ABSENCE.search(line) and path.name != Path(__file__).name
-    ]
+    offences = lines_matching(WAITED_OUT_ABSENCE)
     assert not offences, "check it now: not gone(pid, timeout=0)\n" + "\n".join(offences)
 
 
