@@ -28,6 +28,7 @@ from nbclient import NotebookClient
 import remote_exec as rx
 from remote_exec.jupyter.display import WIDGET_FRONT_END_ENV
 from remote_exec.jupyter.rerun import attached_line
+from remote_exec.jupyter.saving import RECORD_DRAFT
 
 from ..venvs import install, make_venv
 from .conftest import gone
@@ -139,8 +140,9 @@ def test_output_lands_in_the_cell_that_ran_it(
     assert streams(outs[1]) == [("stdout", f"started job {_job_id(outs[1])} in the background\n")]
     assert streams(outs[2]) == [("stdout", "one\n"), ("stderr", "two\n"), ("stdout", "three\n")]
     assert streams(outs[3]) == [("stdout", "python cell\n")]
-    (widget,) = outs[4]
+    widget, draft = outs[4]  # the view, and the hidden draft its record is kept fresh in
     assert widget.output_type == "display_data" and "application/vnd.jupyter.widget-view+json" in widget.data
+    assert draft.output_type == "display_data" and RECORD_DRAFT in draft.metadata
     assert streams(outs[5]) == [("stdout", "after the widget\n")]
     assert streams(outs[6]) == [("stdout", "failing\n"), ("stderr", "exit code: 3\n")]
     (error,) = [o for o in outs[6] if o.output_type == "error"]
