@@ -203,12 +203,15 @@ def test_restart_and_run_all_attaches_to_the_named_job_and_jobs_run_in_the_noteb
             cells = [setup, "%%exec_remote --bg --name job1\necho one; sleep 300", pwd]
             first = run_notebook(cells, folder, "python3")
             (started,) = job1()
-            assert started.state == "running" and [o.output_type for o in first[1]] == ["display_data"]
+            # the view and its record's draft
+            assert started.state == "running" and [o.output_type for o in first[1]] == ["display_data"] * 2
+            assert WIDGET in first[1][0].data and RECORD_DRAFT in first[1][1].metadata
             assert streams(first[2]) == [("stdout", f"{os.path.realpath(folder)}\n")]
             again = run_notebook(cells, folder, "python3")  # the job still runs: attached, not doubled
             assert [j.job_id for j in job1()] == [started.job_id]
             assert streams(again[1]) == [("stdout", attached_line("job1", started.job_id) + "\n")]
-            assert WIDGET in again[1][-1].data  # its live view is the cell's output
+            view, draft = again[1][-2:]  # its live view is the cell's output (and the view's draft)
+            assert WIDGET in view.data and RECORD_DRAFT in draft.metadata
             cells[1] = "%%exec_remote --bg --name job1 --replace\necho two; sleep 300"
             run_notebook(cells, folder, "python3")
             old, new = job1()
