@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
 from types import TracebackType
 from typing import Literal, TypeVar, Unpack, overload
 
@@ -25,7 +24,7 @@ from ..client.shell import ShellSession
 from ..client.types import ExecRemoteOptions, ExecResult, OptionOverrides
 from ..protocol import DEFAULT_MAX_BYTES as READ_BYTES
 from ..protocol import JobInfo, JobStats, PruneResult, SandboxStats, ServerInfo, ShellInfo
-from ..sandboxes import SandboxOpener, open_sandbox
+from ..sandboxes import open_sandbox
 from .handles import BlockingExecRemoteProcess, BlockingPortForward, BlockingShellSession, interruptible
 from .sandbox_files import BlockingSandboxFiles
 
@@ -78,15 +77,11 @@ class Sandbox(BlockingSandboxFiles):
             liveness=liveness,
         )
         try:
-            async_sandbox: AsyncSandbox = portal.call(self._open, opener)
+            async_sandbox: AsyncSandbox = portal.call(opener)  # the portal awaits what it returns
         except BaseException:
             release_portal()
             raise
         super().__init__(portal, async_sandbox)
-
-    @staticmethod
-    async def _open(opener: Callable[[], SandboxOpener]) -> AsyncSandbox:
-        return await opener()
 
     def _release_portal(self) -> None:
         if self._owns_lease:
