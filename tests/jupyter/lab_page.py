@@ -10,12 +10,15 @@ import contextlib
 import os
 import re
 import socket
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import nbformat
 import pytest
+
+from ..conftest import wait_for
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -118,3 +121,19 @@ def restart_kernel(page: Any) -> None:
     page.locator("jp-button[data-command='notebook:restart-kernel']").first.click()
     page.locator(".jp-Dialog button", has_text="Restart").click()
     kernel_idle(page)
+
+
+def save_until(page: Any, path: Path, fresh: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Save the notebook (Ctrl+S) until ``fresh()`` holds for the file: a view's record is
+    rewritten by the kernel some time after the view itself shows the output, and a save stores
+    the record the page holds at that moment, so one save may catch an older one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        page.locator(".jp-NotebookPanel:visible .jp-Notebook").click()
+        page.keyboard.press("Control+s")
+        try:
+            wait_for(lambda: path.stat().st_size and fresh(), timeout=2, what="a fresh save")
+            return
+        except (AssertionError, KeyError, ValueError):  # not yet, or a file being written
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no save of {path.name} was fresh within {timeout:.0f} s") from None

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from .conftest import gone, wait_for
-from .lab_page import BASE_URL, failure_shot, open_notebook, run_cell, run_first_cell, shot, wait_done
+from .lab_page import BASE_URL, failure_shot, open_notebook, run_cell, run_first_cell, save_until, shot, wait_done
 
 pytestmark = pytest.mark.slow
 
@@ -54,8 +54,7 @@ def test_bg_widget_and_foreground_interrupt_in_jupyterlab(
         job.locator(".rx-pane-stdout .rx-line", has_text=re.compile(r"^out line 60\s*$")).wait_for()
         draft_row = cell.locator(".jp-OutputArea-child:has(.rx-record-draft)")
         assert draft_row.count() == 1 and draft_row.bounding_box() is None  # takes no room
-        page.keyboard.press("Control+s")
-        wait_for(lambda: saved_line(lab[1] / "job.ipynb", 1) >= 60, timeout=60, what="a save with a fresh record")
+        save_until(page, lab[1] / "job.ipynb", lambda: saved_line(lab[1] / "job.ipynb", 1) >= 60)
         assert cell.locator(".rx-job").count() == 1 and job.get_attribute("data-rx-mark") == "first"
         shot(page, "browser-1-bg-running", cell)
         job.locator("button", has_text="Kill").click()

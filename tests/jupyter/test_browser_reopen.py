@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from .lab_page import (
     restart_kernel,
     run_cell,
     run_first_cell,
+    save_until,
     shot,
     wait_done,
 )
@@ -88,19 +89,10 @@ def saved_outputs(path: Path) -> list[Any]:
     return [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "display_data"]
 
 
-def save_until(pg: Any, path: Path, fresh: Callable[[list[Any]], bool]) -> None:
-    """Save the notebook (Ctrl+S) until the file's display outputs are ``fresh``: a view's record
-    is rewritten every few seconds, and a save stores the one the page holds then."""
-    deadline = time.monotonic() + 60
-    while True:
-        pg.locator(".jp-NotebookPanel:visible .jp-Notebook").click()
-        pg.keyboard.press("Control+s")
-        try:
-            wait_for(lambda: path.stat().st_size and fresh(saved_outputs(path)), timeout=2, what="a fresh save")
-            return
-        except (AssertionError, KeyError, ValueError):  # not yet, or a file being written
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no save of {path.name} had the fresh record within 60 s") from None
+def fresh_records(path: Path, count: int, index: int, after: int) -> bool:
+    """The saved file has ``count`` records and record ``index`` shows a tick past ``after``."""
+    outs = saved_outputs(path)
+    return len(outs) == count and last_tick(outs[index]["data"]["text/plain"]) > after
 
 
 def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
@@ -132,14 +124,12 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
         # the running view's record keeps moving after another cell ran (it replies to its own cell)
         ran_after = last_tick(run.locator(".rx-pane-stdout").inner_text())
         run.locator(".rx-pane-stdout .rx-line", has_text=f"tick {ran_after + 70}").wait_for()
-        pg.locator(".jp-NotebookPanel:visible .jp-Notebook").click()
-        pg.keyboard.press("Control+s")
 
         def records_saved() -> bool:
-            outs = saved_outputs(path) if path.stat().st_size else []
+            outs = saved_outputs(path)
             return len(outs) == 3 and last_tick(outs[1]["data"].get("text/plain", "")) > ran_after
 
-        wait_for(records_saved, timeout=60, what="the notebook saved with fresh records")
+        save_until(pg, path, records_saved)
         fin_out, run_out, dash_out = saved_outputs(path)
         assert WIDGET not in fin_out["data"] and WIDGET not in run_out["data"]  # the records only
         assert fin_out["data"]["text/plain"].startswith("[failed] printf")
@@ -231,7 +221,7 @@ def test_a_reopened_notebook_and_its_html_show_each_jobs_true_record(
             assert pg.locator(CELLS).nth(2).locator(".rx-record").count() == 0
 
             # saved again: that cell's record is the live view's, not the pre-restart one
-            save_until(pg, path, lambda outs: len(outs) == 3 and last_tick(outs[1]["data"]["text/plain"]) > now)
+            save_until(pg, path, lambda: fresh_records(path, 3, 1, now))
             resaved = saved_outputs(path)[1]
             assert resaved["data"][RECORD_MIME]["job_id"] == run_id and WIDGET not in resaved["data"]
             shot(pg, "browser-reopen-6-live-again-after-a-reload", pg.locator(CELLS).nth(2))
@@ -315,7 +305,7 @@ def test_after_a_kernel_restart_reconnect_or_the_attach_magic_gives_a_live_view(
         # (the extension) the live view replaced the cell's output: a save stores its record,
         # not the one from before the restart
         path = lab[1] / "restart.ipynb"
-        save_until(page, path, lambda outs: len(outs) == 1 and last_tick(outs[0]["data"]["text/plain"]) > frozen_at)
+        save_until(page, path, lambda: fresh_records(path, 1, 0, frozen_at))
 
         # the same from the magic, in a new cell of the new kernel
         attached = run_cell(page, 2)
