@@ -1,5 +1,6 @@
 """What the run proved, printed at its end: the adversarial suite's cases per area (all refused?)
-with the peak RSS of each side, and the fault suite's one line per backend and mode. A passing
+with the peak RSS of each side, the fault suite's one line per backend and mode, and how busy
+each xdist worker was (a worker that ends long after the others is where the wall time goes). A passing
 test's output is captured, so this is how the CI log shows it.
 
 A pytest plugin (``pytest_plugins`` in ``tests/conftest.py``), not a sub-directory conftest:
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import resource
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,11 @@ __all__ = ["FAULT_LINES", "record_agent_peak", "record_attack"]
 FAULT_LINES: list[str] = []
 _tried: dict[str, list[tuple[str, bool]]] = defaultdict(list)
 _peak_kib = {"agent": 0, "host": 0}  # "host": the workers' peaks, under xdist
+_started = time.monotonic()
+_busy: dict[str, float] = defaultdict(float)  # worker -> seconds in tests (setup, call, teardown)
+_count: dict[str, int] = defaultdict(int)
+_ended: dict[str, float] = {}  # worker -> seconds into the run when it went down
+_groups: dict[str, float] = defaultdict(float)  # xdist group -> seconds (the units loadgroup places)
 
 
 def record_attack(area: str, case: str, *, refused: bool) -> None:
@@ -51,9 +58,22 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         workeroutput["runreport"] = json.dumps(report)
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """On the controller, each report names the worker that ran it (xdist sets ``node``)."""
+    node = getattr(report, "node", None)
+    if node is None:
+        return
+    worker = node.gateway.id
+    _busy[worker] += report.duration
+    _count[worker] += report.when == "call"
+    if "@" in report.nodeid:  # loadgroup's "nodeid@group"
+        _groups[report.nodeid.rsplit("@", 1)[1]] += report.duration
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: object) -> None:
     """The controller's side of xdist: one worker's records, merged into the run's."""
+    _ended[node.gateway.id] = time.monotonic() - _started
     raw = getattr(node, "workeroutput", {}).get("runreport")
     if raw is None:  # a worker that crashed before its end
         return
@@ -87,3 +107,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         tr.section("fault suite")
         for line in sorted(FAULT_LINES):
             tr.write_line(line)
+    if _busy:
+        tr.section("time per worker")
+        for worker in sorted(_busy):
+            end = _ended.get(worker)
+            ended = f", done {end:.0f} s into the run" if end is not None else ""
+            tr.write_line(f"{worker}: {_count[worker]} tests, {_busy[worker]:.0f} s in tests{ended}")
+        heavy = sorted(_groups.items(), key=lambda kv: -kv[1])[:8]
+        if heavy:
+            tr.write_line("heaviest groups (one worker each): " + ", ".join(f"{g} {t:.0f} s" for g, t in heavy))
