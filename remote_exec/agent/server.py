@@ -44,7 +44,7 @@ from .shell.controller import ShellController, ShellLimits
 from .shell.methods import shell_methods
 from .shell.process import ShellHome
 from .statedir import secure_dir
-from .statefile import claim_state_dir, planted, read_state_file
+from .statefile import claim_state_dir, open_own_file, planted, read_state_file
 from .stream import STREAM_SOCKET, Peers, serve_frames
 from .trash import Trash
 
@@ -257,7 +257,7 @@ def _state_id(jobs_root: Path) -> str:
             log.warning("skipped %s: %s; the state dir gets a new id", path, exc)
             os.unlink(path)
     text = secrets.token_hex(4)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = open_own_file(path, os.O_WRONLY | os.O_TRUNC)
     with os.fdopen(fd, "w") as f:
         f.write(text + "\n")
     return text

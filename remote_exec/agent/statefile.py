@@ -9,6 +9,11 @@ symlink), ``O_NONBLOCK`` (a FIFO's open returns at once), a regular file only (`
 was opened, not on the name), and a bounded read. What it refuses is the caller's to skip and to
 log with the path and the reason (the ``ValueError``'s text; :func:`planted` tells it apart).
 
+Writing is as exposed: an ``open`` for writing of a FIFO a job put at ``stdin_bytes`` blocked
+the agent's event loop for good (every job, every client), and ``O_TRUNC`` through a hard link
+empties the link's other name. Every write of such a file opens it through
+:func:`open_own_file`.
+
 Standard library only: the keeper reads ``job.json`` through it too.
 """
 
@@ -115,17 +120,21 @@ _OWN = os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def open_own_file(path: str | os.PathLike[str], flags: int) -> int:
-    """Open (or create, 0600) one of the agent's own files in its private state dir
-    (``agent.lock``, ``agent.log``); the caller closes the fd.
+    """Open (or create, 0600) one of the agent's own files in its private state dir: its own
+    (``agent.lock``, ``agent.log``) and those it keeps for jobs (``job.json``, ``stdin_bytes``,
+    ``jobs/counter``, a shell's records and logs). The caller closes the fd.
 
-    What a job put there instead (a symlink, a FIFO: the ``open`` blocked the client or the
+    What a job put there instead (a symlink, a FIFO: the ``open`` blocked the agent or the
     keeper for good, a hard link) is unlinked, logged and made afresh, its target untouched:
     in a private dir only the agent's user can have made it. Made by another user (the dir was
-    open once) it is refused, never written through.
+    open once) it is refused, never written through. ``O_TRUNC`` applies only once the file is
+    known to be the agent's own; the fd is blocking, as a regular file's is.
 
     :raises ValueError: another user's plant (:func:`planted`; its text says what it is).
     :raises OSError: it cannot be opened or made.
     """
+    truncate = bool(flags & os.O_TRUNC)
+    flags &= ~os.O_TRUNC
     for again in (False, True):
         try:
             fd = os.open(path, flags | _OWN, 0o600)
@@ -136,6 +145,13 @@ def open_own_file(path: str | os.PathLike[str], flags: int) -> int:
         else:
             st = os.fstat(fd)
             if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and st.st_nlink == 1:
+                try:
+                    os.set_blocking(fd, True)
+                    if truncate:
+                        os.ftruncate(fd, 0)
+                except OSError:
+                    os.close(fd)
+                    raise
                 return fd
             os.close(fd)
             why = f"not a private file (mode {stat.filemode(st.st_mode)}, uid {st.st_uid}, {st.st_nlink} links)"

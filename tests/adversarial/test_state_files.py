@@ -243,3 +243,70 @@ async def test_a_session_output_swapped_for_a_fifo(fresh_agent_dir: Path, advers
     refused = served and sh.session_id not in adopted and f"{out} is not a regular file" in log
     adversary.tried("state files", "a shell's out file replaced by a FIFO", refused=refused)
     assert refused, (adopted, log[-2000:])
+
+
+async def test_files_the_running_agent_writes_for_a_job_cannot_block_it(
+    fresh_agent_dir: Path, adversary: Adversary
+) -> None:
+    """What the agent writes while a job runs (``stdin_bytes`` at each write, ``job.json`` through
+    ``job.json.tmp``, ``jobs/counter`` at each start) replaced as the job could, by a FIFO (an
+    ``open`` for writing waited for a reader: one job froze the agent for every client) or a
+    FIFO the job holds open, or a hard link to another file (``O_TRUNC`` emptied it): the agent
+    answers, the job's stdin and record stay right, and the other file is untouched."""
+    d, url = fresh_agent_dir, f"local://?dir={fresh_agent_dir}"
+    other = d.parent / "not-the-agents"
+    other.write_text("keep me")
+    async with rx.open_sandbox(url) as sb:
+        cat = await sb.exec_remote(["cat"], stdin_open=True).started()
+        await cat.write_stdin("one\n")
+        where = job_dir(d, cat.job_id or "")
+        poison(where / "stdin_bytes", "fifo")
+        poison(where / "job.json.tmp", "fifo")
+        poison(d / "jobs" / "counter", "fifo")
+        held = os.open(where / "job.json.tmp", os.O_RDWR | os.O_NONBLOCK)  # a reader: opens succeed
+        try:
+            with anyio.fail_after(30):  # (each blocked the agent for good)
+                await cat.write_stdin("two\n")
+                started = await sb.exec_remote(["echo", "started"]).started()
+                started_ok = (await started.wait()).stdout == "started\n"
+                (where / "stdin_bytes").unlink()
+                os.link(other, where / "stdin_bytes")  # a hard link: the cursor is written elsewhere
+                await cat.write_stdin("three\n")
+                await cat.close_stdin()
+                result = await cat.wait()  # its end is written through job.json.tmp
+        finally:
+            os.close(held)
+        listed = {j.job_id: j for j in await sb.jobs()}
+    record = json.loads((where / "job.json").read_text())
+    log = (d / "agent.log").read_text(errors="replace")
+    tmp = where / "job.json.tmp"
+    cases = [
+        ("stdin_bytes replaced by a FIFO", f"skipped {where / 'stdin_bytes'}: not a regular file" in log),
+        ("job.json.tmp replaced by a FIFO the job holds open", f"skipped {tmp}: not a private" in log),
+        ("jobs/counter replaced by a FIFO", started_ok and (d / "jobs" / "counter").is_file()),
+        ("stdin_bytes hard-linked to another file", other.read_text() == "keep me"),
+    ]
+    served = result.stdout == "one\ntwo\nthree\n" and listed[cat.job_id or ""].state == "completed"
+    served = served and record.get("end", {}).get("state") == "completed"
+    for case, refused in cases:
+        adversary.tried("state files", case, refused=refused and served)
+    assert served, (result, record, log[-2000:])
+    assert all(refused for _, refused in cases), (cases, log[-3000:])
+
+
+async def test_a_shell_runs_stdin_cursor_swapped_for_a_fifo(fresh_agent_dir: Path, adversary: Adversary) -> None:
+    """A shell run's ``stdin_bytes`` (written at each write) replaced by a FIFO: the agent answers."""
+    d, url = fresh_agent_dir, f"local://?dir={fresh_agent_dir}"
+    async with rx.open_sandbox(url) as sb, await sb.shell() as sh:
+        run = sh.start("cat", stdin_open=True)
+        await run.write_stdin("one\n")
+        where = job_dir(d, run.job_id or "")
+        poison(where / "stdin_bytes", "fifo")
+        with anyio.fail_after(30):  # (it blocked the agent for good)
+            await run.write_stdin("two\n")
+            await run.close_stdin()
+            result = await run.wait()
+    log = (d / "agent.log").read_text(errors="replace")
+    refused = result.stdout == "one\ntwo\n" and f"skipped {where / 'stdin_bytes'}: not a regular file" in log
+    adversary.tried("state files", "a shell run's stdin_bytes replaced by a FIFO", refused=refused)
+    assert refused, (result, log[-2000:])

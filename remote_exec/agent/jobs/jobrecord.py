@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ...protocol import JobPolicy, StartParams
-from ..statefile import planted, read_state_file
+from ..statefile import open_own_file, planted, read_state_file
 
 __all__ = ["params_from_record", "read_stdin_cursor", "write_first_record", "write_record", "write_stdin_cursor"]
 
@@ -27,8 +27,8 @@ CURSOR_SIZE = 64  # "%20d\n" is 21 bytes
 def write_record(job_dir: Path, meta: dict[str, Any]) -> None:
     """Write ``job.json`` atomically (a crash leaves the old or the new one, never half)."""
     tmp = job_dir / "job.json.tmp"
-    with contextlib.suppress(OSError):  # a full disk: the job runs on, its record is older
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    with contextlib.suppress(OSError, ValueError):  # a full disk: the job runs on, its record is older
+        fd = open_own_file(tmp, os.O_WRONLY | os.O_TRUNC)  # (what the job planted there is replaced)
         with os.fdopen(fd, "w") as f:
             json.dump(meta, f)
         os.replace(tmp, job_dir / "job.json")
@@ -51,8 +51,8 @@ def write_first_record(fd: int, meta: dict[str, Any]) -> None:
 
 def write_stdin_cursor(job_dir: Path, written: int) -> None:
     """Record how many stdin bytes the job took, so writers resume exactly after a restart."""
-    with contextlib.suppress(OSError):
-        fd = os.open(job_dir / "stdin_bytes", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    with contextlib.suppress(OSError, ValueError):
+        fd = open_own_file(job_dir / "stdin_bytes", os.O_WRONLY)  # a FIFO there blocked the agent
         try:
             os.pwrite(fd, b"%20d\n" % written, 0)
         finally:

@@ -22,7 +22,7 @@ from typing import Protocol, TypeVar
 from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, ServerBusyError
 from ...protocol import JobInfo, StartParams, StartResult
 from ..budget import MemoryBudget
-from ..statefile import planted, read_state_file
+from ..statefile import open_own_file, planted, read_state_file
 from .diskjob import JobHome
 from .job import Job
 from .logbudget import evict
@@ -150,8 +150,8 @@ class JobRegistry:
         highest id it still finds."""
         self._counter += 1
         if self.home is not None:
-            with contextlib.suppress(OSError):  # a full disk: the spawn fails anyway
-                fd = os.open(self.home.root / COUNTER, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            with contextlib.suppress(OSError, ValueError):  # a full disk: the spawn fails anyway
+                fd = open_own_file(self.home.root / COUNTER, os.O_WRONLY)
                 try:
                     os.pwrite(fd, b"%20d\n" % self._counter, 0)
                 finally:

@@ -25,7 +25,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from ..statefile import read_state_file
+from ..statefile import open_own_file, read_state_file
 
 __all__ = ["KEY_SIZE", "SLOTS", "RecordFile", "derive_nonce", "key_memfd", "read_key", "read_record", "session_dir"]
 
@@ -90,7 +90,7 @@ class RecordFile:
         """
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
         for name in SLOTS:
-            self._fds.append(os.open(self.path / name, flags, 0o600))
+            self._fds.append(open_own_file(self.path / name, flags))
 
     def write(self, record: dict[str, Any]) -> None:
         """Record ``record`` (the older slot is overwritten).

@@ -18,6 +18,7 @@ run's last checkpoint on (see :mod:`.session`), not the run's whole output.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ from ..jobs.diskjob import JobHome
 from ..jobs.jobrecord import read_stdin_cursor
 from ..jobs.logfile import LogFile
 from ..jobs.spare import SpareFiles
+from ..statefile import open_own_file
 
 __all__ = ["RunLog"]
 
@@ -73,11 +75,14 @@ class RunLog:
                 if create:
                     os.mkdir(self.dir, 0o700)
                 for fd, name in ((1, "stdout"), (2, "stderr")):
-                    self._fds[fd] = os.open(self.dir / name, FLAGS, 0o600)
-                self._meta = os.open(self.dir / "job.json", META_FLAGS, 0o600)
+                    self._fds[fd] = open_own_file(self.dir / name, FLAGS)
+                self._meta = open_own_file(self.dir / "job.json", META_FLAGS)
             except OSError:
                 self.close()
                 raise
+            except ValueError as exc:  # another user's file in the way (open_own_file)
+                self.close()
+                raise OSError(errno.EPERM, str(exc)) from None
         for fd, name in ((1, "stdout"), (2, "stderr")):
             self.files[fd] = LogFile(os.fspath(self.dir / name), self.cap)
             self.files[fd].charge_to(self._home.logs)
@@ -121,8 +126,8 @@ class RunLog:
 
     def save_stdin_cursor(self, written: int) -> None:
         """Keep the run's stdin cursor (bytes taken), so a writer resumes exactly after a restart."""
-        with contextlib.suppress(OSError):
-            fd = os.open(self.dir / "stdin_bytes", META_FLAGS, 0o600)
+        with contextlib.suppress(OSError, ValueError):
+            fd = open_own_file(self.dir / "stdin_bytes", META_FLAGS)
             try:
                 os.pwrite(fd, b"%20d\n" % written, 0)
             finally:

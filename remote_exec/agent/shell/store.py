@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import NoSpaceError, SpawnError
+from ..statefile import open_own_file
 from .process import ShellHome
 from .record import RecordFile, derive_nonce, key_memfd, session_dir
 
@@ -63,10 +64,10 @@ class SessionStore:
                 self._records.open()
             else:
                 self.dir = Path(self.tmpdir)  # not durable: the files go with the temporary dir
-            out = os.open(self.dir / "out", OUTPUT_FLAGS, 0o600)
-            err = os.open(self.dir / "err", OUTPUT_FLAGS, 0o600)
+            out = open_own_file(self.dir / "out", OUTPUT_FLAGS)
+            err = open_own_file(self.dir / "err", OUTPUT_FLAGS)
             await self._hold(ours)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # (ValueError: another user's file in the way)
             for fd in (out, err):
                 if fd >= 0:
                     os.close(fd)
@@ -142,9 +143,9 @@ class SessionStore:
             self.home.discard(Path(self.dir))  # its output files may be large: unlinked off the loop
 
 
-def no_space(exc: OSError, what: str) -> Exception:
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        name = errno.errorcode[exc.errno]
+def no_space(exc: OSError | ValueError, what: str) -> Exception:
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        name = errno.errorcode[exc.errno or 0]
         return NoSpaceError(f"cannot write {what}: the sandbox's disk is full ({name})", data={"errno": name})
     return SpawnError(f"cannot write {what}: {exc}")
 
