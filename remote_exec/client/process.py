@@ -91,6 +91,9 @@ class ExecRemoteProcess:
         self._ended = False
         self._stdin_offset = 0
         self._stdin_lock = asyncio.Lock()  # (see _write)
+        # A terminal has many typists (every view of it sends keystrokes): this handle is one,
+        # with a cursor of its own bytes, so its retried write is never typed twice.
+        self._writer = secrets.token_urlsafe(12)
         self._kill_task: asyncio.Task[None] | None = None
         self.kill_on_cancel = True
         self._iterated = False
@@ -333,12 +336,9 @@ class ExecRemoteProcess:
         async with self._stdin_lock:
             await self.started()
             assert self._job_id is not None
-            if self.options.tty:
-                await self._write_keys(raw, eof)
-            else:
-                await self._write_at_cursor(raw, eof)
+            await self._write_at_cursor(raw, eof, self._writer if self.options.tty else None)
 
-    async def _write_at_cursor(self, raw: bytes, eof: bool) -> None:
+    async def _write_at_cursor(self, raw: bytes, eof: bool, writer: str | None) -> None:
         assert self._job_id is not None
         # The agent takes what fits its memory budget and says where its stdin cursor is now; the
         # rest goes again from there (each call waits a while in the agent when nothing fits).
@@ -348,7 +348,7 @@ class ExecRemoteProcess:
             done = self._stdin_offset - start
             chunk = raw[done : done + STDIN_CHUNK]
             last = done + len(chunk) == len(raw)
-            params = WriteStdinParams(job_id=self._job_id, offset=self._stdin_offset, eof=eof and last)
+            params = WriteStdinParams(job_id=self._job_id, offset=self._stdin_offset, eof=eof and last, writer=writer)
             answer = await self._rpc.call(
                 Method.EXEC_REMOTE_WRITE_STDIN, params, WriteStdinResult, payload=chunk if chunk else None
             )
@@ -357,22 +357,6 @@ class ExecRemoteProcess:
             else:
                 self._stdin_offset = max(self._stdin_offset, min(answer.stdin_bytes, start + len(raw)))
             if self._stdin_offset - start >= len(raw):  # the call that took the last byte applied eof
-                break
-
-    async def _write_keys(self, raw: bytes, eof: bool) -> None:
-        # A terminal has many typists (every view of it sends keystrokes): a tty write appends,
-        # where a stdin cursor would take one viewer's keys for another's retry and drop them.
-        assert self._job_id is not None
-        done = 0
-        while True:
-            chunk = raw[done : done + STDIN_CHUNK]
-            last = done + len(chunk) == len(raw)
-            params = WriteStdinParams(job_id=self._job_id, offset=None, eof=eof and last)
-            answer = await self._rpc.call(
-                Method.EXEC_REMOTE_WRITE_STDIN, params, WriteStdinResult, payload=chunk if chunk else None
-            )
-            done += answer.written
-            if done >= len(raw):
                 break
 
     async def resize(self, cols: int, rows: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, field_validator
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from .base import _SIGNAL_NAMES, DEFAULT_MAX_BYTES, MAX_PAGE_ITEMS, Encoding, JobId, JobState, Offset, WireModel
 from .names import TAG_KEY_MAX, tag_key_form, tags_form
@@ -225,12 +225,24 @@ class WriteStdinParams(WireModel):
 
     ``offset`` is the stdin byte cursor where ``data`` starts: bytes the agent already wrote are
     skipped, so a retried write is never duplicated. ``None`` appends.
+
+    ``writer`` names one typist of a terminal (a tty job has many: every view of it sends
+    keystrokes): ``offset`` then counts that writer's own bytes, so its retried write is skipped
+    as a cursor write is, while other writers' keys go in between (each write is appended).
     """
 
     job_id: JobId
     data: Annotated[str, Field(max_length=64 * 1024 * 1024)] = ""
     offset: Offset | None = None
     eof: bool = False
+    writer: Annotated[str, Field(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")] | None = None
+
+    @field_validator("writer")
+    @classmethod
+    def _writer_has_a_cursor(cls, v: str | None, info: ValidationInfo) -> str | None:
+        if v is not None and info.data.get("offset") is None:
+            raise ValueError("a writer's write needs its offset")
+        return v
 
 
 class WriteStdinResult(WireModel):
@@ -238,7 +250,8 @@ class WriteStdinResult(WireModel):
 
     The agent takes only what fits its stdin queue and memory budget (back-pressure, as a pipe
     gives): ``written`` counts the new bytes taken, ``stdin_bytes`` is the job's stdin cursor
-    after the write; a writer sends the rest from there. ``eof`` applied only if all was taken.
+    after the write (a named ``writer``'s own cursor); a writer sends the rest from there.
+    ``eof`` applied only if all was taken.
     ``stdin_bytes`` is ``None`` from agents that always took everything.
     """
 

@@ -10,7 +10,7 @@ from enum import StrEnum
 
 __all__ = ["PROTOCOL_VERSION", "Method"]
 
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 """Bumped on any incompatible change; the host refuses an agent with another version.
 
 3: ``exec_remote_list`` and ``file_list`` answer in pages (``after`` / ``next``).

@@ -16,8 +16,9 @@ import anyio
 import pytest
 
 import remote_exec as rx
+from remote_exec.protocol import Method, WriteStdinParams, WriteStdinResult
 
-from ..conftest import job_dir, stop_agent
+from ..conftest import agent_killed, job_dir, stop_agent
 from ..sandboxes.test_tty import Screen
 
 pytestmark = pytest.mark.anyio
@@ -225,3 +226,27 @@ async def test_echoes_come_without_inotify(tmp_path: Path, limit: str) -> None:
         assert times[N_KEYS // 2] < 1.0  # a look every 0.1 s, not a wait of 30
     finally:
         stop_agent(state)
+
+
+async def test_a_retried_keystroke_write_is_typed_once(fresh_agent_dir: Path) -> None:
+    """A terminal has many typists, so its writes append; each names its writer and counts its
+    own bytes, so a write repeated (its answer lost) is skipped, also by the next agent, while
+    another typist's keys go in between. (Appended blindly, "go" was typed twice when the
+    agent died before it answered: CI.)"""
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}") as sb:
+        proc = sb.exec_remote(["sh", "-c", 'read a; read b; read c; echo "got [$a] [$b] [$c]"'], tty=True)
+        await proc.started()
+        rpc, job_id = sb._core.rpc, proc.job_id or ""
+
+        async def write(writer: str, offset: int, data: bytes) -> WriteStdinResult:
+            params = WriteStdinParams(job_id=job_id, offset=offset, writer=writer)
+            return await rpc.call(Method.EXEC_REMOTE_WRITE_STDIN, params, WriteStdinResult, payload=data)
+
+        assert await write("typist-one", 0, b"one\r") == WriteStdinResult(written=4, stdin_bytes=4)
+        assert await write("typist-one", 0, b"one\r") == WriteStdinResult(written=0, stdin_bytes=4)
+        assert (await write("typist-two", 0, b"two\r")).written == 4  # another typist: its own cursor
+        await agent_killed(sb)  # the cursors are the job's, on disk: the next agent skips too
+        assert await write("typist-one", 0, b"one\rthree\r") == WriteStdinResult(written=6, stdin_bytes=10)
+        screen = Screen(proc)
+        await screen.expect("got [one] [two] [three]\r\n")
+        assert (await screen.ended()).exit_code == 0

@@ -154,11 +154,13 @@ async def test_survives_an_agent_sigkill(sandbox_url: str) -> None:
     n = 5000
     async with rx.open_sandbox(sandbox_url, response_margin=1.0) as sb:
         agent = sb.info.pid
-        # The job kills the agent itself, at line 100: a kill from another job could land
-        # before the flood or after it (seen: the whole flood read by the old agent).
+        # The job kills the agent itself, mid-flood: a kill from another job could land after
+        # the whole flood was read by the old agent (seen). Not at once: an agent killed within
+        # microseconds of writing "go" has not yet recorded its stdin cursor, and the client's
+        # retry types it again (at least once; see DiskJob.write_stdin).
         script = (
             f"read go; i=0; while [ $i -lt {n} ]; do echo line$i; i=$((i+1)); "
-            f"[ $i -eq 100 ] && kill -9 {agent}; done; read x; echo got $x"
+            f"[ $i -eq {n // 2} ] && kill -9 {agent}; done; read x; echo got $x"
         )
         proc = sb.exec_remote(["sh", "-c", script], tty=True, poll_interval=1.0)
         screen = Screen(proc)

@@ -149,8 +149,8 @@ class JobController(JobRegistry):
 
     async def write_stdin(self, p: WriteStdinParams, payload: memoryview | None = None) -> WriteStdinResult:
         job = await self.held(p.job_id)
-        written = await job.write_stdin_encoded(p.data, p.offset, p.eof, payload)
-        return WriteStdinResult(written=written, stdin_bytes=job.stdin.written)
+        written = await job.write_stdin_encoded(p.data, p.offset, p.eof, payload, p.writer)
+        return WriteStdinResult(written=written, stdin_bytes=job.stdin.cursor(p.writer))
 
     async def signal(self, p: SignalParams) -> Empty:
         sig = p.signal if isinstance(p.signal, int) else signal.Signals[p.signal].value

@@ -39,7 +39,15 @@ from .cgroup import CgroupHome, JobCgroup, joining
 from .exitwatch import LeaderWatch
 from .hitrecord import dump_hits, load_hits, should_save
 from .job import Job, _killpg
-from .jobrecord import params_from_record, read_stdin_cursor, write_first_record, write_record, write_stdin_cursor
+from .jobrecord import (
+    params_from_record,
+    read_stdin_cursor,
+    read_stdin_writers,
+    write_first_record,
+    write_record,
+    write_stdin_cursor,
+    write_stdin_writers,
+)
 from .logbudget import LogBudget
 from .logfile import Inotify, LogFile
 from .proctable import scan
@@ -344,6 +352,7 @@ class DiskJob(Job):
         cursor = read_stdin_cursor(job.dir)
         if cursor is not None:
             job.stdin.written = cursor
+        job.stdin.writers = read_stdin_writers(job.dir)
         job.tree_ended = bool(meta.get("tree_ended"))
         job.cgroup = home.cgroups.find(job.mark) if home.cgroups is not None else None
         # Only the keeper's ledger makes the record's leader the job's: a job can rewrite its
@@ -483,12 +492,16 @@ class DiskJob(Job):
     def info(self) -> JobInfo:
         return super().info().model_copy(update={"leftovers": self.leftovers[:1024]})
 
-    def write_stdin(self, data: bytes, offset: int | None, eof: bool) -> int:
+    def write_stdin(self, data: bytes, offset: int | None, eof: bool, writer: str | None = None) -> int:
         if self.stdin.pipe is None:  # stdin is /dev/null, or the keeper had no copy of its pipe
             raise JobNotRunningError(f"stdin of job {self.job_id} is not open", job_id=self.job_id)
-        taken = self.stdin.write(data, offset, eof)
+        taken = self.stdin.write(data, offset, eof, writer=writer)
+        # Written once the bytes are in: an agent killed in between (microseconds) leaves a
+        # cursor short of them, and a retry writes them again. At least once, never lost.
         if taken or eof:
             write_stdin_cursor(self.dir, self.stdin.written)
+        if taken and writer is not None:  # the next agent skips this typist's retried keys too
+            write_stdin_writers(self.dir, self.stdin.writers)
         if eof and not self.stdin.open and self.home.keeper.present:
             asyncio.get_running_loop().create_task(self.home.keeper.request({"op": "drop", "key": self.mark}))
         return taken

@@ -284,15 +284,16 @@ class Job(JobOutput):
     def _decode_input(self, data: str) -> bytes:
         return base64.b64decode(data, validate=True) if self.encoding == "base64" else data.encode()
 
-    def write_stdin(self, data: bytes, offset: int | None, eof: bool) -> int:
-        """Write to stdin at byte ``offset`` (None: append); a repeated write is not duplicated.
-        Takes only what fits (see :class:`StdinQueue`); returns the new bytes taken."""
+    def write_stdin(self, data: bytes, offset: int | None, eof: bool, writer: str | None = None) -> int:
+        """Write to stdin at byte ``offset`` (None: append; with ``writer``, that typist's byte);
+        a repeated write is not duplicated. Takes only what fits (see :class:`StdinQueue`);
+        returns the new bytes taken."""
         if self._transport is None:
             raise JobNotRunningError(f"stdin of job {self.job_id} is not open", job_id=self.job_id)
-        return self.stdin.write(data, offset, eof)
+        return self.stdin.write(data, offset, eof, writer=writer)
 
     async def write_stdin_encoded(
-        self, data: str, offset: int | None, eof: bool, payload: memoryview | None = None
+        self, data: str, offset: int | None, eof: bool, payload: memoryview | None = None, writer: str | None = None
     ) -> int:
         """Decode and write; when nothing fits, wait a while for room and try once more (the
         writer's back-pressure). Cancelling the wait writes nothing."""
@@ -305,12 +306,12 @@ class Job(JobOutput):
                 raw = self._decode_input(data)
             except ValueError as exc:
                 raise JobNotRunningError(f"stdin data is not valid base64: {exc}", job_id=self.job_id) from None
-        end = (self.stdin.written if offset is None else offset) + len(raw)
-        taken = self.write_stdin(raw, offset, eof)
-        if taken or end <= self.stdin.written:
+        end = (self.stdin.cursor(writer) if offset is None else offset) + len(raw)
+        taken = self.write_stdin(raw, offset, eof, writer)
+        if taken or end <= self.stdin.cursor(writer):
             return taken
         await self.stdin.wait_room()
-        return self.write_stdin(raw, offset, eof) if self.stdin.open else 0
+        return self.write_stdin(raw, offset, eof, writer) if self.stdin.open else 0
 
     def tree(self) -> Tree:
         """What names the job's processes (see :mod:`.proctree`): here its leader and session."""

@@ -16,8 +16,17 @@ from typing import Any
 
 from ...protocol import JobPolicy, StartParams
 from ..statefile import open_own_file, planted, read_state_file
+from .stdin import MAX_WRITERS, WRITER_FORM
 
-__all__ = ["params_from_record", "read_stdin_cursor", "write_first_record", "write_record", "write_stdin_cursor"]
+__all__ = [
+    "params_from_record",
+    "read_stdin_cursor",
+    "read_stdin_writers",
+    "write_first_record",
+    "write_record",
+    "write_stdin_cursor",
+    "write_stdin_writers",
+]
 
 
 log = logging.getLogger("remote_exec.agent")
@@ -73,6 +82,39 @@ def read_stdin_cursor(job_dir: Path) -> int | None:
             with contextlib.suppress(OSError):
                 os.unlink(path)  # a symlink or FIFO itself: the next cursor is written afresh
         return None
+
+
+WRITERS_SIZE = 16 * 1024  # MAX_WRITERS entries of at most ~90 bytes each
+
+
+def write_stdin_writers(job_dir: Path, writers: dict[str, int]) -> None:
+    """Record each terminal typist's cursor (see :class:`.stdin.StdinQueue`), atomically."""
+    tmp = job_dir / "stdin_writers.tmp"
+    with contextlib.suppress(OSError, ValueError):
+        fd = open_own_file(tmp, os.O_WRONLY | os.O_TRUNC)
+        with os.fdopen(fd, "w") as f:
+            json.dump(writers, f)
+        os.replace(tmp, job_dir / "stdin_writers")
+
+
+def read_stdin_writers(job_dir: Path) -> dict[str, int]:
+    """The typists' cursors :func:`write_stdin_writers` left; what is not of their form (the job
+    can write there) is skipped and logged: those writers start again from 0."""
+    path = job_dir / "stdin_writers"
+    try:
+        got = json.loads(read_state_file(path, WRITERS_SIZE))
+        if not isinstance(got, dict) or len(got) > MAX_WRITERS:
+            raise ValueError(f"not a map of at most {MAX_WRITERS} writers")
+        return {
+            k: v
+            for k, v in got.items()
+            if isinstance(k, str) and WRITER_FORM.fullmatch(k) and type(v) is int and 0 <= v < 2**63
+        }
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("skipped %s: %s", path, exc)
+        return {}
 
 
 def params_from_record(meta: dict[str, Any]) -> StartParams:

@@ -42,6 +42,7 @@ from .proctree import MARKER
 from .ptyrelay import fork_relay
 from .spare import SpareDir
 from .spawn import spawn_error
+from .stdin import MAX_WRITERS
 
 __all__ = ["PtyJob"]
 
@@ -85,6 +86,7 @@ class PtyJob(DiskJob):
         self._linger: asyncio.TimerHandle | None = None
         self._look: asyncio.Task[None] | None = None  # (held: a task nobody holds may be collected)
         self._drain_deadline = 0.0
+        self._eof_typed: dict[str, int] = {}  # writer -> its cursor when its Ctrl-D was typed
 
     def _meta(self) -> dict[str, Any]:
         meta = super()._meta()
@@ -309,14 +311,25 @@ class PtyJob(DiskJob):
                 pgrp = os.tcgetpgrp(self.master)
         _killpg(pgrp if pgrp > 0 else self.pid, sig)
 
-    def write_stdin(self, data: bytes, offset: int | None, eof: bool) -> int:
+    def write_stdin(self, data: bytes, offset: int | None, eof: bool, writer: str | None = None) -> int:
         """Keystrokes. A terminal is never closed by its typist: ``eof`` types the terminal's
-        end-of-file key (``VEOF``, Ctrl-D), which ends a reader at the start of a line."""
-        if eof and self.master is not None:
-            with contextlib.suppress(OSError, IndexError):
-                key = termios.tcgetattr(self.master)[6][termios.VEOF]  # the slave's, read on the master
-                data += key if isinstance(key, bytes) else b"\x04"
-        return super().write_stdin(data, offset, False)
+        end-of-file key (``VEOF``, Ctrl-D), which ends a reader at the start of a line, once
+        ``data`` is all in. The key counts for no writer's cursor (the writer sent none), and a
+        writer's repeated eof at the same cursor types it once."""
+        taken = super().write_stdin(data, offset, False, writer)
+        all_in = (offset + len(data) <= self.stdin.cursor(writer)) if offset is not None else taken == len(data)
+        if eof and all_in and self.master is not None:
+            at = self.stdin.cursor(writer)
+            if writer is None or self._eof_typed.get(writer) != at:
+                with contextlib.suppress(OSError, IndexError):
+                    key = termios.tcgetattr(self.master)[6][termios.VEOF]  # the slave's, read on the master
+                    super().write_stdin(key if isinstance(key, bytes) else b"\x04", None, False)
+                if writer is not None:
+                    self._eof_typed.pop(writer, None)
+                    self._eof_typed[writer] = at
+                    while len(self._eof_typed) > MAX_WRITERS:
+                        del self._eof_typed[next(iter(self._eof_typed))]
+        return taken
 
     def resize(self, size: TtySize) -> None:
         """Set the terminal's size; its foreground group gets SIGWINCH. Saved with the job."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 
 from ...errors import JobNotRunningError, ServerBusyError
 from ..budget import MemoryBudget
@@ -17,6 +18,8 @@ from ..budget import MemoryBudget
 __all__ = ["STDIN_WAIT", "StdinQueue"]
 
 STDIN_WAIT = 5.0  # a write with no room waits this long for some before answering "0 taken"
+MAX_WRITERS = 64  # typists of one terminal whose cursors are kept (the least recent is forgotten)
+WRITER_FORM = re.compile(r"[A-Za-z0-9_-]{8,64}")  # a writer's name (WriteStdinParams.writer)
 
 
 class StdinQueue:
@@ -32,6 +35,7 @@ class StdinQueue:
         self.pipe: asyncio.WriteTransport | None = None
         self.open = False
         self.written = 0  # bytes taken: the cursor a writer continues from
+        self.writers: dict[str, int] = {}  # a terminal's typists: bytes taken from each (see write)
         self._held = 0  # bytes charged to the budget for the queue (an upper bound of it)
         self._room = asyncio.Event()
 
@@ -75,13 +79,38 @@ class StdinQueue:
         self._room.set()
         self._room = asyncio.Event()
 
-    def write(self, data: bytes, offset: int | None, eof: bool, reserved: bool = False) -> int:
+    def cursor(self, writer: str | None = None) -> int:
+        """Where a write continues from: the job's stdin cursor, or ``writer``'s own."""
+        return self.written if writer is None else self.writers.get(writer, 0)
+
+    def write(
+        self, data: bytes, offset: int | None, eof: bool, reserved: bool = False, writer: str | None = None
+    ) -> int:
         """Queue ``data`` from stdin byte ``offset`` (None: append); bytes already taken are
         skipped, so a repeated write is not duplicated. Takes what fits; ``eof`` applies only if
         all was taken. Returns the new bytes taken (``reserved``: all, charged already).
+
+        With ``writer`` (a terminal's typist), ``offset`` counts that writer's bytes: its own
+        repeated write is skipped the same way, and what it sends is appended after whatever the
+        other typists sent meanwhile.
         """
         if not self.open:
             raise JobNotRunningError(f"stdin of job {self.job_id} is not open", job_id=self.job_id)
+        if writer is not None and offset is not None:
+            have = self.writers.get(writer, 0)
+            if offset > have:
+                raise JobNotRunningError(
+                    f"stdin offset {offset} of writer {writer} is past the {have} bytes it wrote (or it was "
+                    f"forgotten: a terminal keeps its last {MAX_WRITERS} typists)",
+                    job_id=self.job_id,
+                )
+            data = data[have - offset :]
+            taken = self.write(data, None, eof, reserved)
+            self.writers.pop(writer, None)  # the most recent last: the first to go is the least recent
+            self.writers[writer] = have + taken
+            while len(self.writers) > MAX_WRITERS:
+                del self.writers[next(iter(self.writers))]
+            return taken
         if offset is not None:
             if offset > self.written:
                 raise JobNotRunningError(

@@ -175,14 +175,14 @@ class ShellRun(Job):
         self._notify()
         self._on_done(self)
 
-    def write_stdin(self, data: bytes, offset: int | None, eof: bool) -> int:
+    def write_stdin(self, data: bytes, offset: int | None, eof: bool, writer: str | None = None) -> int:
         if self.feed is None:
             raise JobNotRunningError(
                 f"run {self.job_id} has no open stdin: it reads the input= given when it started, or "
                 "start it with stdin_open=True to write to it",
                 job_id=self.job_id,
             )
-        taken = super().write_stdin(data, offset, eof)
+        taken = super().write_stdin(data, offset, eof, writer)
         if self.log is not None and (taken or eof):
             self.log.save_stdin_cursor(self.stdin.written)  # the next agent's cursor, after a crash
         return taken
