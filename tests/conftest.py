@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 import json
@@ -25,6 +26,7 @@ from blockbuster import BlockBuster
 import remote_exec as rx
 from remote_exec.agent.loopguard import allow_deliberate
 from remote_exec.client.channel import PipeProcess
+from remote_exec.client.process import ExecRemoteProcess
 
 if TYPE_CHECKING:
     from .faults.suite import RunIn, Target
@@ -263,6 +265,20 @@ def job_dir(state: Path, job_id: str) -> Path:
         if isinstance(meta, dict) and job_id in (meta.get("job_id"), meta.get("client_id")):
             return d
     return jobs / job_id
+
+
+@pytest.fixture
+def pollers(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[int]:
+    """Polls sent to the agent, by the handle that sent them (one handle: one read per chunk)."""
+    sent: collections.Counter[int] = collections.Counter()
+    real = ExecRemoteProcess._poll_once
+
+    async def counted(self: ExecRemoteProcess) -> None:
+        sent[id(self)] += 1
+        await real(self)
+
+    monkeypatch.setattr(ExecRemoteProcess, "_poll_once", counted)
+    return sent
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 20.0, what: str = "condition") -> None:

@@ -8,8 +8,29 @@ is the negated signal number for a job a signal ended (as :mod:`subprocess` has 
 from __future__ import annotations
 
 import signal
+from typing import Literal
 
-__all__ = ["end_words"]
+__all__ = ["JobState", "end_words", "job_state"]
+
+JobState = Literal["running", "completed", "failed", "killed", "timed out", "error"]
+"""What a job is, as every face shows it (views, records, the dashboard, the ``--bg`` handle):
+``failed`` is a non-zero exit, ``error`` a broken connection or spawn (the job's own fate then
+unknown)."""
+
+
+def job_state(state: str, exit_code: int | None) -> JobState:
+    """The agent's record of a job (``completed``, ``timed_out``...) in the words every face
+    shows: the one place "failed" is derived."""
+    if state == "running":
+        return "running"
+    if state == "killed":
+        return "killed"
+    if state == "timed_out":
+        return "timed out"
+    if state == "completed":
+        return "completed" if exit_code == 0 else "failed"
+    return "error"
+
 
 _SIGNAL_VERBS = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGKILL: "killed"}
 

@@ -144,6 +144,12 @@ class ExecRemoteProcess:
         return self._final.exit_code if self._final is not None else None
 
     @property
+    def connection(self) -> RpcClient:
+        """The connection this handle talks over (the sandbox's): what a job's feed is
+        shared on (:class:`~remote_exec.client.feed.JobFeed`)."""
+        return self._rpc
+
+    @property
     def link(self) -> Link:
         """The state of the channel this handle talks over (its sandbox's ``link``): a view of the
         job shows it beside the job's own state."""

@@ -1,10 +1,11 @@
 """``BackgroundJob``: the handle a ``%%exec_remote --bg --name VAR`` cell stores in ``VAR``.
 
-It tells the truth without ``wait()``: ``state``, ``done`` and ``returncode`` follow the job as
-its view (or, without a view, a follower of its own) reads it on the background loop. Kill and
-Interrupt act through one control handle, whether pressed in the view or called here, so they
-end the same way: ``wait()`` returns ``ExecResult(state="killed")`` with the output up to the
-kill; it never raises ``JobKilledError``.
+It tells the truth without ``wait()``: ``state``, ``done``, ``returncode`` and ``wait()`` follow
+the job's one feed (:class:`~remote_exec.client.feed.JobFeed`), the reader its view subscribes
+to as well, on the background loop. Kill and Interrupt act through one control handle, whether
+pressed in the view or called here, so they end the same way: ``wait()`` returns
+``ExecResult(state="killed")`` with the output up to the kill; it never raises
+``JobKilledError``.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 
 from ..blocking import BlockingExecRemoteProcess
+from ..client.feed import JobFeed
+from ..client.process import ExecRemoteProcess
 from ..client.types import ExecRemoteEvent, ExecResult
-from ..errors import JobNotRunningError
-from .follow import JobState, Outcome, follow, loop_of
+from ..errors import ExecTimeoutError, JobNotRunningError
+from .follow import JobState, Outcome, loop_of
 from .job_view import JobView
 
 __all__ = ["BackgroundJob"]
@@ -41,9 +44,9 @@ class BackgroundJob:
         self.view = view
         self.name = name
         self._control = control
-        self._followed: Future[Outcome] | None = None
-        if view is None:
-            self._followed = loop_of(watcher).portal.start_task_soon(follow, watcher.async_process, _ignore)
+        self._loop = loop_of(watcher)
+        # The job's feed reads the watcher (the view's handle too): one reader, one end.
+        self._followed: Future[Outcome] = self._loop.portal.start_task_soon(_ended, watcher.async_process)
 
     @property
     def job_id(self) -> str:
@@ -60,10 +63,8 @@ class BackgroundJob:
         return iter(self.process)
 
     def _outcome(self) -> Outcome | None:
-        if self.view is not None:
-            return self.view.outcome
         f = self._followed
-        return f.result() if f is not None and f.done() else None
+        return f.result() if f.done() else None
 
     @property
     def state(self) -> JobState:
@@ -88,8 +89,22 @@ class BackgroundJob:
         (``result.state == "killed"``). Ctrl-C (the notebook's ■) kills the job.
 
         :raises ExecTimeoutError: the job's timeout expired (``.result`` holds the partial output).
+        :raises RemoteExecError: the job could not be followed to its end (its sandbox is gone).
         """
-        return self.process.wait()
+        try:
+            while True:  # in slices: Ctrl-C is seen between them
+                with contextlib.suppress(TimeoutError):
+                    outcome = self._followed.result(timeout=0.1)
+                    break
+        except KeyboardInterrupt:
+            self._loop.spawn(self._control.async_process.kill, 0.5)  # finishes on the loop
+            raise
+        if outcome.result is None:
+            assert outcome.error is not None  # (the feed reads a handle nobody kills through)
+            raise outcome.error
+        if outcome.state == "timed out" and isinstance(outcome.error, ExecTimeoutError):
+            raise outcome.error
+        return outcome.result
 
     def kill(self, grace: float | None = None) -> None:
         """Kill the job (SIGTERM to its group, SIGKILL after ``grace``); returns once it is gone.
@@ -125,5 +140,5 @@ class BackgroundJob:
         return f"<BackgroundJob{name} job_id={self.job_id!r} {self.state}{code}>"
 
 
-def _ignore(_stream: str, _text: str) -> None:
-    """Output the follower does not keep (the process handle keeps the result's tail)."""
+async def _ended(proc: ExecRemoteProcess) -> Outcome:
+    return await JobFeed.of(proc).ended()

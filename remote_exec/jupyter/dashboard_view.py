@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..client.ends import end_words
+from ..client.ends import end_words, job_state
 from ..client.titles import job_name, what_it_runs
 from ..protocol import JobInfo
 
@@ -88,7 +88,7 @@ def shell_session(info: JobInfo) -> str | None:
 
 
 def _failed(info: JobInfo) -> bool:
-    return info.state in ("killed", "timed_out") or (info.state == "completed" and info.exit_code != 0)
+    return job_state(info.state, info.exit_code) in ("failed", "killed", "timed out")
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,7 @@ def job_row(i: int, info: JobInfo, tail: str, written: int, depth: int = 0) -> d
         "name": job_name(info.tags),
         "title": what_it_runs(info.command, info.label if depth == 0 else None),  # (a session's run: its row says)
         "state": info.state,
+        "shown": job_state(info.state, info.exit_code),  # the badge: the one vocabulary (ends.py)
         "exit_code": info.exit_code,
         "end": end_words(info.state, info.exit_code),
         "started_at": info.started_at,
@@ -165,6 +166,7 @@ def session_row(i: int, session: str, jobs: Sequence[JobInfo], expanded: bool) -
         "name": "",
         "title": what_it_runs(newest.command),
         "state": "running" if running else newest.state,
+        "shown": "running" if running else job_state(newest.state, newest.exit_code),
         "exit_code": None if running else newest.exit_code,
         "end": "" if running else end_words(newest.state, newest.exit_code),
         "started_at": min(j.started_at for j in jobs),

@@ -34,6 +34,7 @@ import traitlets
 
 from ..blocking import BlockingExecRemoteProcess, Sandbox
 from ..client.ends import end_words
+from ..client.feed import JobFeed
 from ..client.link import LinkStatus
 from ..client.titles import first_meaningful_line, job_name, script_of
 from ..client.types import ExecResult
@@ -42,7 +43,7 @@ from ..protocol.names import check_job_id
 from ._assets import css, esm
 from .base import StreamWidget
 from .display import widgets_enabled
-from .follow import Outcome, follow, loop_of
+from .follow import Outcome, loop_of
 from .record import RECORD_LINE_CHARS, RECORD_LINES, JobRecord, RecordedDisplay
 from .saving import RECORD_META
 from .transcript import DEFAULT_TAIL_LINES
@@ -189,12 +190,15 @@ class JobView(StreamWidget):
 
     async def _run(self) -> None:
         recorder = asyncio.get_running_loop().create_task(self._record_while_running())
-        link = self.process.async_process.link
+        # The job's one feed on this connection: every view of it shares the reading (a view
+        # made later gets what the feed kept, then the rest).
+        self.feed = JobFeed.of(self.process.async_process)
+        link = self.feed.source.link
         self._on_link(link.status)
         unsubscribe = link.subscribe(self._on_link)
-        stop_hits = self.process.async_process.on_hit(lambda _: self._kick())  # the counter goes out
+        stop_hits = self.feed.source.on_hit(lambda _: self._kick())  # the counter goes out
         try:
-            outcome = await follow(self.process.async_process, self._emit, ride_out=True)
+            outcome = await self.feed.follow(self._emit)
         finally:
             recorder.cancel()
             unsubscribe()

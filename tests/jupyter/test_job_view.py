@@ -226,3 +226,15 @@ def test_a_kernel_exit_leaves_a_running_jobs_record_running_not_error(jurl: str,
     with rx.connect(jurl) as again:  # it did go on
         assert next(j for j in again.jobs() if j.job_id == proc.job_id).state == "running"
         again.attach(proc.job_id or "").kill()
+
+
+def test_views_of_one_job_share_one_reader(sb: rx.Sandbox, front: HeadlessFrontEnd, pollers: Any) -> None:
+    """The cell's view, a dashboard's Open and an attach magic's view of one job: one feed, so
+    the agent serves each chunk once, and all three tell the same story."""
+    proc = sb.exec_remote(["sh", "-c", "seq 1 300; sleep 0.3; seq 301 600; exit 4"])
+    views = [JobView(proc, command="x"), JobView.attach(sb, proc.job_id or ""), JobView.attach(sb, proc.job_id or "")]
+    outcomes = [v.wait(20) for v in views]
+    text = "".join(f"{i}\n" for i in range(1, 601))
+    assert [v.text("stdout") for v in views] == [text] * 3
+    assert [(o.state, o.exit_code) for o in outcomes if o is not None] == [("failed", 4)] * 3
+    assert len({id(v.feed) for v in views}) == 1 and len(pollers) == 1, pollers

@@ -133,7 +133,7 @@ def test_plain_text_mode_prints_stdout_then_stderr_then_the_exit_code(ip: Intera
 
 
 def test_background_returns_at_once_and_the_handle_stays_usable(
-    ip: InteractiveShell, front: HeadlessFrontEnd, tmp_path: Path
+    ip: InteractiveShell, front: HeadlessFrontEnd, tmp_path: Path, pollers: Any
 ) -> None:
     # The job waits for a gate that only this test opens once the magic has returned (or, if
     # the magic waited for the job, a timer does a minute later, and the gate is found open).
@@ -153,8 +153,9 @@ def test_background_returns_at_once_and_the_handle_stays_usable(
     proc = ip.user_ns["job"]
     assert isinstance(proc, BackgroundJob) and not proc.done and proc.state == "running"
     gate.touch()
-    assert proc.wait().stdout == "done\n"  # the view reads its own handle, not this one
+    assert proc.wait().stdout == "done\n"
     assert jv.wait(10) is not None and jv.text("stdout") == "done\n" and jv.state == "completed"
+    assert proc.state == jv.state and len(pollers) == 1, pollers  # the view and wait(): one feed
 
 
 def test_a_bg_handle_is_a_process_handle(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:

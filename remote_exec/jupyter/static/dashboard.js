@@ -8,11 +8,6 @@
 
 const STATES = [["all", "all states"], ["running", "running"], ["finished", "finished"], ["failed", "failed"]];
 
-function rxStateText(r) {
-  if (r.state === "timed_out") return "timed out";
-  return r.state === "completed" && r.exit_code ? "failed" : r.state;
-}
-
 export default {
   render({ model, el, host }) {
     const root = rxEl("div", "rx-widget rx-dashboard");
@@ -168,7 +163,7 @@ export default {
         ? `shell ${r.session}: ${r.count} command${r.count === 1 ? "" : "s"}${r.running ? `, ${r.running} running` : ""} · last: ${r.title}`
         : r.title);
       c.command.title = session ? `shell session ${r.session}` : `${r.job_id}\n${r.command}`;
-      const state = rxStateText(r);
+      const state = r.shown;  // dashboard_view.py says it, in the words every view uses
       setText(c.badge, state);
       c.badge.className = `rx-badge rx-state-${state.replace(/ /g, "-")}`;
       // how it ended, in words (dashboard_view.py's "end": "interrupted (SIGINT)"), not a bare code
