@@ -536,7 +536,8 @@ def starting(
     ``job_id`` if the client chose it (None: the agent's answer names it)."""
     proc = ExecRemoteProcess(rpc, options, response_margin=margin)
     proc._job_id = job_id
-    if options.input is not None:  # the agent queues it first: our writes continue after it
+    if options.input is not None and not options.tty:  # queued first: our writes continue after it
+        # (a terminal's typed-ahead input is no typist's: this handle's own bytes start at 0)
         proc._stdin_offset = len(options.input.encode() if isinstance(options.input, str) else options.input)
     task = asyncio.get_running_loop().create_task(_checked(start, job_id))
     task.add_done_callback(proc._on_started)
@@ -549,7 +550,8 @@ def attached(rpc: RpcClient, info: JobInfo, options: ExecRemoteOptions, margin: 
     proc = ExecRemoteProcess(rpc, options, response_margin=margin)
     proc._job_id, proc._pid = info.job_id, info.pid
     proc.info = info
-    proc._stdin_offset = info.stdin_bytes  # our writes continue where the job's stdin is
+    # Our writes continue where the job's stdin is; at a terminal, a new typist's own bytes at 0.
+    proc._stdin_offset = 0 if options.tty else info.stdin_bytes
     proc.kill_on_cancel = False  # someone else's job: interrupting the watcher must not kill it
     return proc
 

@@ -80,18 +80,20 @@ async def test_a_tty_jobs_last_output_waits_for_a_copier_that_has_not_run(fresh_
 async def test_two_viewers_type_and_replay_from_a_cursor(tmp_path: Path, agent_dir: Path) -> None:
     url = f"local://?dir={agent_dir}"
     async with rx.open_sandbox(url) as a, rx.open_sandbox(url) as b:
-        proc = sb_proc = a.exec_remote(["sh", "-c", "read x; read y; echo $x+$y"], tty=True, tty_size=(90, 20))
+        script = "read w; read x; read y; echo $w+$x+$y"
+        proc = sb_proc = a.exec_remote(["sh", "-c", script], tty=True, tty_size=(90, 20), input="zero\r")
         await proc.started()
+        # Both type: a tty write appends (a stdin cursor would drop the second viewer's keys),
+        # each viewer counting its own bytes, whatever was typed before it came (input too).
+        await sb_proc.write_stdin("one\r")
         other = await b.attach(proc.job_id or "")
         assert other.tty and other.info is not None and other.info.tty_size is not None
         assert (other.info.tty_size.cols, other.info.tty_size.rows) == (90, 20)
-        # Both type: a tty write appends (a stdin cursor would drop the second viewer's keys).
-        await sb_proc.write_stdin("one\r")
         await other.write_stdin("two\r")
         res = await proc.wait()
-        assert res.stdout == "one\r\ntwo\r\none+two\r\n"
+        assert res.stdout == "zero\r\none\r\ntwo\r\nzero+one+two\r\n"
         tail = await b.read_output(res.job_id, offset=5)
-        assert tail.data == b"one\r\ntwo\r\none+two\r\n"[5:]
+        assert tail.data == b"zero\r\none\r\ntwo\r\nzero+one+two\r\n"[5:]
 
 
 def test_blocking_twin(agent_dir: Path) -> None:
