@@ -39,7 +39,16 @@ from .display import widgets_enabled
 from .follow import Loop
 from .transcript import DEFAULT_TAIL_LINES, RateLimit, Transcript, strip_ansi
 
-__all__ = ["COUNTER_PERIOD", "FLOOD_CHARS", "OUTPUT_RATE", "REPLAY_CHARS", "InOrder", "StreamWidget"]
+__all__ = [
+    "COUNTER_PERIOD",
+    "EARLIER_CHARS",
+    "EARLIER_LINES",
+    "FLOOD_CHARS",
+    "OUTPUT_RATE",
+    "REPLAY_CHARS",
+    "InOrder",
+    "StreamWidget",
+]
 
 COUNTER_PERIOD = 1.0
 """Seconds between updates of live counters (byte counts) while output flows."""
@@ -54,6 +63,10 @@ a second at most: under 200 KB/s even when the rate is used up)."""
 
 REPLAY_CHARS = 512 * 1024
 """The largest replay a view's ``hello`` gets (once per view: within the server's 3 s window)."""
+
+EARLIER_LINES = 2000
+EARLIER_CHARS = 512 * 1024
+"""Lines (and characters) one press of a pane's "earlier lines" brings above what it shows."""
 
 
 class InOrder:
@@ -301,6 +314,10 @@ class StreamWidget(anywidget.AnyWidget):
         elif kind == "fetch":
             stream = content.get("stream")
             self._loop.call_soon(self._fetch, stream if isinstance(stream, str) else None, content.get("purpose"))
+        elif kind == "earlier":
+            pane, before = content.get("pane"), content.get("before")
+            if pane in self.PANES.values() and type(before) is int and 0 < before < 2**53:
+                self._loop.call_soon(self._earlier, pane, before)
         elif isinstance(kind, str):
             self._action(kind, content)
 
@@ -319,6 +336,13 @@ class StreamWidget(anywidget.AnyWidget):
         text = strip_ansi(self._transcript.text(stream))
         data = {"stream": stream, "purpose": purpose if purpose in ("copy", "download") else "copy"}
         self.send({"kind": "full", "seq": self._seq, "data": {**data, "text": text, "dropped": dropped}})
+
+    def _earlier(self, pane: str, before: int) -> None:
+        """Answer a pane's "earlier lines" with the kept lines just above line ``before`` (the
+        first one the view holds): a user's one-off request, like Copy, not paced."""
+        pieces, first = self._transcript.lines_before(pane, before, EARLIER_LINES, EARLIER_CHARS)
+        data = {"pane": pane, "before": before, "first": first, "pieces": pieces}
+        self.send({"kind": "earlier", "seq": self._seq, "data": data})
 
     def _action(self, kind: str, content: dict[str, Any]) -> None:
         """A button of the view was pressed (main thread: hand the work to the loop)."""

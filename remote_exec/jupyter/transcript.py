@@ -47,6 +47,8 @@ class Transcript:
         """Line ends received per pane."""
         self.dropped: dict[str, int] = dict.fromkeys(self.panes, 0)
         """Characters per stream no longer kept (beyond ``limit``)."""
+        self._cut_in_line: dict[str, bool] = dict.fromkeys(set(self.panes.values()), False)
+        """Per pane: the newest text dropped did not end a line (the first kept one lacks its start)."""
 
     def append(self, stream: str, text: str) -> None:
         """Add ``text`` to ``stream`` (both kept and pending for the next delta)."""
@@ -68,6 +70,7 @@ class Transcript:
             old_stream, old = self._segments.popleft()
             self._size -= len(old)
             self.dropped[old_stream] += len(old)
+            self._cut_in_line[self.panes[old_stream]] = not old.endswith("\n")
 
     @property
     def has_pending(self) -> bool:
@@ -121,6 +124,38 @@ class Transcript:
         pieces.reverse()
         shown = sum(t.count("\n") for _, t in pieces)
         return pieces, max(self.newlines[pane] - shown, 0)
+
+    def lines_before(self, pane: str, before: int, count: int, max_chars: int) -> tuple[list[list[str]], int]:
+        """Lines ``before - count`` to ``before - 1`` of ``pane`` (numbered from the job's first
+        line, as the "N lines hidden" a view shows) as ``[stream, text]`` pieces, each line with
+        its end, and the number of the first line given: later than asked when older lines are
+        no longer kept, or when ``max_chars`` leaves out the oldest of them (whole lines only).
+        What a view's "earlier lines" shows above the lines it holds."""
+        segments = [(s, t) for s, t in list(self._segments) if self.panes[s] == pane]
+        index = self.newlines[pane] - sum(t.count("\n") for _, t in segments)  # the first kept text's line
+        # The first kept text may have lost its line's start to the limit: that line is not given.
+        start = max(before - count, index + self._cut_in_line[pane])
+        lines: dict[int, list[list[str]]] = {}
+        for stream, text in segments:
+            if index >= before:
+                break
+            parts = text.split("\n")
+            for i, part in enumerate(parts):
+                ends = i < len(parts) - 1
+                bit = part + "\n" if ends else part
+                if bit and start <= index < before:
+                    lines.setdefault(index, []).append([stream, bit])
+                if ends:
+                    index += 1
+                    if index >= before:
+                        break
+        ordered = [lines[i] for i in sorted(lines)]
+        first = min(lines) if lines else before
+        size = sum(len(t) for one in ordered for _, t in one)
+        while ordered and size > max_chars:  # the oldest go first: the lines nearest the view stay
+            size -= sum(len(t) for _, t in ordered.pop(0))
+            first += 1
+        return [piece for one in ordered for piece in one], first
 
 
 class RateLimit:

@@ -217,6 +217,17 @@ def test_a_foreground_flood_ends_capped_without_the_iopub_warning(
         copied = page.evaluate("navigator.clipboard.readText()")
         assert copied.count("\n") == n and copied.endswith(f"\n{n}\n")
         shot(page, "browser-8-foreground-flood-capped", cell)
+        # Earlier lines come above the held ones, a press at a time (from the kernel's copy),
+        # and the find box finds among them.
+        pane.locator("button.rx-earlier").click()
+        pane.locator(".rx-line", has_text=re.compile(rf"^{hidden - 1999}$")).wait_for()
+        assert pane.locator(".rx-hidden").inner_text().strip() == f"{hidden - 2000:,} lines hidden"
+        find = pane.locator("input.rx-find-input")
+        find.fill(str(hidden - 1500))
+        find.press("Enter")
+        pane.locator(".rx-line.rx-match-current", has_text=re.compile(rf"^{hidden - 1500}$")).wait_for()
+        assert pane.locator(".rx-find-count").inner_text() == "1/1"
+        shot(page, "browser-8b-flood-earlier-and-find", cell)
 
 
 def test_an_800px_window_keeps_a_job_views_controls_inside_and_says_its_name_and_end(

@@ -238,3 +238,23 @@ def test_views_of_one_job_share_one_reader(sb: rx.Sandbox, front: HeadlessFrontE
     assert [v.text("stdout") for v in views] == [text] * 3
     assert [(o.state, o.exit_code) for o in outcomes if o is not None] == [("failed", 4)] * 3
     assert len({id(v.feed) for v in views}) == 1 and len(pollers) == 1, pollers
+
+
+def test_earlier_lines_come_from_the_kernels_copy(sb: rx.Sandbox, front: HeadlessFrontEnd) -> None:
+    """A capped pane's "Earlier": the lines just above the ones it holds, each with its end."""
+    view = JobView(sb.exec_remote(["seq", "1", "30"]), command="seq", tail_lines=10)
+    assert view.wait(20) is not None
+    front.send(view, {"type": "earlier", "pane": "stdout", "before": 20})
+    wait_for(lambda: [m for m in front.custom(view) if m["kind"] == "earlier"], what="the earlier lines")
+    (answer,) = [m["data"] for m in front.custom(view) if m["kind"] == "earlier"]
+    assert answer == {
+        "pane": "stdout",
+        "before": 20,
+        "first": 0,
+        "pieces": [["stdout", f"{i}\n"] for i in range(1, 21)],
+    }
+    for bad in ({"pane": "nope", "before": 3}, {"pane": "stdout", "before": "3"}, {"pane": "stdout", "before": -1}):
+        front.send(view, {"type": "earlier", **bad})  # refused: no answer
+    front.send(view, {"type": "earlier", "pane": "stdout", "before": 2})
+    wait_for(lambda: len([m for m in front.custom(view) if m["kind"] == "earlier"]) == 2, what="the second")
+    assert [m["data"]["first"] for m in front.custom(view) if m["kind"] == "earlier"] == [0, 0]

@@ -71,3 +71,29 @@ def test_rate_limit_spaces_rounds_and_caps_messages_per_second() -> None:
 
 def test_strip_ansi() -> None:
     assert strip_ansi("\x1b[1;31mred\x1b[0m \x1b]0;title\x07plain\x1b[2K") == "red plain"
+
+
+def test_lines_before_gives_whole_lines_above_a_views_top_line() -> None:
+    t = Transcript({"stdout": "out", "stderr": "err"})
+    for i in range(10):
+        t.append("stdout", f"o{i}\n")
+        t.append("stderr", f"e{i}\n")
+    t.append("stdout", "par")
+    t.append("stdout", "tial\nlast")  # one line in two appends; the unfinished one is never given
+    assert t.lines_before("out", 8, 3, 10**6) == ([["stdout", f"o{i}\n"] for i in (5, 6, 7)], 5)
+    assert t.lines_before("out", 2, 5, 10**6) == ([["stdout", "o0\n"], ["stdout", "o1\n"]], 0)
+    assert t.lines_before("out", 11, 2, 10**6) == ([["stdout", "o9\n"], ["stdout", "partial\n"]], 9)
+    assert t.lines_before("out", 8, 3, 7) == ([["stdout", "o6\n"], ["stdout", "o7\n"]], 6)  # the nearest fit
+    assert t.lines_before("err", 3, 1, 10**6) == ([["stderr", "e2\n"]], 2)
+
+
+def test_lines_before_skips_what_is_no_longer_kept() -> None:
+    whole = Transcript({"stdout": "out", "x": "out"}, limit=10)
+    for i in range(6):
+        whole.append("stdout" if i % 2 else "x", f"L{i}\n")  # separate segments: whole lines dropped
+    assert whole.lines_before("out", 6, 6, 10**6) == ([["stdout", "L3\n"], ["x", "L4\n"], ["stdout", "L5\n"]], 3)
+    cut = Transcript({"stdout": "out", "x": "out"}, limit=10)
+    for i in range(6):
+        cut.append("stdout" if i % 2 else "x", f"L{i}\nM")  # each segment ends mid-line
+    pieces, first = cut.lines_before("out", 6, 6, 10**6)
+    assert (pieces, first) == ([["x", "M"], ["stdout", "L5\n"]], 5)  # line 4 ("M" + "L4") lost its start: not given

@@ -153,6 +153,24 @@ class RxPane {
   text() {
     return this.lines.map((l) => l.map((p) => p.text).join("")).join("\n");
   }
+  // Earlier lines put above the held ones (base.py's "earlier" answer: lines first..before-1,
+  // each with its end); an answer for another top line (more output trimmed it meanwhile) is
+  // dropped. The pane then holds them too, until as many new lines push them out again.
+  prepend({ before, first, pieces }) {
+    if (before !== this.hidden || !Array.isArray(pieces) || !pieces.length || !(first < before)) return false;
+    const scratch = new RxPane(Infinity);
+    for (const [stream, text] of pieces) scratch.feed(String(stream), String(text));
+    const lines = scratch.lines;
+    if (!lines[lines.length - 1].length) lines.pop(); // after the last line end: nothing
+    this.version += 1;
+    for (const l of lines) l.v = this.version;
+    this.lines = lines.concat(this.lines);
+    this.maxLines += lines.length;
+    this.hidden = first;
+    this.base -= lines.length;
+    this.epoch += 1; // views render from scratch
+    return true;
+  }
 }
 
 class RxStore {
@@ -184,6 +202,9 @@ class RxStore {
           l.t ??= seen.get(pane.hidden + i) ?? null;
         });
       }
+    } else if (msg.kind === "earlier") {
+      const pane = this.panes[msg.data?.pane];
+      if (pane) pane.prepend(msg.data);
     } else if (msg.kind === "delta") {
       if (msg.seq <= this.seq) return; // already in a replay
       this.seq = msg.seq;
@@ -531,4 +552,48 @@ function rxControl(model, content, button) {
       },
       () => rxControlByComm(model, content, button),
     );
+}
+
+// A pane's find box: the lines the pane holds that contain the text (any case) are marked,
+// Enter scrolls to the next one (Shift+Enter: the previous) and "3/12" says where. Earlier
+// lines are searched once they are shown ("Earlier"); Copy and Download have the whole text.
+function rxFindBox(stream, viewOf) {
+  const el = rxEl("span", "rx-find");
+  el.setAttribute("data-lm-suppress-shortcuts", "true"); // typed letters are the search's, not the notebook's
+  const input = rxEl("input", "rx-find-input");
+  input.type = "search";
+  input.placeholder = "find";
+  input.title = `Find in the ${stream} lines shown (Enter: next, Shift+Enter: previous)`;
+  const count = rxEl("span", "rx-muted rx-find-count");
+  el.append(input, count);
+  let at = -1;
+  const mark = () => {
+    const q = input.value.toLowerCase();
+    const lines = [...viewOf().el.children];
+    for (const l of lines) l.classList.remove("rx-match", "rx-match-current");
+    const found = q ? lines.filter((l) => l.textContent.toLowerCase().includes(q)) : [];
+    for (const l of found) l.classList.add("rx-match");
+    return found;
+  };
+  input.addEventListener("input", () => {
+    at = -1;
+    const found = mark();
+    count.textContent = input.value ? `${found.length}` : "";
+  });
+  input.addEventListener("keydown", (e) => {
+    if (e.key !== "Enter") return;
+    e.preventDefault();
+    const found = mark();
+    if (!found.length) {
+      count.textContent = input.value ? "0" : "";
+      return;
+    }
+    const from = at < 0 ? (e.shiftKey ? 0 : -1) : Math.min(at, found.length - 1);
+    at = (from + (e.shiftKey ? -1 : 1) + found.length) % found.length;
+    found[at].classList.add("rx-match-current");
+    viewOf().stick = false; // stay at the match while output goes on
+    found[at].scrollIntoView({ block: "nearest" });
+    count.textContent = `${at + 1}/${found.length}`;
+  });
+  return { el };
 }

@@ -92,13 +92,21 @@ export default {
       const save = rxButton("Download", `Download the whole ${stream}`, () =>
         rxControl(model, { type: "fetch", stream, purpose: "download" }, save),
       );
+      // Lines above the held ones come from the kernel's transcript, a press at a time.
+      const earlier = rxButton("Earlier", `Show up to 2,000 earlier ${stream} lines above these`, () =>
+        rxControl(model, { type: "earlier", pane: stream, before: store.pane(stream).hidden }, earlier),
+      );
+      earlier.classList.add("rx-earlier");
+      earlier.hidden = true;
+      const find = rxFindBox(stream, () => views[stream]);
       copies[stream] = copy;
       boxes[stream] = box;
-      title.append(rxEl("strong", "", stream), hidden, rxEl("span", "rx-spacer"), copy, save);
+      title.append(rxEl("strong", "", stream), hidden, earlier, rxEl("span", "rx-spacer"), find.el, copy, save);
       box.appendChild(title);
       root.appendChild(box);
       views[stream] = new RxPaneView(box, store.pane(stream), (n) => {
         hidden.textContent = n ? `${n.toLocaleString()} lines hidden` : "";
+        earlier.hidden = !n;
       });
       title.insertBefore(rxFirstErrorButton(views[stream]), copy); // health: jump to first error
     }
