@@ -111,6 +111,7 @@ NOT_TWINNED = {
     "liveness": "(as above)",
     "options": "the async process's options; reach them as proc.async_process.options",
     "kill_on_cancel": "Ctrl-C on a blocking handle always kills the job",
+    "connection": "the async connection a job's feed is shared on; reach it as proc.async_process.connection",
 }
 
 
