@@ -29,8 +29,10 @@ from .types import ExecResult, StderrChunk, StdoutChunk
 
 __all__ = ["KEEP_CHARS", "RIDE_OUT_PAUSE", "JobFeed", "JobState", "Outcome", "follow"]
 
-KEEP_CHARS = 2 * 1024 * 1024
-"""Characters of the newest output a feed keeps for subscribers that come late."""
+KEEP_CHARS = 512 * 1024
+"""Characters of the newest output a feed keeps for subscribers that come late: about what a
+view replays on its first ``hello`` (``REPLAY_CHARS``); a feed lives as long as its job runs,
+so this is paid once per running job that something shows."""
 
 RIDE_OUT_PAUSE = 1.0
 """Seconds :func:`follow` waits (or less, if the link changes) before asking a lost agent again."""
