@@ -29,7 +29,6 @@ _started = time.monotonic()
 _busy: dict[str, float] = defaultdict(float)  # worker -> seconds in tests (setup, call, teardown)
 _count: dict[str, int] = defaultdict(int)
 _ended: dict[str, float] = {}  # worker -> seconds into the run when it went down
-_groups: dict[str, float] = defaultdict(float)  # xdist group -> seconds (the units loadgroup places)
 
 
 def record_attack(area: str, case: str, *, refused: bool) -> None:
@@ -66,8 +65,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     worker = node.gateway.id
     _busy[worker] += report.duration
     _count[worker] += report.when == "call"
-    if "@" in report.nodeid:  # loadgroup's "nodeid@group"
-        _groups[report.nodeid.rsplit("@", 1)[1]] += report.duration
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -113,6 +110,3 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             end = _ended.get(worker)
             ended = f", done {end:.0f} s into the run" if end is not None else ""
             tr.write_line(f"{worker}: {_count[worker]} tests, {_busy[worker]:.0f} s in tests{ended}")
-        heavy = sorted(_groups.items(), key=lambda kv: -kv[1])[:8]
-        if heavy:
-            tr.write_line("heaviest groups (one worker each): " + ", ".join(f"{g} {t:.0f} s" for g, t in heavy))
