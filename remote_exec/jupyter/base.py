@@ -126,10 +126,20 @@ class StreamWidget(anywidget.AnyWidget):
     controls = traitlets.Dict().tag(sync=True)
     """``{socket, token, widget}``: where the front end sends controls past a busy kernel (controls.py)."""
 
-    def __init__(self, loop: Loop, *, live: bool = False, tail_lines: int = DEFAULT_TAIL_LINES, **traits: Any) -> None:
+    def __init__(
+        self,
+        loop: Loop,
+        *,
+        live: bool = False,
+        tail_lines: int = DEFAULT_TAIL_LINES,
+        panes: dict[str, str] | None = None,
+        **traits: Any,
+    ) -> None:
         super().__init__(_uid=uuid.uuid4().hex, tail_lines=tail_lines, **traits)
         self._loop = loop
-        self._transcript = Transcript(self.PANES)
+        self.panes = dict(panes if panes is not None else self.PANES)
+        """Stream -> the pane that shows it (:attr:`PANES` unless this widget was given others)."""
+        self._transcript = Transcript(self.panes)
         self._rate = self._rate_limit()
         self._output_sent: deque[tuple[float, int]] = deque()  # (when, characters) of output sent
         self._live = live
@@ -273,7 +283,7 @@ class StreamWidget(anywidget.AnyWidget):
 
     def _replay_data(self, max_chars: int) -> dict[str, Any]:
         panes: dict[str, Any] = {}
-        names = dict.fromkeys(self.PANES.values())
+        names = dict.fromkeys(self.panes.values())
         for pane in names:
             pieces, hidden = self._transcript.tail(pane, self.tail_lines, max_chars // len(names))
             panes[pane] = {"pieces": pieces, "hidden": hidden}
@@ -316,7 +326,7 @@ class StreamWidget(anywidget.AnyWidget):
             self._loop.call_soon(self._fetch, stream if isinstance(stream, str) else None, content.get("purpose"))
         elif kind == "earlier":
             pane, before = content.get("pane"), content.get("before")
-            if pane in self.PANES.values() and type(before) is int and 0 < before < 2**53:
+            if pane in self.panes.values() and type(before) is int and 0 < before < 2**53:
                 self._loop.call_soon(self._earlier, pane, before)
         elif isinstance(kind, str):
             self._action(kind, content)
@@ -330,7 +340,7 @@ class StreamWidget(anywidget.AnyWidget):
 
     def _fetch(self, stream: str | None, purpose: object) -> None:
         """Answer Copy/Download with the whole kept text: a user's one-off request, not paced."""
-        if stream is not None and stream not in self.PANES:
+        if stream is not None and stream not in self.panes:
             return
         dropped = sum(n for s, n in self._transcript.dropped.items() if stream is None or s == stream)
         text = strip_ansi(self._transcript.text(stream))

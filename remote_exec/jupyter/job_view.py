@@ -28,7 +28,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 import traitlets
 
@@ -93,10 +93,14 @@ class JobView(StreamWidget):
         job's exit code and last output.
     :param live: send output before any view said hello (a cell that blocks cannot answer one).
     :param tail_lines: lines per pane the browser keeps; older ones show as "N lines hidden".
+    :param merged: one pane for stdout and stderr, in the order read (``--merged``).
     """
 
     # a line typed into the view's stdin shows in the stdout pane, as a terminal echoes it
     PANES = {"stdout": "stdout", "stderr": "stderr", "stdin": "stdout"}  # noqa: RUF012 - a ClassVar of the base
+    MERGED_PANES: ClassVar[dict[str, str]] = {"stdout": "stdout", "stderr": "stdout", "stdin": "stdout"}
+    """``merged``: one pane, stdout and stderr in the order the agent read them (stderr in its
+    colour). Two streams are two files in the sandbox: what one read brings shows stdout first."""
     _esm = esm("job_view", "health")
     _css = css("job_view", "health")
 
@@ -122,6 +126,8 @@ class JobView(StreamWidget):
     quiet_after = traitlets.Float(QUIET_AFTER).tag(sync=True)
     usage: traitlets.List[list[float]] = traitlets.List().tag(sync=True)  # [[time, cpu %, rss], ...]
     hits = traitlets.Int(0).tag(sync=True)  # watch-rule matches seen so far
+    merged = traitlets.Bool(False).tag(sync=True)
+    """One pane for both streams, in the order they came (``merged=True``)."""
     stdin_open = traitlets.Bool(False).tag(sync=True)
     """The job's stdin takes input: the view shows an input line (Enter sends, Ctrl+D closes)."""
 
@@ -135,6 +141,7 @@ class JobView(StreamWidget):
         live: bool = False,
         tail_lines: int = DEFAULT_TAIL_LINES,
         control: BlockingExecRemoteProcess | None = None,
+        merged: bool = False,
         **traits: Any,
     ) -> None:
         # the id ends up in the view, its record, its hint and its Reconnect: the safe form only
@@ -156,6 +163,8 @@ class JobView(StreamWidget):
             job_id=job_id,
             sandbox=sandbox,
             started_at=started_at,
+            merged=merged,
+            panes=self.MERGED_PANES if merged else None,
             **{"stdin_open": info.stdin_open if info is not None else proc.async_process.options.stdin_open, **traits},
         )
         self.process = proc
@@ -295,6 +304,8 @@ class JobView(StreamWidget):
         )
 
     def _tail(self, stream: str) -> tuple[str, int]:
+        if stream not in self.panes.values():  # merged: stderr is in the one pane
+            return "", 0
         pieces, hidden = self._transcript.tail(stream, RECORD_LINES, RECORD_LINES * RECORD_LINE_CHARS)
         return "".join(text for _, text in pieces), hidden
 
@@ -364,7 +375,7 @@ class JobView(StreamWidget):
                     await proc.close_stdin()
                     self._set(stdin_open=False)
                 else:
-                    if "stdin" in self.PANES:  # echoed where the answer will come (a PTY echoes itself)
+                    if "stdin" in self.panes:  # echoed where the answer will come (a PTY echoes itself)
                         self._emit("stdin", data)
                     await proc.write_stdin(data)
             except JobNotRunningError:

@@ -115,6 +115,7 @@ class RemoteExecMagics(StateMagics):
         "plain text: the rendered screen at the end)",
     )
     @_argument("--stdin", action="store_true", help="with --bg: keep the job's stdin open; its view gets an input line")
+    @_argument("--merged", action="store_true", help="one pane for stdout and stderr, in the order read")
     @_argument("--raise-error", action=argparse.BooleanOptionalAction, default=True, help="raise on failure")
     @_argument("--out", metavar="VAR", help="store the stdout text in VAR")
     @_argument("--err", metavar="VAR", help="store the stderr text in VAR")
@@ -146,6 +147,8 @@ class RemoteExecMagics(StateMagics):
         if args.stdin and not args.bg:
             # A running cell holds the kernel: what is typed into its view would wait for the end.
             raise UsageError("--stdin needs --bg: the kernel must be free to pass typed lines on")
+        if args.merged and args.tty:
+            raise UsageError("--merged: a --tty terminal shows one stream already (stderr is the terminal too)")
         if args.stdin and args.shell is not None:
             raise UsageError("--stdin: a --shell session's commands take no stdin from the view")
         if background and (out or err):
@@ -169,7 +172,10 @@ class RemoteExecMagics(StateMagics):
                 self._store(name, running)
                 return
         job = dataclasses.replace(
-            self._job(cell, args.sandbox, args.shell, cwd, env, timeout), tty=args.tty, stdin=args.stdin
+            self._job(cell, args.sandbox, args.shell, cwd, env, timeout),
+            tty=args.tty,
+            stdin=args.stdin,
+            merged=args.merged,
         )
         # Every cell's job (foreground, --bg, --shell) names its notebook and kernel: --mine and
         # the dashboard find it after a restart; a --bg --name also for %exec_remote_attach NAME.

@@ -46,6 +46,7 @@ class CellJob:
     :ivar tty: run in a pseudo-terminal, shown in a :class:`TerminalView` (plain text: the
         rendered screen at the end, never the raw control sequences).
     :ivar stdin: keep the job's stdin open (its view shows an input line).
+    :ivar merged: its view shows stdout and stderr in one pane, in the order they came.
     """
 
     body: str
@@ -59,6 +60,7 @@ class CellJob:
     policy: JobPolicy | None = None
     tty: bool = False
     stdin: bool = False
+    merged: bool = False
 
     def start(self) -> BlockingExecRemoteProcess:
         """Start the script; returns once the agent confirmed it.
@@ -110,7 +112,7 @@ class CellJob:
         outcome: Callable[[float | None], Outcome | None]
         try:
             if widget:
-                view = JobView(proc, command=self.body, sandbox=self.sandbox.url, live=True)
+                view = JobView(proc, command=self.body, sandbox=self.sandbox.url, live=True, merged=self.merged)
                 view.show()
                 drain, outcome = _watch_view(view), view.wait
             else:
@@ -165,8 +167,11 @@ class CellJob:
         watcher, control = self.sandbox.attach(proc.job_id), self.sandbox.attach(proc.job_id)
         view = None
         if widget and not plain:
-            kind = TerminalView if self.tty else JobView
-            view = kind(watcher, command=self.body, sandbox=self.sandbox.url, control=control)
+            url = self.sandbox.url
+            if self.tty:
+                view = TerminalView(watcher, command=self.body, sandbox=url, control=control)
+            else:
+                view = JobView(watcher, command=self.body, sandbox=url, control=control, merged=self.merged)
             view.show()
         elif plain:
             print("started in the background")  # no job id: plain output must not vary by run

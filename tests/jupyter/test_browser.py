@@ -315,3 +315,27 @@ def test_the_dark_theme_keeps_the_job_views_text_readable(lab: tuple[str, Path],
                 assert ratio >= 3, (part, ratio)
         finally:
             _use_theme(page, "JupyterLab Light", light=True)  # the lab's settings outlive this test
+
+
+def test_a_merged_view_shows_one_pane_with_stderr_in_its_colour(
+    lab: tuple[str, Path], page: Any, agent_dir: Path
+) -> None:
+    cells = [
+        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
+        "%%exec_remote --merged --no-raise-error\necho to stdout; echo an error line >&2; exit 3",
+    ]
+    with failure_shot(page, "browser-merged"):
+        open_notebook(page, lab, "merged.ipynb", cells)
+        run_first_cell(page)
+        cell = run_cell(page, 1)
+        wait_done(cell)
+        job = cell.locator(".rx-job")
+        pane = job.locator(".rx-pane-stdout")
+        pane.locator(".rx-line .rx-kind-stderr", has_text="an error line").wait_for()
+        assert pane.locator(".rx-pane-title strong").inner_text() == "output"
+        assert pane.locator(".rx-line:not(.rx-empty)").all_inner_texts() == ["to stdout", "an error line"]
+        assert job.locator(".rx-pane-stderr").is_hidden()
+        colour = "e => getComputedStyle(e).color"
+        out, err = (pane.locator(f".rx-kind-{s}").first.evaluate(colour) for s in ("stdout", "stderr"))
+        assert out != err  # stderr in its colour
+        shot(page, "browser-merged-view", cell)

@@ -258,3 +258,28 @@ def test_earlier_lines_come_from_the_kernels_copy(sb: rx.Sandbox, front: Headles
     front.send(view, {"type": "earlier", "pane": "stdout", "before": 2})
     wait_for(lambda: len([m for m in front.custom(view) if m["kind"] == "earlier"]) == 2, what="the second")
     assert [m["data"]["first"] for m in front.custom(view) if m["kind"] == "earlier"] == [0, 0]
+
+
+def test_a_merged_view_shows_both_streams_in_one_pane_in_order(
+    sb: rx.Sandbox, front: HeadlessFrontEnd, tmp_path: Path
+) -> None:
+    """In the order the agent read them (what came in one read: stdout first), so the job
+    waits for the view to have its first two lines before it writes the next two."""
+    gate = tmp_path / "gate"
+    script = f"echo out1; echo err1 >&2; while [ ! -e {gate} ]; do sleep 0.02; done; echo out2; echo err2 >&2"
+    view = JobView(sb.exec_remote(["sh", "-c", script]), command="both", merged=True)
+    wait_for(lambda: view.text() == "out1\nerr1\n", what="the first two lines")
+    gate.touch()
+    assert view.wait(20) is not None
+    front.send(view, {"type": "hello"})
+    wait_for(lambda: [m for m in front.custom(view) if m["kind"] == "replay"], what="the replay")
+    replay = next(m for m in front.custom(view) if m["kind"] == "replay")
+    assert list(replay["data"]["panes"]) == ["stdout"]  # one pane, each piece still tagged
+    pieces = replay["data"]["panes"]["stdout"]["pieces"]
+    assert "".join(text for _, text in pieces) == "out1\nerr1\nout2\nerr2\n"
+    assert {stream for stream, _ in pieces} == {"stdout", "stderr"}
+    front.send(view, {"type": "fetch", "stream": None, "purpose": "copy"})  # the one pane's Copy
+    wait_for(lambda: [m for m in front.custom(view) if m["kind"] == "full"], what="the copy")
+    full = next(m for m in front.custom(view) if m["kind"] == "full")
+    assert full["data"]["text"] == "out1\nerr1\nout2\nerr2\n"
+    assert last_state(front, view).get("merged", view.merged) is True

@@ -112,6 +112,7 @@ def test_config_sets_the_kernel_defaults(ip: InteractiveShell, tmp_path: Path) -
         ("--out class", "true", "variable name"),
         ("--timeout -1", "true", "positive"),
         ("--bg --out o", "true", "--out/--err"),
+        ("--tty --merged", "true", "--merged: a --tty terminal"),
         ("", "   \n", "needs a script"),
         ("--sandbox nope://x", "true", "unsupported"),
         ("--no-such-option", "true", "unrecognized"),
@@ -383,3 +384,11 @@ def test_the_help_reads_as_the_magic_is_typed(ip: InteractiveShell) -> None:
     with pytest.raises(UsageError), capture_output() as cap:
         ip.run_cell_magic("exec_remote", "--bogus", "true")
     assert "%exec_remote:" not in cap.stderr.replace("%%exec_remote:", "")
+
+
+def test_a_merged_cell_shows_one_pane(ip: InteractiveShell, front: HeadlessFrontEnd) -> None:
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--widget --merged", "echo a; echo b >&2")
+    view = front.widget(cap.outputs[0])
+    assert isinstance(view, JobView) and view.merged and set(view.panes.values()) == {"stdout"}
+    assert view.text() == "a\nb\n" and view.text("stderr") == "b\n"

@@ -3,8 +3,9 @@
 // stderr_chars, error, stdin_open; health (health.js): link, link_reason, last_output_at, quiet_after,
 // usage, hits. Sends {type: "hello" | "interrupt" | "kill" | "fetch" | "watch" | "stdin" | "close_stdin"}.
 
-// a line typed into stdin is echoed in the stdout pane (job_view.py PANES)
-const JOB_PANE_OF = (stream) => (stream === "stdin" ? "stdout" : stream);
+// a line typed into stdin is echoed in the stdout pane (job_view.py PANES); a merged view
+// (job_view.py MERGED_PANES) shows every stream there, in the order it came
+const rxJobPaneOf = (model) => (stream) => (stream === "stdin" || model.get("merged") ? "stdout" : stream);
 // The input line of a job whose stdin is open: Enter sends the line (with its newline), Ctrl+D
 // or the button closes stdin (EOF). Shown only while the job runs with its stdin open.
 function rxJobStdinLine(model) {
@@ -35,11 +36,12 @@ function rxJobStdinLine(model) {
 
 export default {
   initialize({ model }) {
-    return rxInitialize(model, JOB_PANE_OF);
+    return rxInitialize(model, rxJobPaneOf(model));
   },
 
   render({ model, el }) {
-    const store = rxStore(model, JOB_PANE_OF);
+    const store = rxStore(model, rxJobPaneOf(model));
+    const merged = model.get("merged"); // fixed for the view's life (set when it was made)
     const root = rxEl("div", "rx-widget rx-job");
     el.appendChild(root);
 
@@ -88,9 +90,11 @@ export default {
       const box = rxEl("div", `rx-pane rx-pane-${stream}`);
       const title = rxEl("div", "rx-pane-title");
       const hidden = rxEl("span", "rx-muted rx-hidden");
-      const copy = rxButton("Copy", `Copy the whole ${stream}`, () => rxControl(model, { type: "fetch", stream, purpose: "copy" }, copy));
-      const save = rxButton("Download", `Download the whole ${stream}`, () =>
-        rxControl(model, { type: "fetch", stream, purpose: "download" }, save),
+      const what = merged ? null : stream; // merged: the whole output, interleaved
+      const label = merged ? "output" : stream;
+      const copy = rxButton("Copy", `Copy the whole ${label}`, () => rxControl(model, { type: "fetch", stream: what, purpose: "copy" }, copy));
+      const save = rxButton("Download", `Download the whole ${label}`, () =>
+        rxControl(model, { type: "fetch", stream: what, purpose: "download" }, save),
       );
       // Lines above the held ones come from the kernel's transcript, a press at a time.
       const earlier = rxButton("Earlier", `Show up to 2,000 earlier ${stream} lines above these`, () =>
@@ -101,7 +105,7 @@ export default {
       const find = rxFindBox(stream, () => views[stream]);
       copies[stream] = copy;
       boxes[stream] = box;
-      title.append(rxEl("strong", "", stream), hidden, earlier, rxEl("span", "rx-spacer"), find.el, copy, save);
+      title.append(rxEl("strong", "", label), hidden, earlier, rxEl("span", "rx-spacer"), find.el, copy, save);
       box.appendChild(title);
       root.appendChild(box);
       views[stream] = new RxPaneView(box, store.pane(stream), (n) => {
@@ -115,7 +119,7 @@ export default {
     // come in a delta before the trait that counts it).
     const showPanes = () => {
       const pane = store.pane("stderr");
-      boxes.stderr.hidden = !(model.get("stderr_chars") || pane.version || pane.hidden);
+      boxes.stderr.hidden = merged || !(model.get("stderr_chars") || pane.version || pane.hidden);
     };
 
     const elapsed = () => {
@@ -194,7 +198,10 @@ export default {
       lastHits = Math.max(lastHits, hits); // a count that goes back (a replayed update) is no new hit
     };
     const onMsg = (msg) => {
-      if (msg.kind === "full") rxDeliver(msg.data, `${model.get("job_id")}-${msg.data.stream}.txt`, copies[msg.data.stream]);
+      if (msg.kind === "full") {
+        const key = msg.data.stream ?? "stdout"; // (merged: the whole output, asked by the one pane)
+        rxDeliver(msg.data, `${model.get("job_id")}-${msg.data.stream ?? "output"}.txt`, copies[key]);
+      }
       else {
         for (const v of Object.values(views)) v.update();
         since.update();
