@@ -40,8 +40,21 @@ function rxTermFeed(term, msg, seen, viewer) {
   return seen;
 }
 
+// The rows a finished job's output uses, if fewer than `most`: `ls` in a 24-row terminal left
+// 21 empty rows under it. Counted over the whole buffer (scrollback too: a terminal made shorter
+// before the last output came scrolled it), down to the cursor's row at least (xterm keeps the
+// cursor in view). A full-screen program's screen, or more output than `most` rows: null.
+function rxTermUsedRows(term, most) {
+  const buf = term.buffer.active;
+  if (buf.type === "alternate") return null;
+  let last = buf.baseY + buf.cursorY;
+  for (let y = last + 1; y < buf.length; y++) if (buf.getLine(y)?.translateToString(true)) last = y;
+  return last + 1 <= most ? last + 1 : null;
+}
+
 // Fit the terminal's columns to its element's width (its rows are the model's), and tell Python
 // when they changed: the job's PTY follows (SIGWINCH), so `stty size` and full-screen programs do.
+// Once the job has ended, the terminal shrinks to the rows its screen uses (nothing to tell).
 function rxTermFitter(model, term, fit) {
   let frame = 0;
   const apply = () => {
@@ -49,10 +62,12 @@ function rxTermFitter(model, term, fit) {
     const dims = fit.proposeDimensions();
     if (!dims || !Number.isFinite(dims.cols) || dims.cols < 2) return; // hidden: nothing to measure
     const cols = Math.min(dims.cols, 500);
-    const rows = model.get("rows");
+    const ended = model.get("state") !== "running";
+    const most = model.get("rows");
+    const rows = ended ? (rxTermUsedRows(term, most) ?? most) : most;
     if (cols === term.cols && rows === term.rows) return;
     term.resize(cols, rows);
-    model.send({ type: "resize", cols, rows });
+    if (!ended) model.send({ type: "resize", cols, rows });
   };
   return () => {
     if (!frame) frame = requestAnimationFrame(apply);
@@ -190,10 +205,11 @@ export default {
     const observer = new ResizeObserver(refit);
     observer.observe(screen);
     const resized = term.onResize(renderState);
+    const parsed = term.onWriteParsed(() => model.get("state") !== "running" && refit()); // (a replay's screen)
     const traits =
       "change:state change:exit_code change:ended_at change:ended_as change:stdout_chars change:lines change:error change:command change:name change:title change:stdin_open";
     model.on(traits, renderState);
-    model.on("change:rows", refit);
+    model.on("change:rows change:state", refit);
     renderState();
     const timer = setInterval(() => model.get("state") === "running" && !connection.lost() && renderState(), 500);
     model.send({ type: "hello", viewer });
@@ -204,9 +220,10 @@ export default {
       input.dispose();
       binary.dispose();
       resized.dispose();
+      parsed.dispose();
       model.off("msg:custom", onMsg);
       model.off(traits, renderState);
-      model.off("change:rows", refit);
+      model.off("change:rows change:state", refit);
       connection.stop();
       term.dispose();
     });

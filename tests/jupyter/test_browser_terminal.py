@@ -20,6 +20,7 @@ import pytest
 
 import remote_exec as rx
 
+from .conftest import wait_for
 from .lab_page import failure_shot, open_notebook, run_cell, run_first_cell, shot, wait_done
 
 pytestmark = pytest.mark.slow
@@ -91,6 +92,9 @@ def test_the_terminal_widget_runs_colours_a_prompt_vim_top_and_resizes(
         x = lines(term)[y].index("run.sh")
         assert term.evaluate(CELL_STYLE, [y, x])["palette"] == 2  # 01;32: executable
         assert found and cell.locator(".rx-badge", has_text="completed").count() == 1
+        # finished: the terminal takes the rows its screen uses (the listing, the cursor's), not 24
+        wait_for(lambda: term.evaluate("e => e.rxTerminal.rows") == 2, what="the finished terminal shrunk")
+        assert "run.sh" in lines(term)[0]  # still in view
         shot(page, "terminal-1-ls-colours", cell)
 
         # an interactive shell: a read prompt answered from the keyboard
