@@ -141,7 +141,9 @@ class JobFeed:
             return cls(proc)  # a shell run not yet started: no id to share it by
         feeds = _FEEDS.setdefault(proc.connection, weakref.WeakValueDictionary())
         feed = feeds.get(job_id)
-        if feed is None:
+        # A feed whose reading failed ("error": the sandbox was found gone, the channel broke)
+        # says nothing of the job itself: a later view reads afresh, through its own handle.
+        if feed is None or (feed.outcome is not None and feed.outcome.state == "error"):
             feed = feeds[job_id] = cls(proc)
         return feed
 

@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 import remote_exec as rx
-from remote_exec.client.feed import JobFeed
+from remote_exec.client.feed import JobFeed, Outcome
 
 pytestmark = pytest.mark.anyio
 
@@ -102,3 +102,13 @@ async def test_a_kill_through_another_handle_is_the_feeds_end_with_the_output(ur
         await (await sb.attach(proc.job_id or "")).kill(0.5)
         outcome = await feed.ended()
     assert outcome.state == "killed" and outcome.result is not None and outcome.result.stdout == "started\n"
+
+
+async def test_a_feed_whose_reading_failed_is_not_handed_out_again(url: str) -> None:
+    async with rx.open_sandbox(url) as sb:
+        proc = await sb.exec_remote(["echo", "hi"]).started()
+        broken = JobFeed.of(proc)
+        broken.outcome = Outcome("error", None, RuntimeError("the channel broke"))  # as a failed read ends
+        fresh = JobFeed.of(await sb.attach(proc.job_id or ""))
+        assert fresh is not broken and (await fresh.ended()).state == "completed"
+        assert JobFeed.of(proc) is fresh
