@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import secrets
+
 import anyio
 import pytest
 
@@ -154,17 +156,22 @@ async def test_survives_an_agent_sigkill(sandbox_url: str) -> None:
     n = 5000
     async with rx.open_sandbox(sandbox_url, response_margin=1.0) as sb:
         agent = sb.info.pid
-        # The job kills the agent itself, mid-flood: a kill from another job could land after
-        # the whole flood was read by the old agent (seen). Not at once: an agent killed within
-        # microseconds of writing "go" has not yet recorded its stdin cursor, and the client's
-        # retry types it again (at least once; see DiskJob.write_stdin).
+        # Mid-flood, once the flag exists, the job kills the agent itself. Not on a keystroke: the
+        # agent answers a write after the job has its keys, so a kill the keys set off races the
+        # answer, and a retry of a write whose answer was lost types it again when the agent died
+        # before it recorded its cursor (at least once; see DiskJob.write_stdin). Not from another
+        # job either: that kill could land after the whole flood was read (seen).
+        flag = f"/tmp/rx-kill-now-{secrets.token_hex(4)}"
         script = (
             f"read go; i=0; while [ $i -lt {n} ]; do echo line$i; i=$((i+1)); "
-            f"[ $i -eq {n // 2} ] && kill -9 {agent}; done; read x; echo got $x"
+            f"if [ $i -eq {n // 2} ]; then while [ ! -e {flag} ]; do sleep 0.01; done; kill -9 {agent}; fi; "
+            "done; read x; echo got $x"
         )
         proc = sb.exec_remote(["sh", "-c", script], tty=True, poll_interval=1.0)
         screen = Screen(proc)
-        await proc.write_stdin("go\r")
+        await proc.write_stdin("go\r")  # answered: the job waits for the flag
+        await screen.expect(f"line{n // 2 - 1}\r\n")
+        await sb.run(["touch", flag])  # (its answer may be lost with the agent: the call asks again)
         at = await screen.expect(f"line{n - 1}\r\n")
         assert (await sb.server_info()).pid != agent
         await proc.write_stdin("hello\r")
