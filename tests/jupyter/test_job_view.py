@@ -189,9 +189,19 @@ def test_counters_catch_up_while_the_job_is_quiet(sb: rx.Sandbox, front: Headles
     g1.touch()  # a second line within the counters' period: its count waits, the line does not
     wait_for(lambda: any("line2" in str(m) for m in front.custom(view)), what="line2")
     g2.touch()  # and a third line while that count is still waiting
-    wait_for(lambda: view.stdout_chars == 18, timeout=5, what="the count after the quiet period")
+
+    # The count as sent, not the trait: a trait is set (and seen from here) inside the round's
+    # hold_sync, before the message that carries it is sent (soak: no count of 12 sent yet).
+    def counted() -> list[CommMessage]:
+        return [m for m in front.sent(view) if m.msg_type == "comm_msg"]
+
+    wait_for(
+        lambda: any(m.data.get("state", {}).get("stdout_chars", 0) >= 18 for m in counted()),
+        timeout=5,
+        what="the count after the quiet period, sent",
+    )
     assert view.state == "running"
-    sent = [m for m in front.sent(view) if m.msg_type == "comm_msg"]
+    sent = counted()
 
     def line(text: str) -> float:
         return next(m.at for m in sent if m.data.get("method") == "custom" and text in str(m.data))
