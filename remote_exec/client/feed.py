@@ -97,12 +97,7 @@ async def follow(proc: ExecRemoteProcess, on_output: OutputCallback, *, ride_out
         return Outcome("killed", None, exc)
     except RemoteExecError as exc:
         return Outcome("error", None, exc)
-    return Outcome(state_of(result), result)
-
-
-def state_of(result: ExecResult) -> JobState:
-    """The state an ended job's result says (:func:`~.ends.job_state`, the one rule)."""
-    return job_state(result.state, result.returncode)
+    return Outcome(job_state(result.state, result.returncode), result)
 
 
 _FEEDS: weakref.WeakKeyDictionary[object, weakref.WeakValueDictionary[str, JobFeed]] = weakref.WeakKeyDictionary()
@@ -154,10 +149,6 @@ class JobFeed:
     @property
     def state(self) -> JobState:
         return "running" if self.outcome is None else self.outcome.state
-
-    def kept(self) -> list[tuple[str, str]]:
-        """The newest output kept, as ``(stream, text)`` pieces in the order it came."""
-        return list(self._kept)
 
     def subscribe(self, on_output: OutputCallback) -> Callable[[], None]:
         """Call ``on_output(stream, text)`` with the kept output now, then with each new chunk

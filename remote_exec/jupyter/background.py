@@ -92,12 +92,9 @@ class BackgroundJob:
         :raises RemoteExecError: the job could not be followed to its end (its sandbox is gone).
         """
         try:
-            while True:  # in slices: Ctrl-C is seen between them
-                with contextlib.suppress(TimeoutError):
-                    outcome = self._followed.result(timeout=0.1)
-                    break
+            outcome = self._followed.result()  # (a Ctrl-C interrupts the wait, as portal.call's)
         except KeyboardInterrupt:
-            self._loop.spawn(self._control.async_process.kill, 0.5)  # finishes on the loop
+            self.kill(0.5)  # the job is gone when the caller sees the interrupt
             raise
         if outcome.result is None:
             assert outcome.error is not None  # (the feed reads a handle nobody kills through)

@@ -127,7 +127,7 @@ class JobView(StreamWidget):
     usage: traitlets.List[list[float]] = traitlets.List().tag(sync=True)  # [[time, cpu %, rss], ...]
     hits = traitlets.Int(0).tag(sync=True)  # watch-rule matches seen so far
     merged = traitlets.Bool(False).tag(sync=True)
-    """One pane for both streams, in the order they came (``merged=True``)."""
+    """One pane for both streams, in the order read (``merged=True``; see :attr:`MERGED_PANES`)."""
     stdin_open = traitlets.Bool(False).tag(sync=True)
     """The job's stdin takes input: the view shows an input line (Enter sends, Ctrl+D closes)."""
 

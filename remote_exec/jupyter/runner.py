@@ -46,7 +46,7 @@ class CellJob:
     :ivar tty: run in a pseudo-terminal, shown in a :class:`TerminalView` (plain text: the
         rendered screen at the end, never the raw control sequences).
     :ivar stdin: keep the job's stdin open (its view shows an input line).
-    :ivar merged: its view shows stdout and stderr in one pane, in the order they came.
+    :ivar merged: its view shows stdout and stderr in one pane, in the order read.
     """
 
     body: str

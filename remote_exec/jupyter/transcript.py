@@ -135,7 +135,7 @@ class Transcript:
         index = self.newlines[pane] - sum(t.count("\n") for _, t in segments)  # the first kept text's line
         # The first kept text may have lost its line's start to the limit: that line is not given.
         start = max(before - count, index + self._cut_in_line[pane])
-        lines: dict[int, list[list[str]]] = {}
+        lines: deque[list[list[str]]] = deque()  # lines start..before-1, in order: each its pieces
         for stream, text in segments:
             if index >= before:
                 break
@@ -144,18 +144,17 @@ class Transcript:
                 ends = i < len(parts) - 1
                 bit = part + "\n" if ends else part
                 if bit and start <= index < before:
-                    lines.setdefault(index, []).append([stream, bit])
+                    if index - start == len(lines):  # (the line's first piece)
+                        lines.append([])
+                    lines[-1].append([stream, bit])
                 if ends:
                     index += 1
                     if index >= before:
                         break
-        ordered = [lines[i] for i in sorted(lines)]
-        first = min(lines) if lines else before
-        size = sum(len(t) for one in ordered for _, t in one)
-        while ordered and size > max_chars:  # the oldest go first: the lines nearest the view stay
-            size -= sum(len(t) for _, t in ordered.pop(0))
-            first += 1
-        return [piece for one in ordered for piece in one], first
+        size = sum(len(t) for one in lines for _, t in one)
+        while lines and size > max_chars:  # the oldest go first: the lines nearest the view stay
+            size -= sum(len(t) for _, t in lines.popleft())
+        return [piece for one in lines for piece in one], before - len(lines)
 
 
 class RateLimit:

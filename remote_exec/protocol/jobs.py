@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 
 from .base import _SIGNAL_NAMES, DEFAULT_MAX_BYTES, MAX_PAGE_ITEMS, Encoding, JobId, JobState, Offset, WireModel
-from .names import TAG_KEY_MAX, tag_key_form, tags_form
+from .names import TAG_KEY_MAX, WRITER_PATTERN, tag_key_form, tags_form
 from .policy import MAX_HITS_KEPT, MAX_RULES, JobPolicy, WatchHit
 
 MAX_TAGS = 16
@@ -235,7 +235,7 @@ class WriteStdinParams(WireModel):
     data: Annotated[str, Field(max_length=64 * 1024 * 1024)] = ""
     offset: Offset | None = None
     eof: bool = False
-    writer: Annotated[str, Field(min_length=8, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")] | None = None
+    writer: Annotated[str, Field(pattern=rf"^{WRITER_PATTERN}$")] | None = None
 
     @field_validator("writer")
     @classmethod

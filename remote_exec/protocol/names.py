@@ -22,6 +22,7 @@ __all__ = [
     "NAME_PATTERN",
     "NAME_TAG",
     "TAG_KEY_MAX",
+    "WRITER_PATTERN",
     "asked_job_id",
     "check_job_id",
     "check_name",
@@ -42,6 +43,9 @@ JOB_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 
 NAME_PATTERN = r"[A-Za-z_][A-Za-z0-9_]{0,63}"
 """A ``--name``: a Python identifier of at most 64 characters (the user's own kernel variable)."""
+
+WRITER_PATTERN = r"[A-Za-z0-9_-]{8,64}"
+"""A terminal typist's name (``WriteStdinParams.writer``; the agent keeps their cursors by it)."""
 
 TAG_KEY_MAX = 64
 """The longest tag key: a tag key is a short printable word (``notebook``, ``kernel``, ``name``)."""

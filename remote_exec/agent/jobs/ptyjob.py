@@ -42,7 +42,7 @@ from .proctree import MARKER
 from .ptyrelay import fork_relay
 from .spare import SpareDir
 from .spawn import spawn_error
-from .stdin import MAX_WRITERS
+from .stdin import remember
 
 __all__ = ["PtyJob"]
 
@@ -325,10 +325,7 @@ class PtyJob(DiskJob):
                     key = termios.tcgetattr(self.master)[6][termios.VEOF]  # the slave's, read on the master
                     super().write_stdin(key if isinstance(key, bytes) else b"\x04", None, False)
                 if writer is not None:
-                    self._eof_typed.pop(writer, None)
-                    self._eof_typed[writer] = at
-                    while len(self._eof_typed) > MAX_WRITERS:
-                        del self._eof_typed[next(iter(self._eof_typed))]
+                    remember(self._eof_typed, writer, at)
         return taken
 
     def resize(self, size: TtySize) -> None:

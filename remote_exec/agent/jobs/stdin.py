@@ -13,13 +13,22 @@ import contextlib
 import re
 
 from ...errors import JobNotRunningError, ServerBusyError
+from ...protocol.names import WRITER_PATTERN
 from ..budget import MemoryBudget
 
-__all__ = ["STDIN_WAIT", "StdinQueue"]
+__all__ = ["MAX_WRITERS", "STDIN_WAIT", "WRITER_FORM", "StdinQueue", "remember"]
 
 STDIN_WAIT = 5.0  # a write with no room waits this long for some before answering "0 taken"
 MAX_WRITERS = 64  # typists of one terminal whose cursors are kept (the least recent is forgotten)
-WRITER_FORM = re.compile(r"[A-Za-z0-9_-]{8,64}")  # a writer's name (WriteStdinParams.writer)
+WRITER_FORM = re.compile(WRITER_PATTERN)  # (read back from the job dir: the wire's form)
+
+
+def remember(recent: dict[str, int], key: str, value: int) -> None:
+    """Set ``recent[key]``, newest last, forgetting the least recent beyond :data:`MAX_WRITERS`."""
+    recent.pop(key, None)
+    recent[key] = value
+    while len(recent) > MAX_WRITERS:
+        del recent[next(iter(recent))]
 
 
 class StdinQueue:
@@ -106,10 +115,7 @@ class StdinQueue:
                 )
             data = data[have - offset :]
             taken = self.write(data, None, eof, reserved)
-            self.writers.pop(writer, None)  # the most recent last: the first to go is the least recent
-            self.writers[writer] = have + taken
-            while len(self.writers) > MAX_WRITERS:
-                del self.writers[next(iter(self.writers))]
+            remember(self.writers, writer, have + taken)
             return taken
         if offset is not None:
             if offset > self.written:

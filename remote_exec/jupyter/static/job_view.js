@@ -4,7 +4,7 @@
 // usage, hits. Sends {type: "hello" | "interrupt" | "kill" | "fetch" | "watch" | "stdin" | "close_stdin"}.
 
 // a line typed into stdin is echoed in the stdout pane (job_view.py PANES); a merged view
-// (job_view.py MERGED_PANES) shows every stream there, in the order it came
+// (job_view.py MERGED_PANES) shows every stream there, in the order the agent read them
 const rxJobPaneOf = (model) => (stream) => (stream === "stdin" || model.get("merged") ? "stdout" : stream);
 // The input line of a job whose stdin is open: Enter sends the line (with its newline), Ctrl+D
 // or the button closes stdin (EOF). Shown only while the job runs with its stdin open.
