@@ -108,6 +108,21 @@ def open_notebook(page: Any, lab: tuple[str, Path], name: str, cells: list[str])
     kernel_idle(page)
 
 
+def setup_cell(agent_dir: Path) -> str:
+    """The first cell of these tests' notebooks: the extension and a ``local://`` sandbox."""
+    return f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}"
+
+
+def open_and_run(page: Any, lab: tuple[str, Path], name: str, cells: list[str]) -> Any:
+    """Open a notebook of ``cells`` (the first a :func:`setup_cell`), run the set-up and cell 1;
+    return cell 1's locator once it has run."""
+    open_notebook(page, lab, name, cells)
+    run_first_cell(page)
+    cell = run_cell(page, 1)
+    wait_done(cell)
+    return cell
+
+
 def kernel_idle(page: Any) -> None:
     """Wait until the status bar says the notebook's kernel is up and idle.
 

@@ -19,7 +19,18 @@ from typing import Any
 import pytest
 
 from .conftest import gone, wait_for
-from .lab_page import BASE_URL, failure_shot, open_notebook, run_cell, run_first_cell, save_until, shot, wait_done
+from .lab_page import (
+    BASE_URL,
+    failure_shot,
+    open_and_run,
+    open_notebook,
+    run_cell,
+    run_first_cell,
+    save_until,
+    setup_cell,
+    shot,
+    wait_done,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +104,7 @@ def saved_line(notebook: Path, index: int) -> int:
 
 def test_dashboard_and_shell_view_in_jupyterlab(lab: tuple[str, Path], page: Any, agent_dir: Path) -> None:
     cells = [
-        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
+        setup_cell(agent_dir),
         '%%exec_remote --bg --no-widget\nfor i in $(seq 1 3000); do echo "tick $i"; sleep 0.1; done',
         "%remote_jobs",
         "%remote_shell --shell new",  # the session view (alone, %remote_shell is a terminal)
@@ -160,10 +171,7 @@ def test_forwarded_port_opens_through_the_servers_proxy(
         "fwd.close(); srv.kill(); sb.close()",
     ]
     with failure_shot(page, "browser-port"):
-        open_notebook(page, lab, "port.ipynb", cells)
-        run_first_cell(page)
-        cell = run_cell(page, 1)
-        wait_done(cell)
+        cell = open_and_run(page, lab, "port.ipynb", cells)
         src = cell.locator("iframe").get_attribute("src")
         assert src is not None and re.fullmatch(rf"{BASE_URL}proxy/\d+/", src), src
         printed = cell.locator(".jp-OutputArea-output").first.inner_text()
@@ -186,15 +194,12 @@ def test_a_foreground_flood_ends_capped_without_the_iopub_warning(
     n = 2_000_000
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     cells = [
-        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
+        setup_cell(agent_dir),
         f"%%exec_remote\nseq 1 {n}",
         "print('next cell ran')",
     ]
     with failure_shot(page, "browser-flood"):
-        open_notebook(page, lab, "flood.ipynb", cells)
-        run_first_cell(page)
-        cell = run_cell(page, 1)
-        wait_done(cell)
+        cell = open_and_run(page, lab, "flood.ipynb", cells)
         job = cell.locator(".rx-job")
         job.locator(".rx-badge", has_text="completed").wait_for()
         pane = job.locator(".rx-pane-stdout")
@@ -238,15 +243,12 @@ def test_an_800px_window_keeps_a_job_views_controls_inside_and_says_its_name_and
     told in words."""
     page.set_viewport_size({"width": 800, "height": 1000})
     cells = [
-        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
+        setup_cell(agent_dir),
         "%%exec_remote --bg --name training_run_with_a_long_name\n# the model\nset -e\n"
         "echo started; for i in $(seq 1 300); do sleep 1; done  # a long line of a long-running job",
     ]
     with failure_shot(page, "browser-800px"):
-        open_notebook(page, lab, "narrow.ipynb", cells)
-        run_first_cell(page)
-        cell = run_cell(page, 1)
-        wait_done(cell)
+        cell = open_and_run(page, lab, "narrow.ipynb", cells)
         job = cell.locator(".rx-job")
         job.locator(".rx-pane-stdout .rx-line", has_text="started").wait_for()
         assert job.locator(".rx-job-command").inner_text().startswith("training_run_with_a_long_name · echo started")
@@ -297,7 +299,7 @@ def test_the_dark_theme_keeps_the_job_views_text_readable(lab: tuple[str, Path],
     """Issue #23 point 7: in JupyterLab Dark, "stderr", its lines, the end and the header are
     readable (contrast >= 3, WCAG's floor for large text; the fixed dark red was 2.3)."""
     cells = [
-        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
+        setup_cell(agent_dir),
         "%%exec_remote --no-raise-error\necho to stdout; echo an error line >&2; exit 3",
     ]
     with failure_shot(page, "browser-dark"):
@@ -321,14 +323,11 @@ def test_a_merged_view_shows_one_pane_with_stderr_in_its_colour(
     lab: tuple[str, Path], page: Any, agent_dir: Path
 ) -> None:
     cells = [
-        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
+        setup_cell(agent_dir),
         "%%exec_remote --merged --no-raise-error\necho to stdout; echo an error line >&2; exit 3",
     ]
     with failure_shot(page, "browser-merged"):
-        open_notebook(page, lab, "merged.ipynb", cells)
-        run_first_cell(page)
-        cell = run_cell(page, 1)
-        wait_done(cell)
+        cell = open_and_run(page, lab, "merged.ipynb", cells)
         job = cell.locator(".rx-job")
         pane = job.locator(".rx-pane-stdout")
         pane.locator(".rx-line .rx-kind-stderr", has_text="an error line").wait_for()

@@ -21,7 +21,7 @@ import pytest
 import remote_exec as rx
 
 from .conftest import wait_for
-from .lab_page import failure_shot, open_notebook, run_cell, run_first_cell, shot, wait_done
+from .lab_page import failure_shot, open_and_run, open_notebook, run_cell, run_first_cell, setup_cell, shot, wait_done
 
 pytestmark = pytest.mark.slow
 
@@ -71,7 +71,7 @@ def test_the_terminal_widget_runs_colours_a_prompt_vim_top_and_resizes(
     (listing / "run.sh").chmod(0o755)
     edited = tmp_path / "edited.txt"
     cells = [
-        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
+        setup_cell(agent_dir),
         f"%%exec_remote --tty\nls --color=always {listing}",
         "%remote_shell",
         '%%exec_remote --bg --stdin\nread -r name; echo "hello $name"; cat; echo "stdin closed"',
@@ -195,14 +195,11 @@ def test_a_tty_cell_keeps_its_terminal_and_focus_while_it_runs(
 ) -> None:
     """A running view's stored record is not rewritten (each rewrite renders the view anew)."""
     cells = [
-        f"%load_ext remote_exec\n%exec_remote_config --sandbox local://?dir={agent_dir}",
+        setup_cell(agent_dir),
         '%%exec_remote --tty\nfor i in 1 2 3 4 5 6 7; do read -r -p "line $i? " x; echo "got $x"; done',
     ]
     with failure_shot(page, "terminal-focus"):
-        open_notebook(page, lab, "focus.ipynb", cells)
-        run_first_cell(page)
-        cell = run_cell(page, 1)
-        wait_done(cell)
+        cell = open_and_run(page, lab, "focus.ipynb", cells)
         term = cell.locator(SCREEN)
         wait_screen(term, r"^line 1\? $", last=True)
         term.locator(".xterm-screen").click()
