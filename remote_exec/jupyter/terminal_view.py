@@ -14,6 +14,8 @@ screen (:func:`~remote_exec.jupyter.vt.render_screen`): control sequences never 
 from __future__ import annotations
 
 import asyncio
+import os
+import stat
 import threading
 import time
 from typing import Any
@@ -23,6 +25,7 @@ import traitlets
 from ..blocking import BlockingExecRemoteProcess
 from ..errors import JobNotRunningError, RemoteExecError
 from ._assets import css, esm
+from .controls import control_dir, private_dir
 from .job_view import JobView
 from .transcript import RateLimit
 from .vt import RENDER_CHARS, render_screen
@@ -37,16 +40,56 @@ INPUT_LIMIT = 1024 * 1024
 
 MAX_COLS, MAX_ROWS = 500, 200
 
-_measured = {"cols": DEFAULT_SIZE[0]}  # the width a page last measured a terminal at (see start_cols)
+_measured: dict[str, int | None] = {"cols": None}  # the width a page last measured a terminal at (see start_cols)
 MIN_MEASURED = 20  # narrower is a collapsed or hidden view, not the notebook's width
+MEASURE_FILE = "terminal-cols"
+"""Beside the kernels' control sockets (a private directory): the width last measured by any
+kernel of this user's, so a new kernel's first terminal starts at it too."""
 
 
 def start_cols() -> int:
-    """Columns a new terminal starts at: the width the page last measured one of this kernel's
-    terminals at (a notebook's cells are one width), else 80. A job's first lines (``ls``, a
-    prompt, ``tput cols``) are then laid out for the view that shows them; a view measured
-    otherwise resizes the PTY as it renders."""
-    return _measured["cols"]
+    """Columns a new terminal starts at: the width a page last measured one of this kernel's
+    terminals at (a notebook's cells are one width), else the one any kernel of this user's last
+    measured, else 80. A job's first lines (``ls``, a prompt, ``tput cols``) are then laid out for
+    the view that shows them; a view measured otherwise resizes the PTY as it renders."""
+    cols = _measured["cols"]
+    if cols is None:
+        cols = _measured["cols"] = _saved_cols() or DEFAULT_SIZE[0]
+    return cols
+
+
+def _saved_cols() -> int | None:
+    """The width in :data:`MEASURE_FILE`, or ``None``: it must be a small regular file of this
+    user's holding a width in bounds (the directory is private; checked anyway)."""
+    try:
+        fd = os.open(control_dir() / MEASURE_FILE, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+                return None
+            cols = int(os.read(fd, 8).strip() or b"0")
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return None
+    return cols if MIN_MEASURED <= cols <= MAX_COLS else None
+
+
+def _remember_cols(cols: int) -> None:
+    if _measured["cols"] == cols:
+        return
+    _measured["cols"] = cols
+    try:  # best effort: a read-only runtime dir only costs the next kernel its first width
+        directory = private_dir(control_dir())
+        temporary = directory / f".{MEASURE_FILE}.{os.getpid()}"
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, str(cols).encode())
+        finally:
+            os.close(fd)
+        os.replace(temporary, directory / MEASURE_FILE)
+    except OSError:
+        pass
 
 
 class TerminalView(JobView):
@@ -106,7 +149,7 @@ class TerminalView(JobView):
             if isinstance(cols, int) and isinstance(rows, int) and cols > 0 and rows > 0:
                 cols, rows = min(cols, MAX_COLS), min(rows, MAX_ROWS)
                 if cols >= MIN_MEASURED:  # a page's measure (not a collapsed or hidden view's)
-                    _measured["cols"] = cols
+                    _remember_cols(cols)
                 self._loop.call_soon(self._want_size, cols, rows)
         else:
             super()._action(kind, content)

@@ -50,11 +50,13 @@ def front() -> Iterator[HeadlessFrontEnd]:
 
 
 @pytest.fixture(autouse=True)
-def interactive(monkeypatch: pytest.MonkeyPatch) -> None:
+def interactive(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """Behave as under a widget front end (an InteractiveShell alone has no kernel), as a kernel
-    that just started: no terminal width measured yet (a kernel-wide memory, see start_cols)."""
+    that just started for a user who never measured a terminal (see start_cols): a runtime dir
+    of the test's own."""
     monkeypatch.setenv("REMOTE_EXEC_NONINTERACTIVE", "0")
-    monkeypatch.setattr(terminal_view, "_measured", {"cols": terminal_view.DEFAULT_SIZE[0]})
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(tmp_path / "jupyter-runtime"))
+    monkeypatch.setattr(terminal_view, "_measured", {"cols": None})
 
 
 @pytest.fixture

@@ -3,6 +3,9 @@ fallback that is the rendered screen (no control sequences) — on the real agen
 
 from __future__ import annotations
 
+import os
+import stat
+
 import pytest
 from IPython.core.error import UsageError
 from IPython.core.interactiveshell import InteractiveShell
@@ -11,6 +14,7 @@ from IPython.utils.capture import capture_output
 import remote_exec as rx
 from remote_exec.jupyter import TerminalView, job_view, terminal_view
 from remote_exec.jupyter.background import BackgroundJob
+from remote_exec.jupyter.controls import control_dir
 from remote_exec.jupyter.headless import HeadlessFrontEnd
 from remote_exec.jupyter.saving import RECORD_DRAFT
 from remote_exec.jupyter.terminal_view import DEFAULT_SIZE
@@ -212,6 +216,29 @@ def test_a_terminal_starts_at_the_width_the_page_measured(ip: InteractiveShell, 
     assert ip.user_ns["second"].wait().returncode == 0
     assert isinstance(view, TerminalView) and view.wait(20) is not None
     assert view.screen() == "132"
+
+
+def test_a_new_kernels_first_terminal_starts_at_the_width_another_kernel_measured(
+    ip: InteractiveShell, front: HeadlessFrontEnd
+) -> None:
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--tty --name first", "read -r _")
+    front.send(front.widget(cap.outputs[0]), {"type": "resize", "cols": 117, "rows": 24})
+    wait_for(lambda: terminal_view.start_cols() == 117, what="the page's measure")
+    ip.user_ns["first"].kill()
+    saved = control_dir() / terminal_view.MEASURE_FILE
+    assert saved.read_text() == "117" and stat.S_IMODE(saved.parent.stat().st_mode) == 0o700
+    terminal_view._measured["cols"] = None  # a kernel that just started
+    assert terminal_view.start_cols() == 117
+    # The file is read as untrusted: out of bounds, not a number, or not a regular file -> 80.
+    for content in ("100000", "3", "wide", ""):
+        saved.write_text(content)
+        terminal_view._measured["cols"] = None
+        assert terminal_view.start_cols() == DEFAULT_SIZE[0], content
+    saved.unlink()
+    os.mkfifo(saved)  # would block a plain open
+    terminal_view._measured["cols"] = None
+    assert terminal_view.start_cols() == DEFAULT_SIZE[0]
 
 
 def test_a_tty_cell_in_plain_text_prints_the_rendered_screen(ip: InteractiveShell, plain: None) -> None:
