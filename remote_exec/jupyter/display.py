@@ -182,10 +182,14 @@ class CellWriter:
     Both capped per stream (:class:`CappedText`): the first :data:`TEXT_HEAD_LINES` lines, then
     at the end "N lines hidden" and the newest :data:`TEXT_TAIL_LINES` lines. Jupyter drops a
     cell's output silently past 1 MB/s ("IOPub data rate exceeded"); this never comes near it.
+    ``merged``: stderr goes to stdout as it is read (``2>&1``, one capped stream).
     """
 
-    def __init__(self, plain: bool, stdout: TextIO | None = None, stderr: TextIO | None = None) -> None:
+    def __init__(
+        self, plain: bool, stdout: TextIO | None = None, stderr: TextIO | None = None, *, merged: bool = False
+    ) -> None:
         self.plain = plain
+        self.merged = merged
         self._out = stdout or sys.stdout
         self._err = stderr or sys.stderr
         self._streams = {
@@ -202,7 +206,7 @@ class CellWriter:
         self._err.flush()
 
     def write(self, stream: str, text: str) -> None:
-        self._streams["stdout" if stream == "stdout" else "stderr"].feed(text)
+        self._streams["stdout" if stream == "stdout" or self.merged else "stderr"].feed(text)
 
     @property
     def hidden(self) -> dict[str, int]:

@@ -107,7 +107,7 @@ class CellJob:
         An interrupted cell raises ``JobInterrupted`` (a ``KeyboardInterrupt``) once the job is gone.
         """
         proc = self.start()
-        writer: CellWriter | ScreenWriter = ScreenWriter() if self.tty else CellWriter(plain)
+        writer: CellWriter | ScreenWriter = ScreenWriter() if self.tty else CellWriter(plain, merged=self.merged)
         drain: Drain = _sleep_until  # until the watching below is set up
         outcome: Callable[[float | None], Outcome | None]
         try:

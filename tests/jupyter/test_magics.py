@@ -133,6 +133,13 @@ def test_plain_text_mode_prints_stdout_then_stderr_then_the_exit_code(ip: Intera
     assert cap.stdout == "started in the background\n"
 
 
+def test_plain_text_merged_is_one_stream(ip: InteractiveShell, plain: None) -> None:
+    """As ``2>&1``, in the order read (what one read brings: stdout first, so this order holds)."""
+    with capture_output() as cap:
+        ip.run_cell_magic("exec_remote", "--merged --no-raise-error", "echo a; echo b >&2; exit 4")
+    assert cap.stdout == "a\nb\nexit code: 4\n" and cap.stderr == ""
+
+
 def test_background_returns_at_once_and_the_handle_stays_usable(
     ip: InteractiveShell, front: HeadlessFrontEnd, tmp_path: Path, pollers: Any
 ) -> None:
