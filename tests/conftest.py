@@ -26,6 +26,7 @@ from blockbuster import BlockBuster
 import remote_exec as rx
 from remote_exec.agent.loopguard import allow_deliberate
 from remote_exec.client.channel import PipeProcess
+from remote_exec.client.follower import Follower
 from remote_exec.client.process import ExecRemoteProcess
 
 if TYPE_CHECKING:
@@ -269,15 +270,21 @@ def job_dir(state: Path, job_id: str) -> Path:
 
 @pytest.fixture
 def pollers(monkeypatch: pytest.MonkeyPatch) -> collections.Counter[int]:
-    """Polls sent to the agent, by the handle that sent them (one handle: one read per chunk)."""
+    """Polls and follow calls sent to the agent, by the handle (or its follower) that sent them
+    (one handle: one read per chunk)."""
     sent: collections.Counter[int] = collections.Counter()
-    real = ExecRemoteProcess._poll_once
+    real_poll, real_follow = ExecRemoteProcess._poll_once, Follower._follow
 
-    async def counted(self: ExecRemoteProcess) -> None:
+    async def polled(self: ExecRemoteProcess) -> None:
         sent[id(self)] += 1
-        await real(self)
+        await real_poll(self)
 
-    monkeypatch.setattr(ExecRemoteProcess, "_poll_once", counted)
+    async def followed(self: Follower) -> None:
+        sent[id(self)] += 1
+        await real_follow(self)
+
+    monkeypatch.setattr(ExecRemoteProcess, "_poll_once", polled)
+    monkeypatch.setattr(Follower, "_follow", followed)
     return sent
 
 

@@ -6,6 +6,7 @@ malformed input becomes a precise JSON-RPC error and never an exception out of :
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -25,7 +26,7 @@ from ..errors import (
 )
 from ..protocol import METHODS, WireModel, frames
 
-__all__ = ["Dispatcher", "Handler", "WithPayload", "dump_json", "error_answer"]
+__all__ = ["CURRENT_REQUEST_ID", "Dispatcher", "Handler", "WithPayload", "dump_json", "error_answer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,10 @@ Handler = Callable[..., Awaitable[WireModel | bytes | WithPayload]]
 payload or ``None``), a result model (or its JSON, encoded ahead, or either with a payload) out."""
 log = logging.getLogger("remote_exec.agent")
 _NO_ID = object()
+
+CURRENT_REQUEST_ID: contextvars.ContextVar[object] = contextvars.ContextVar("remote_exec_request_id", default=None)
+"""The JSON-RPC id of the request being handled (each request runs in a task of its own):
+what a method that pushes frames before its answer names them by."""
 
 
 try:  # optional accelerator (the `fast` extra, and the agent bundle): ~5x faster on big text
@@ -123,6 +128,7 @@ class Dispatcher:
         if msg.get("jsonrpc") != "2.0" or not isinstance(method, str) or extra:
             why = f"unexpected members {sorted(extra)}" if extra else 'needs "jsonrpc": "2.0" and a string "method"'
             return _error(reply_id, InvalidRequestError(f"not a JSON-RPC 2.0 request: {why}"))
+        CURRENT_REQUEST_ID.set(None if batch else reply_id)  # a batch answers at once: nothing pushes in one
         try:
             outcome = await self._call(method, params, payload)
             result, out_payload = (

@@ -27,7 +27,7 @@ from ..protocol import frames
 from ..protocol.agentdir import SOCKET_BUFFER, STREAM_SOCKET
 from .intake import Intake, LineTooLong, read_frame
 
-__all__ = ["CURRENT_PEER", "STREAM_SOCKET", "Peer", "Peers", "serve_frames"]
+__all__ = ["CURRENT_PEER", "CURRENT_SEND", "STREAM_SOCKET", "Peer", "Peers", "serve_frames"]
 
 log = logging.getLogger("remote_exec.agent")
 _WRITE_CHUNK = 1 << 20
@@ -83,6 +83,14 @@ Set in :func:`serve_frames`' task, so every request task of that connection inhe
 policy enforcer learns from it which connections are attached to which job."""
 
 
+CURRENT_SEND: contextvars.ContextVar[Callable[..., Awaitable[None]] | None] = contextvars.ContextVar(
+    "remote_exec_send", default=None
+)
+"""Writes a frame (its parts: JSON, then payload) on the connection whose request is being
+handled, returning once written (``None``: an HTTP call, which has no connection to push on).
+What ``exec_remote_follow`` pushes with."""
+
+
 def _error_frame(exc: RemoteExecError) -> bytes:
     err = {"code": exc.code, "message": exc.message}
     return json.dumps({"jsonrpc": "2.0", "id": None, "error": err}, separators=(",", ":")).encode()
@@ -100,26 +108,30 @@ class _Outbox:
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
-        self._small: deque[tuple[bytes, asyncio.Future[None]]] = deque()
-        self._big: deque[tuple[bytes, asyncio.Future[None]]] = deque()
+        self._small: deque[tuple[tuple[bytes, ...], asyncio.Future[None]]] = deque()
+        self._big: deque[tuple[tuple[bytes, ...], asyncio.Future[None]]] = deque()
         self._pumping = False
 
-    async def send(self, answer: bytes) -> None:
-        """Queue ``answer``; return once it is written (the first caller writes for all)."""
+    async def send(self, answer: bytes, payload: bytes | None = None) -> None:
+        """Queue ``answer`` (a frame, or with ``payload`` a message whose payload goes ahead of
+        it); return once it is written (the first caller writes for all)."""
         done = asyncio.get_running_loop().create_future()
-        (self._small if len(answer) <= self.SMALL else self._big).append((answer, done))
+        parts: tuple[bytes, ...] = (answer,) if payload is None else (b"\x00%d\n" % len(payload), payload, answer)
+        size = sum(len(p) for p in parts)
+        (self._small if size <= self.SMALL else self._big).append((parts, done))
         if not self._pumping:
             self._pumping = True
             try:
                 while self._small or self._big:
-                    data, waiter = (self._small or self._big).popleft()
+                    parts, waiter = (self._small or self._big).popleft()
                     try:
-                        # Payload and newline go separately: joining them would copy the payload again.
-                        self._writer.write(data)
+                        # The parts and the newline go separately: joining them would copy the payload again.
+                        for part in parts:
+                            self._writer.write(part)
                         self._writer.write(b"\n")
                         await self._writer.drain()
                     except BaseException as exc:  # the connection is gone: so is every answer queued
-                        for _, w in (*self._small, *self._big, (data, waiter)):
+                        for _, w in (*self._small, *self._big, (parts, waiter)):
                             if w is not done and not w.done():  # ours: the raise below tells us
                                 w.set_exception(ConnectionResetError(str(exc) or type(exc).__name__))
                         self._small.clear()
@@ -157,6 +169,7 @@ async def serve_frames(
     CURRENT_PEER.set(peer)  # this connection's task: the request tasks below copy its context
     widen_socket(writer)
     send = _Outbox(writer).send
+    CURRENT_SEND.set(send)
 
     async def one(frame: frames.Frame, held: int) -> None:
         try:

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ..errors import AgentUnresponsiveError, ChannelBroken, ProtocolError, SandboxClosedError
-from ..protocol import HEARTBEAT, MAX_CHUNK, frames
+from ..protocol import HEARTBEAT, MAX_CHUNK, PUSH, frames
 from .link import Link
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "Channel",
     "ChannelBroken",
     "Liveness",
+    "OnPush",
     "PipeProcess",
     "PipeReader",
     "PipeWriter",
@@ -94,6 +95,7 @@ CLOSE_GRACE = 1.0
 
 SpawnFn = Callable[[], Awaitable[PipeProcess]]
 _ID_PREFIX = re.compile(rb'^\{"jsonrpc":"2\.0","id":(\d+),')
+_PUSH_PREFIX = re.compile(rb'^\{"jsonrpc":"2\.0","method":"exec_remote_push","params":\{"call":(\d{1,18}),')
 
 
 @dataclass(frozen=True)
@@ -123,18 +125,33 @@ class Liveness:
 DEFAULT_LIVENESS = Liveness()
 
 
+OnPush = Callable[[frames.Frame], None]
+"""Takes one push frame of a request (see :mod:`remote_exec.protocol.follow`), in order, on the
+channel's reading task; an exception it raises fails the request with it."""
+
+
 class Channel(ABC):
     """Carries request bodies to the agent. Implementations must be safe for concurrent use.
 
     :ivar link: the channel's state, for views (the RPC client sets ``gone`` and ``lost`` too).
+    :ivar pushes: whether a request may be answered with push frames before its response (a
+        persistent channel); else the caller polls.
     """
+
+    pushes = False
 
     def __init__(self) -> None:
         self.link = Link()
 
     @abstractmethod
-    async def request(self, body: bytes, request_id: int, timeout: float) -> frames.Frame:
+    async def request(
+        self, body: bytes, request_id: int, timeout: float, on_push: OnPush | None = None
+    ) -> frames.Frame:
         """Send ``body`` (one frame) and return the response, split into message and payload.
+
+        ``on_push`` (channels with :attr:`pushes`) takes the push frames the agent sends for
+        this request before its response; each one restarts ``timeout``, which then bounds
+        the silence between frames rather than the whole call.
 
         :raises ChannelBroken: the transport failed (reconnect, then retry).
         :raises TimeoutError: no response within ``timeout`` seconds (the request or its
@@ -149,8 +166,19 @@ class Channel(ABC):
         """Release the transport. Requests in flight fail with :class:`ChannelBroken`."""
 
 
+@dataclass
+class _Taker:
+    """A request's push taker, and the response deadline each push restarts."""
+
+    on_push: OnPush
+    timeout: float
+    deadline: asyncio.Timeout | None = None
+
+
 class StdioChannel(Channel):
     """One persistent ``stdio`` relay process; responses are matched to requests by id."""
+
+    pushes = True
 
     def __init__(self, spawn: SpawnFn, liveness: Liveness | None = DEFAULT_LIVENESS) -> None:
         super().__init__()
@@ -163,6 +191,7 @@ class StdioChannel(Channel):
         self._heartbeat_task: asyncio.Task[None] | None = None
         self._last_frame = 0.0
         self._pending: dict[int, asyncio.Future[frames.Frame]] = {}
+        self._pushed: dict[int, _Taker] = {}  # request id -> what takes its pushes
         self._write_lock = asyncio.Lock()
         self._open_lock = asyncio.Lock()
         self._broken: str | None = None
@@ -189,12 +218,17 @@ class StdioChannel(Channel):
                     self._heartbeat_task = loop.create_task(self._heartbeat(self._proc, self.liveness))
             return self._proc
 
-    async def request(self, body: bytes, request_id: int, timeout: float) -> frames.Frame:
+    async def request(
+        self, body: bytes, request_id: int, timeout: float, on_push: OnPush | None = None
+    ) -> frames.Frame:
         proc = await self._ensure_open()
         if self._broken is not None:
             raise ChannelBroken(self._broken)
         fut: asyncio.Future[frames.Frame] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = fut
+        taker = _Taker(on_push, timeout) if on_push is not None else None
+        if taker is not None:  # before the write: the first push may come while it drains
+            self._pushed[request_id] = taker
         try:
             assert proc.stdin is not None
             async with self._write_lock:
@@ -204,10 +238,13 @@ class StdioChannel(Channel):
                     await proc.stdin.drain()
                 except (ConnectionError, RuntimeError) as exc:
                     raise ChannelBroken(f"channel stdin closed: {exc}") from exc
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout(timeout) as deadline:
+                if taker is not None:
+                    taker.deadline = deadline
                 return await fut
         finally:
             self._pending.pop(request_id, None)
+            self._pushed.pop(request_id, None)
             if fut.done() and not fut.cancelled():
                 fut.exception()  # the channel broke while this request was still being written: seen
 
@@ -217,14 +254,38 @@ class StdioChannel(Channel):
         m = _ID_PREFIX.match(line)
         if m is not None:
             request_id = int(m.group(1))
+        elif (p := _PUSH_PREFIX.match(line)) is not None:
+            self._push(int(p.group(1)), frame)
+            return
         else:  # not our server's canonical form: parse it properly
             try:
-                request_id = json.loads(line).get("id")
-            except (ValueError, AttributeError):
+                message = json.loads(line)
+                request_id = message.get("id")
+                if request_id is None and message.get("method") == PUSH:
+                    call = message.get("params", {}).get("call")
+                    if type(call) is int:
+                        self._push(call, frame)
+                    return
+            except (ValueError, AttributeError, RecursionError):
                 return
         fut = self._pending.get(request_id) if isinstance(request_id, int) else None
         if fut is not None and not fut.done():
             fut.set_result(frame)
+
+    def _push(self, request_id: int, frame: frames.Frame) -> None:
+        """Hand a push to its request's taker (one for a request no longer waiting is dropped:
+        a follow given up on, whose client follows again from its own cursors)."""
+        taker = self._pushed.get(request_id)
+        fut = self._pending.get(request_id)
+        if taker is None or fut is None or fut.done():
+            return
+        if taker.deadline is not None:
+            taker.deadline.reschedule(asyncio.get_running_loop().time() + taker.timeout)
+        try:
+            taker.on_push(frame)
+        except Exception as exc:  # the taker refused it (a lying agent): the request fails with that
+            self._pushed.pop(request_id, None)
+            fut.set_exception(exc)
 
     async def _read_loop(self, proc: PipeProcess) -> None:
         assert proc.stdout is not None
@@ -340,7 +401,9 @@ class CallChannel(Channel):
         super().__init__()
         self._spawn = spawn
 
-    async def request(self, body: bytes, request_id: int, timeout: float) -> frames.Frame:
+    async def request(
+        self, body: bytes, request_id: int, timeout: float, on_push: OnPush | None = None
+    ) -> frames.Frame:
         try:
             frame = await self._request(body, timeout)
         except ChannelBroken as exc:

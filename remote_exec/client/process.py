@@ -1,4 +1,5 @@
-"""``ExecRemoteProcess``: the host's handle on one job, streaming its events by cursor polls."""
+"""``ExecRemoteProcess``: the host's handle on one job, streaming its events as the agent pushes
+them (:mod:`~remote_exec.client.follower`), or by cursor polls where the channel cannot push."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from ..errors import ExecTimeoutError, JobKilledError, JobNotRunningError, Proto
 from ..protocol import (
     DEFAULT_MAX_BYTES,
     Empty,
+    FollowParams,
     JobIdParams,
     JobInfo,
     JobStats,
@@ -34,6 +36,7 @@ from ..protocol import (
     WriteStdinParams,
     WriteStdinResult,
 )
+from .follower import FOLLOW_BUDGET, Follower
 from .link import Link
 from .logs import OutputSlice, read_output
 from .rpc import RpcClient
@@ -99,6 +102,7 @@ class ExecRemoteProcess:
         self._iterated = False
         self._hits = 0
         self._hit_listeners: list[Callable[[int], None]] = []
+        self._follower: Follower | None = None
         self.info: JobInfo | None = None
         """The agent's record of the job when this handle was made by ``attach`` (its command,
         ``started_at``, label and tags), else ``None``."""
@@ -174,6 +178,8 @@ class ExecRemoteProcess:
     async def __anext__(self) -> ExecRemoteEvent:
         while True:
             if self._queue:
+                if len(self._queue) == 1 and self._follower is not None:
+                    self._follower.start()  # the last one waiting: ask for more while it is used
                 return self._queue.popleft()
             if self._timeout_error is not None:
                 err, self._timeout_error = self._timeout_error, None
@@ -181,7 +187,42 @@ class ExecRemoteProcess:
                 raise err
             if self._ended or self._killed or self._detached:
                 raise StopAsyncIteration
-            await self._poll_once()
+            if self._rpc.channel.pushes:
+                await self._await_push()
+            else:
+                await self._poll_once()
+
+    async def _await_push(self) -> None:
+        try:
+            await self.started()
+            if self._follower is None:
+                assert self._job_id is not None
+                self._follower = Follower(
+                    self._rpc,
+                    self._job_id,
+                    self._follow_params,
+                    self._apply,
+                    lambda: self._final is not None,
+                    self.options.poll_interval + self._margin,
+                )
+            await self._follower.more(lambda: bool(self._queue))
+        except anyio.get_cancelled_exc_class():
+            if self.kill_on_cancel and not self._detached:
+                with anyio.CancelScope(shield=True):
+                    await kill_quietly(self)
+            raise
+
+    def _follow_params(self) -> FollowParams:
+        assert self._job_id is not None
+        return FollowParams(
+            job_id=self._job_id,
+            stdout_offset=self._offsets[0],
+            stderr_offset=self._offsets[1],
+            hits=self._hits,
+            max_bytes=self._max_bytes,
+            budget=FOLLOW_BUDGET,
+            wait=self.options.poll_interval,
+        )
 
     async def _poll_once(self) -> None:
         try:
@@ -213,6 +254,7 @@ class ExecRemoteProcess:
         self._apply(result, payload)
 
     def _apply(self, r: PollResult, payload: memoryview | None = None) -> None:
+        """Take one poll's answer, or one push (the same checks: see the follower)."""
         # The agent is not trusted: each cursor must move by exactly the bytes it sent plus the
         # bytes it says were dropped, so it cannot fake progress, skip output, or claim an end
         # it did not deliver.
@@ -401,6 +443,8 @@ class ExecRemoteProcess:
                 return
             self._killed = True
             self._queue.clear()
+            if self._follower is not None:
+                self._follower.cancel()
             self._kill_task = asyncio.get_running_loop().create_task(self._do_kill(grace))
         await asyncio.shield(self._kill_task)
 

@@ -49,9 +49,18 @@ from ..errors import (
 from ..protocol import MAX_CHUNK, METHODS, PAGE_BYTES, Method, WireModel, frames
 from ..protocol.names import is_job_id, shown
 from ..termsafe import terminal_safe
-from .channel import Channel, ChannelBroken
+from .channel import Channel, ChannelBroken, OnPush
 
-__all__ = ["DIAGNOSE_TIMEOUT", "MAX_BREAKS", "MAX_MESSAGE", "MAX_PAGE_MESSAGE", "RPC_TIMEOUT", "Diagnose", "RpcClient"]
+__all__ = [
+    "DIAGNOSE_TIMEOUT",
+    "MAX_BREAKS",
+    "MAX_MESSAGE",
+    "MAX_PAGE_MESSAGE",
+    "RPC_TIMEOUT",
+    "Diagnose",
+    "RpcClient",
+    "one_line",
+]
 
 MAX_BREAKS = 64
 """Most broken channels one call reconnects after (each one after an agent that came back)."""
@@ -76,6 +85,7 @@ instead (:class:`SandboxLostError`, or a more precise :class:`AgentUnresponsiveE
 ``None`` when it has nothing to add."""
 
 T = TypeVar("T", bound=WireModel)
+R = TypeVar("R")
 
 
 class _ErrorObject(BaseModel):
@@ -180,8 +190,12 @@ class RpcClient:
         """Like :meth:`call`, and also return the response's payload (``None`` if it has none),
         which may be at most ``max_payload`` bytes (default: one file chunk, for a method that
         answers with a payload at all)."""
+        return await self._mapped(method, self._call(method, params, result, timeout, payload, deadline, max_payload))
+
+    async def _mapped(self, method: str, call: Awaitable[R]) -> R:
+        """``call``'s result; a transport failure turned into what the sandbox says became of it."""
         try:
-            return await self._call(method, params, result, timeout, payload, deadline, max_payload)
+            return await call
         except SandboxLostError as exc:
             self.channel.link.set("gone", str(exc))
             raise
@@ -194,6 +208,74 @@ class RpcClient:
             if better is exc:
                 raise
             raise better from exc
+
+    async def stream(
+        self,
+        method: str,
+        params_of: Callable[[], WireModel],
+        result: type[T],
+        on_push: OnPush,
+        *,
+        timeout: float,
+    ) -> T:
+        """Call a method that pushes frames before its response (``exec_remote_follow``).
+
+        Each try sends ``params_of()`` (so a retry carries the cursors the pushes so far have
+        moved); ``on_push`` takes the pushes in order, on the channel's reading task, and may
+        raise (a :class:`ProtocolError` for a lying push) to fail the call. ``timeout`` bounds
+        the silence between frames: a call that keeps pushing has no deadline, one that falls
+        silent is asked again (after a reconnect if the channel broke), as :meth:`call` is.
+
+        :raises: as :meth:`call`.
+        """
+        return await self._mapped(method, self._stream(method, params_of, result, on_push, timeout))
+
+    async def _stream(
+        self, method: str, params_of: Callable[[], WireModel], result: type[T], on_push: OnPush, timeout: float
+    ) -> T:
+        self._check_open(method)
+        loop = asyncio.get_running_loop()
+        pushed_at = [loop.time()]
+
+        def taken(frame: frames.Frame) -> None:
+            pushed_at[0] = loop.time()
+            on_push(frame)
+
+        why = "no attempt made"
+        broken = 0
+        while True:
+            end = pushed_at[0] + 2 * timeout  # as a call's deadline, from the last sign of progress
+            left = end - loop.time()
+            if left <= 0:
+                break
+            request_id = next(self._ids)
+            body = b'{"jsonrpc":"2.0","id":%d,"method":"%s","params":%s}' % (
+                request_id,
+                method.encode(),
+                params_of().model_dump_json().encode(),
+            )
+            generation = self._generation
+            try:
+                raw = await self.channel.request(body, request_id, min(timeout, left), on_push=taken)
+            except TimeoutError:
+                why = f"no frame of {method} within {min(timeout, left):.1f} s"
+                continue
+            except ChannelBroken as exc:
+                why = str(exc)
+                broken += 1
+                await self._recover(method, broken, generation, end, timeout)
+                pushed_at[0] = loop.time()  # reconnected: a sign of life
+                continue
+            try:
+                return self._decode(raw, request_id, result, (MAX_MESSAGE, 0))[0]
+            except AgentUnavailableError as exc:
+                if type(exc) is not AgentUnavailableError:
+                    raise
+                why = f"the relay lost the agent server: {exc}"
+                broken += 1
+                await self._recover(method, broken, generation, end, timeout)
+                pushed_at[0] = loop.time()
+        raise TransportError(f"{self.name}: {method} failed: {why}")
 
     def _noted(self, exc: RemoteExecError) -> RemoteExecError:
         """``exc``, its verdict on the sandbox set on the channel's link (for the views)."""
@@ -327,7 +409,7 @@ class RpcClient:
         try:
             env = _Envelope[result].model_validate_json(frame.message)  # type: ignore[valid-type]
         except ValidationError as exc:
-            raise ProtocolError(f"malformed response from the agent: {_one_line(exc)}") from None
+            raise ProtocolError(f"malformed response from the agent: {one_line(exc)}") from None
         if env.id != request_id:
             raise ProtocolError(f"response id {env.id!r} does not match request id {request_id}")
         if env.error is not None:
@@ -347,7 +429,7 @@ def _ids_checked(exc: RemoteExecError) -> RemoteExecError:
     return exc
 
 
-def _one_line(exc: ValidationError) -> str:
+def one_line(exc: ValidationError) -> str:
     """The first errors of a refused response on one line, each value shown cut short: the
     agent may send a 10 KB id or a terminal's control codes, and the message is printed."""
     parts = []

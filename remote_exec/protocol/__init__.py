@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
     from .agentdir import *
     from .base import *
     from .files import *
+    from .follow import *
     from .jobs import *
     from .method_names import *
     from .methods import *
@@ -33,6 +34,7 @@ if TYPE_CHECKING:  # eager for type checkers; lazy at run time (see __getattr__ 
 
 __all__ = [
     "DEFAULT_CHUNK",
+    "DEFAULT_FOLLOW_BUDGET",
     "DEFAULT_MAX_BYTES",
     "ERROR_CLASSES",
     "HEARTBEAT",
@@ -49,6 +51,7 @@ __all__ = [
     "MAX_WAIT",
     "METHODS",
     "PAGE_BYTES",
+    "PUSH",
     "PROTOCOL_VERSION",
     "STREAM_SOCKET",
     "TERMINAL_STATES",
@@ -74,6 +77,8 @@ __all__ = [
     "FileWriteOpenParams",
     "FileWriteOpenResult",
     "FileWriteParams",
+    "FollowParams",
+    "FollowResult",
     "IdleAction",
     "JobIdParams",
     "JobInfo",
@@ -92,6 +97,7 @@ __all__ = [
     "PollParams",
     "PollResult",
     "PruneParams",
+    "Push",
     "PruneResult",
     "ReadParams",
     "ReadResult",
@@ -133,7 +139,19 @@ __all__ = [
 # Where each name lives, searched in this order on first use. Lazy because the agent's stdio
 # relay (one per channel a host opens) needs only the light modules (agentdir, frames,
 # ownership, pipes): importing every wire model and pydantic cost it ~0.4 s of CPU per channel.
-_SUBMODULES = ("agentdir", "method_names", "base", "methods", "jobs", "files", "shell", "ports", "metrics", "policy")
+_SUBMODULES = (
+    "agentdir",
+    "method_names",
+    "base",
+    "methods",
+    "jobs",
+    "follow",
+    "files",
+    "shell",
+    "ports",
+    "metrics",
+    "policy",
+)
 _FROM_ERRORS = {"ERROR_CLASSES", "RemoteExecError", "error_from_wire"}
 
 

@@ -10,7 +10,7 @@ from enum import StrEnum
 
 __all__ = ["PROTOCOL_VERSION", "Method"]
 
-PROTOCOL_VERSION = 9
+PROTOCOL_VERSION = 10
 """Bumped on any incompatible change; the host refuses an agent with another version.
 
 3: ``exec_remote_list`` and ``file_list`` answer in pages (``after`` / ``next``).
@@ -24,7 +24,9 @@ caller has seen (a v5 agent refuses a poll that names it).
 7: ``JobInfo.last_output_at`` (a v6 host refuses a listing that carries it, so it is a version).
 8: ``StartParams.job_id`` (the client chooses the id), ``PollResult.stdout_truncated`` /
 ``stderr_truncated`` (bytes lost to a job truncating its own log); every job id on the wire is
-of the safe form of ``protocol/names.py``."""
+of the safe form of ``protocol/names.py``.
+9: ``WriteStdinParams.writer`` (a terminal's typists, each with a cursor of its own bytes).
+10: ``exec_remote_follow`` and its ``exec_remote_push`` notifications (pushed streams)."""
 
 
 class Method(StrEnum):
@@ -32,6 +34,7 @@ class Method(StrEnum):
 
     EXEC_REMOTE_START = "exec_remote_start"
     EXEC_REMOTE_POLL = "exec_remote_poll"
+    EXEC_REMOTE_FOLLOW = "exec_remote_follow"
     EXEC_REMOTE_WRITE_STDIN = "exec_remote_write_stdin"
     EXEC_REMOTE_SIGNAL = "exec_remote_signal"
     EXEC_REMOTE_KILL = "exec_remote_kill"

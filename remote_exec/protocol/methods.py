@@ -27,6 +27,7 @@ from .files import (
     FileWriteOpenResult,
     FileWriteParams,
 )
+from .follow import FollowParams, FollowResult
 from .jobs import (
     JobIdParams,
     KillParams,
@@ -94,6 +95,7 @@ class MethodSpec(WireModel):
 METHODS: dict[str, MethodSpec] = {
     Method.EXEC_REMOTE_START: MethodSpec(params=StartParams, result=StartResult),
     Method.EXEC_REMOTE_POLL: MethodSpec(params=PollParams, result=PollResult, gives_payload=True),
+    Method.EXEC_REMOTE_FOLLOW: MethodSpec(params=FollowParams, result=FollowResult),
     Method.EXEC_REMOTE_WRITE_STDIN: MethodSpec(params=WriteStdinParams, result=WriteStdinResult, takes_payload=True),
     Method.EXEC_REMOTE_SIGNAL: MethodSpec(params=SignalParams, result=Empty),
     Method.EXEC_REMOTE_KILL: MethodSpec(params=KillParams, result=KillResult),

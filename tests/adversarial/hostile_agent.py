@@ -3,9 +3,12 @@
 It plays the attacker for the host-side defences (it is not a mock of the agent: the host
 under test is real, only the sandbox side is replaced by something that misbehaves). Each test
 gives it handlers: ``method name -> fn(params, payload)`` returning ``result`` or
-``(result, payload)``, raising :class:`Silence` to never answer, or :class:`WireError` to
-answer with a JSON-RPC error. Unhandled methods answer like an honest agent would where that is
-trivial (``server_info``, empty listings) and with "method not found" otherwise.
+``(result, payload)`` or :class:`Pushes` (push frames, then the result), raising
+:class:`Silence` to never answer, or :class:`WireError` to answer with a JSON-RPC error. A
+``exec_remote_follow`` with no handler of its own is served by the ``exec_remote_poll`` handler:
+its answer is pushed (the host checks a push as it checks a poll's answer), then the call ends.
+Unhandled methods answer like an honest agent would where that is trivial (``server_info``,
+empty listings) and with "method not found" otherwise.
 
 Usage::
 
@@ -29,7 +32,7 @@ from typing import Any
 from remote_exec import __version__
 from remote_exec.protocol import PROTOCOL_VERSION, STREAM_SOCKET, frames
 
-__all__ = ["Encoded", "Handler", "HostileAgent", "Silence", "WireError"]
+__all__ = ["Encoded", "Handler", "HostileAgent", "Pushes", "Silence", "WireError"]
 
 Handler = Callable[[dict[str, Any], bytes | None], Any]
 
@@ -37,6 +40,14 @@ Handler = Callable[[dict[str, Any], bytes | None], Any]
 class Encoded(bytes):
     """A result already encoded as JSON, answered as it is: a huge answer is encoded once, before
     the agent serves, not on the call (seconds of CPU on a loaded machine, past the call's deadline)."""
+
+
+class Pushes:
+    """A follow handler's answer: each ``(params, payload)`` sent as an ``exec_remote_push``
+    (``call`` and ``job_id`` filled in unless given), then ``result`` (``None``: no answer)."""
+
+    def __init__(self, pushes: list[tuple[dict[str, Any], bytes | None]], result: dict[str, Any] | None) -> None:
+        self.pushes, self.result = pushes, result
 
 
 class Silence(Exception):
@@ -126,12 +137,26 @@ class HostileAgent:
         payload = bytes(frame.payload) if frame.payload is not None else None
         response: dict[str, Any] = {"jsonrpc": "2.0", "id": rid}
         out: bytes | None = None
+        params = request.get("params") or {}
         try:
             handler = self.handlers.get(method)
+            if handler is None and method == "exec_remote_follow" and "exec_remote_poll" in self.handlers:
+                handler = _follow_by_poll(self.handlers["exec_remote_poll"])
             if handler is not None:
-                result = handler(request.get("params") or {}, payload)
+                result = handler(params, payload)
                 if asyncio.iscoroutine(result):
                     result = await result
+                if isinstance(result, Pushes):
+                    for push, data in result.pushes:
+                        note = {"call": rid, "job_id": params.get("job_id"), **push}
+                        message = {"jsonrpc": "2.0", "method": "exec_remote_push", "params": note}
+                        async with lock:
+                            writer.write(frames.encode(json.dumps(message).encode(), data) + b"\n")
+                            with contextlib.suppress(ConnectionError):
+                                await writer.drain()
+                    if result.result is None:
+                        return
+                    result = result.result
             elif method == "server_info":
                 result = self.server_info()
             elif method in ("exec_remote_list",):
@@ -154,3 +179,18 @@ class HostileAgent:
             writer.write(body + b"\n")
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
+
+
+def _follow_by_poll(poll: Handler) -> Handler:
+    """A follow served by a poll handler: its answer pushed, then the call's end."""
+
+    async def follow(params: dict[str, Any], payload: bytes | None) -> Any:
+        fields = ("job_id", "stdout_offset", "stderr_offset", "hits")
+        asked: dict[str, Any] = {k: params[k] for k in fields if k in params}
+        answer = poll({**asked, "wait": params.get("wait", 0), "binary": True}, payload)
+        if asyncio.iscoroutine(answer):
+            answer = await answer
+        answer, data = answer if isinstance(answer, tuple) else (answer, None)
+        return Pushes([(answer, data)], {"pushes": 1, "ended": answer.get("state", "running") != "running"})
+
+    return follow

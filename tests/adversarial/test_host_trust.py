@@ -24,7 +24,7 @@ import pytest
 import remote_exec as rx
 
 from .conftest import Adversary
-from .hostile_agent import HostileAgent, Silence
+from .hostile_agent import Handler, HostileAgent, Pushes, Silence
 
 MAX_PAGE_ITEMS = 1000  # remote_exec.protocol.MAX_PAGE_ITEMS, written out: the test also runs on older clients
 
@@ -171,18 +171,75 @@ def _job_handlers(poll: Any) -> dict[str, Any]:
         ("text instead of the payload", {"stdout": "x" * 10, "stdout_offset": 10, "stderr_offset": 0}, None),
     ],
 )  # fmt: skip
+@pytest.mark.parametrize("way", ["push", "poll"])
 async def test_a_poll_cursor_lie_is_a_protocol_error(
-    tmp_path: Path, adversary: Adversary, case: str, result: dict[str, Any], payload: bytes | None
+    tmp_path: Path, adversary: Adversary, case: str, result: dict[str, Any], payload: bytes | None, way: str
 ) -> None:
+    """The same lie as a poll's answer (a channel that cannot push) and as a push."""
     answer = {"state": "completed", "exit_code": 0, "stdout": "", "stderr": "", "payload_sizes": [0, 0], **result}
     async with (
         HostileAgent(tmp_path, _job_handlers(lambda p, _: (answer, payload))) as agent,
         rx.open_sandbox(agent.url) as sb,
     ):
+        if way == "poll":
+            sb._core.rpc.channel.pushes = False
         proc = sb.exec_remote(["true"])
         with anyio.fail_after(10), pytest.raises(rx.ProtocolError, match=r"cursor|payload"):
             await proc.wait()
-    adversary.tried("host: poll cursors", case, refused=True)
+        assert f"exec_remote_{'follow' if way == 'push' else 'poll'}" in agent.calls
+    adversary.tried(f"host: {way} cursors", case, refused=True)
+
+
+_RUNNING = {"state": "running", "stdout": "", "stderr": "", "stdout_offset": 5, "stderr_offset": 0}
+_ENDED = {**_RUNNING, "state": "completed", "exit_code": 0, "stdout_offset": 0, "payload_sizes": [0, 0]}
+
+
+@pytest.mark.parametrize(
+    ("case", "pushes", "ended", "match"),
+    [
+        ("a push for another job", [({**_RUNNING, "payload_sizes": [5, 0], "job_id": "other-1"}, b"hello")],
+         False, "another job"),
+        ("a payload over twice the chunk asked", [({**_RUNNING, "stdout_offset": 3 << 20,
+         "payload_sizes": [3 << 20, 0]}, b"x" * (3 << 20))], False, "chunks of"),
+        ("the call says the job ended, no push said so", [], True, "sent no end"),
+        ("a push that is not a poll's answer", [({"state": "running", "surprise": 1}, None)], False, "malformed push"),
+        ("a push over the message bound", [({**_RUNNING, "reason": "x" * (2 << 20)}, None)], False, "bound"),
+    ],
+)  # fmt: skip
+async def test_a_lying_push_is_a_protocol_error(
+    tmp_path: Path, adversary: Adversary, case: str, pushes: list[Any], ended: bool, match: str
+) -> None:
+    def follow(p: dict[str, Any], _: bytes | None) -> Pushes:
+        return Pushes(pushes, {"pushes": len(pushes), "ended": ended})
+
+    handlers: dict[str, Handler] = {
+        "exec_remote_start": lambda p, _: {"job_id": p["job_id"], "pid": 4242},
+        "exec_remote_follow": follow,
+    }
+    async with HostileAgent(tmp_path, handlers) as agent, rx.open_sandbox(agent.url) as sb:
+        proc = sb.exec_remote(["true"], kill_grace=0)
+        with anyio.fail_after(10), pytest.raises(rx.ProtocolError, match=match):
+            await proc.wait()
+    adversary.tried("host: pushes", case, refused=True)
+
+
+async def test_pushes_after_the_end_are_not_read(tmp_path: Path, adversary: Adversary) -> None:
+    """The end is the end: the follow is dropped once it is read, so what comes after it (more
+    output, another exit code) is never applied."""
+    late = {**_RUNNING, "state": "failed", "exit_code": 9, "stdout_offset": 5, "payload_sizes": [5, 0]}
+
+    def follow(p: dict[str, Any], _: bytes | None) -> Pushes:
+        return Pushes([(_ENDED, None), (late, b"later")], {"pushes": 2, "ended": True})
+
+    handlers: dict[str, Handler] = {
+        "exec_remote_start": lambda p, _: {"job_id": p["job_id"], "pid": 4242},
+        "exec_remote_follow": follow,
+    }
+    async with HostileAgent(tmp_path, handlers) as agent, rx.open_sandbox(agent.url) as sb:
+        with anyio.fail_after(10):
+            result = await sb.exec_remote(["true"]).wait()
+    assert (result.returncode, result.stdout, result.state) == (0, "", "completed")
+    adversary.tried("host: pushes", "more output and another end after the end", refused=True)
 
 
 async def test_a_silent_server_info_fails_the_open_within_its_bound(tmp_path: Path, adversary: Adversary) -> None:
@@ -217,7 +274,7 @@ async def test_polls_that_stop_being_answered_fail_within_the_bound(tmp_path: Pa
         proc = sb.exec_remote(["x"], poll_interval=1.0, kill_grace=0)
         assert await anext(aiter(proc)) == rx.StdoutChunk("up\n")
         t0 = time.monotonic()
-        with anyio.fail_after(30), pytest.raises(rx.TransportError, match="exec_remote_poll") as err:
+        with anyio.fail_after(30), pytest.raises(rx.TransportError, match=r"exec_remote_(poll|follow)") as err:
             await proc.wait()
         elapsed = time.monotonic() - t0
     bound = 1.0 + 3 * 1.0  # the poll's wait plus three margins
@@ -271,7 +328,7 @@ async def test_a_frozen_agent_fails_the_stream_and_nothing_restarts_it_after_clo
             assert isinstance(await anext(aiter(proc)), rx.StdoutChunk)
             os.kill(agent_pid, signal.SIGSTOP)
             t0 = time.monotonic()
-            with anyio.fail_after(30), pytest.raises(rx.TransportError, match="exec_remote_poll") as err:
+            with anyio.fail_after(30), pytest.raises(rx.TransportError, match=r"exec_remote_(poll|follow)") as err:
                 await proc.wait()
             elapsed = time.monotonic() - t0
             with anyio.fail_after(30):

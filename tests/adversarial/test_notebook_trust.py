@@ -137,7 +137,7 @@ def test_an_id_with_an_expression_is_refused_by_attach_reconnect_and_hints(
     shown = record.plain() + record.html()
     no_hint = attach_hint(evil, hostile.url) is None and "%exec_remote_attach" not in shown
     adversary.tried(AREA, "record/view hint for an id holding {expr}", refused=no_hint)
-    assert no_hint and hostile.calls.count("exec_remote_poll") == 0  # never followed either
+    assert no_hint and not {"exec_remote_poll", "exec_remote_follow"} & set(hostile.calls)  # never followed either
 
 
 @pytest.mark.parametrize("victim", ["data", "print", "np"])
@@ -341,4 +341,4 @@ def test_views_refuse_an_unsafe_job_or_session_id(hostile: HostileAgent, tmp_pat
             ShellView(sb, session_id="s-1")
     refused = not marker.exists()
     adversary.tried(AREA, "JobView/ShellView on an id holding {expr}", refused=refused)
-    assert refused and "exec_remote_poll" not in hostile.calls
+    assert refused and not {"exec_remote_poll", "exec_remote_follow"} & set(hostile.calls)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -12,7 +13,7 @@ import pytest
 
 import remote_exec as rx
 from remote_exec.agent.jobs.proctable import group_members
-from remote_exec.client.channel import Liveness, StdioChannel
+from remote_exec.client.channel import Liveness, OnPush, StdioChannel
 from remote_exec.protocol import frames
 
 from ..conftest import relay_pid
@@ -32,32 +33,62 @@ def _is_poll_with_data(frame: frames.Frame) -> bool:
     return b'"stdout_offset"' in message and (b'"stdout":""' not in message or b'"stderr":""' not in message)
 
 
+_PUSH_OF = re.compile(rb'^\{"jsonrpc":"2\.0","method":"exec_remote_push","params":\{"call":(\d+),')
+_ANSWER_TO = re.compile(rb'^\{"jsonrpc":"2\.0","id":(\d+),')
+
+
 def drop_poll_responses(sb: rx.AsyncSandbox, which: set[int]) -> list[int]:
-    """Make the channel lose the n-th poll responses that carry data (1-based); return a log."""
+    """Make the channel lose the n-th poll responses that carry data (1-based); return a log.
+
+    A channel that pushes loses, from the n-th push that carries data on, every frame of that
+    follow call (the rest of its pushes and its answer), as a call lost on its way would be:
+    the client hears nothing more of it and follows again from its cursors."""
     channel = sb._core.rpc.channel
     seen: list[int] = []
-    # Every channel kind (the socket one included) reads frames in one loop: drop them there.
+    # Every persistent channel (the socket one included) reads frames in one loop: drop them there.
     assert isinstance(channel, StdioChannel)
     deliver = channel._deliver
+    lost: set[int] = set()
 
     def lossy_deliver(frame: frames.Frame) -> None:
-        if _is_poll_with_data(frame):
+        if not channel.pushes:
+            if _is_poll_with_data(frame):
+                seen.append(len(seen) + 1)
+                if seen[-1] in which:
+                    return  # the response vanishes on its way back
+            deliver(frame)
+            return
+        m = _PUSH_OF.match(frame.message) or _ANSWER_TO.match(frame.message)
+        call = int(m.group(1)) if m is not None else None
+        if call in lost:
+            return
+        if call is not None and frame.message.startswith(b'{"jsonrpc":"2.0","method"') and frame.payload:
             seen.append(len(seen) + 1)
             if seen[-1] in which:
-                return  # the response vanishes on its way back
+                lost.add(call)
+                return
         deliver(frame)
 
     channel._deliver = lossy_deliver  # type: ignore[method-assign]
     return seen
 
 
-async def test_dropped_poll_responses_lose_and_duplicate_nothing(url: str) -> None:
+@pytest.mark.parametrize("channel", ["socket", "stdio", "polls"])
+async def test_dropped_poll_responses_lose_and_duplicate_nothing(agent_dir: Path, channel: str) -> None:
+    """Polls whose answers are lost (``polls``: a socket channel told it cannot push, as the
+    stateless channel cannot), and follow calls lost on their way (see drop_poll_responses),
+    are asked again from the handle's cursors."""
+    # A lost follow call is asked again at once where it started (a poll, only when its answer is due).
+    which = {2, 4, 5} if channel == "polls" else {1}
+    url = f"local://?dir={agent_dir}&channel={'socket' if channel == 'polls' else channel}"
     async with rx.open_sandbox(url, response_margin=0.3) as sb:
-        seen = drop_poll_responses(sb, {2, 4, 5})
+        if channel == "polls":
+            sb._core.rpc.channel.pushes = False
+        seen = drop_poll_responses(sb, which)
         proc = sb.exec_remote(["bash", "-c", SLOW_LINES], poll_interval=0.1)
         with anyio.fail_after(30):
             res = await proc.wait()
-    assert {2, 4, 5} <= set(seen)  # the faults really happened
+    assert which <= set(seen)  # the faults really happened
     assert res.stdout == EXPECTED_OUT
     assert res.stderr == EXPECTED_ERR
     assert res.returncode == 4
@@ -154,11 +185,11 @@ async def test_one_poll_outlives_many_agent_crashes(fresh_agent_dir: Path, chann
             news.set()
             news = anyio.Event()
 
-        async def counting(body: bytes, request_id: int, timeout: float) -> frames.Frame:
-            if b'"exec_remote_poll"' in body:
+        async def counting(body: bytes, request_id: int, timeout: float, on_push: OnPush | None = None) -> frames.Frame:
+            if b'"exec_remote_follow"' in body or b'"exec_remote_poll"' in body:
                 polls.append(request_id)
                 bump()
-            return await request(body, request_id, timeout)
+            return await request(body, request_id, timeout, on_push)
 
         async def in_an_agent(sent_before: int) -> None:
             """Until a poll sent after the first ``sent_before`` is in a live agent."""

@@ -42,27 +42,45 @@ async def _hear(fifo: Path) -> None:
     await anyio.to_thread.run_sync(fifo.read_bytes)
 
 
-@pytest.mark.parametrize("read_before", [True, False], ids=["first-read", "nothing-read"])
-async def test_a_job_truncating_its_stdout_goes_on_with_a_notice(url: str, tmp_path: Path, read_before: bool) -> None:
+@pytest.mark.parametrize(
+    "reader",
+    ["polls-first", "nothing-read", "pushes-all"],
+)
+async def test_a_job_truncating_its_stdout_goes_on_with_a_notice(
+    url: str, agent_dir: Path, tmp_path: Path, reader: str
+) -> None:
+    """``polls-first``: a handle that polls (the stateless channel) has read the first line
+    when the job truncates: the notice counts the second line. ``nothing-read``: a handle
+    that read nothing: both lines. ``pushes-all``: a handle the agent pushes to has both lines
+    before the truncation: nothing was lost to it, so no notice."""
     _fifos(tmp_path)
+    if reader == "polls-first":
+        url = f"local://?dir={agent_dir}&channel=call"
     async with rx.open_sandbox(url) as sb:
         proc = sb.exec_remote(["sh", "-c", SCRIPT], cwd=str(tmp_path))
         events = proc.__aiter__()
         seen: list[ExecRemoteEvent] = []
         with anyio.fail_after(60):
-            if read_before:
+            if reader != "nothing-read":
                 seen.append(await events.__anext__())
                 assert seen == [rx.StdoutChunk("first\n")]
             await _tell(tmp_path / "go1")
             await _hear(tmp_path / "written")  # 18 bytes written in all ...
             assert proc.job_id is not None
             assert (await sb.tail_output(proc.job_id, 1)).size == 18  # ... and seen by the agent
+            if reader == "pushes-all":
+                seen.append(await events.__anext__())  # pushed as it was written
             await _tell(tmp_path / "go2")
             await _hear(tmp_path / "done")  # truncated, then "B\n" written: the job exits now
             seen += [ev async for ev in events]
-    lost = 12 if read_before else 18  # "second-part\n" never read, or both lines
-    head = [rx.StdoutChunk("first\n")] if read_before else []
-    tail = "first\nB\n" if read_before else "B\n"
+    if reader == "pushes-all":
+        both = [rx.StdoutChunk("first\n"), rx.StdoutChunk("second-part\n")]
+        assert seen == [*both, rx.StdoutChunk("B\n"), rx.Completed(3, "first\nsecond-part\nB\n", "")]
+        assert (await proc.wait()).stdout_truncated == 0
+        return
+    lost = 12 if reader == "polls-first" else 18  # "second-part\n" never read, or both lines
+    head = [rx.StdoutChunk("first\n")] if reader == "polls-first" else []
+    tail = "first\nB\n" if reader == "polls-first" else "B\n"
     assert seen == [*head, rx.StreamTruncated("stdout", lost), rx.StdoutChunk("B\n"), rx.Completed(3, tail, "")]
     result = await proc.wait()
     assert (result.returncode, result.stdout, result.stdout_truncated) == (3, tail, lost)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ...protocol import Method
 from ..rpc import Handler
 from .controller import JobController
+from .pushes import follow_method
 
 __all__ = ["job_methods"]
 
@@ -14,6 +15,7 @@ def job_methods(ctl: JobController) -> dict[str, Handler]:
     return {
         Method.EXEC_REMOTE_START: ctl.start,
         Method.EXEC_REMOTE_POLL: ctl.poll,
+        Method.EXEC_REMOTE_FOLLOW: follow_method(ctl),
         Method.EXEC_REMOTE_WRITE_STDIN: ctl.write_stdin,
         Method.EXEC_REMOTE_SIGNAL: ctl.signal,
         Method.EXEC_REMOTE_KILL: ctl.kill,

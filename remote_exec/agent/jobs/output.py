@@ -11,16 +11,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
+from typing import NamedTuple
 
-from ...protocol import MAX_HITS_KEPT, MAX_WAIT, JobState, PollParams, PollResult, StartParams, WatchHit
+from ...protocol import (
+    MAX_HITS_KEPT,
+    MAX_WAIT,
+    FollowParams,
+    FollowResult,
+    JobState,
+    PollParams,
+    PollResult,
+    StartParams,
+    WatchHit,
+)
 from ..buffer import Slice, StreamBuffer
 from ..rpc import WithPayload, dump_json
 from .logfile import LogFile
 
-__all__ = ["UNWATCHED_TICK", "WATCH_TTL", "JobOutput"]
+__all__ = ["UNWATCHED_TICK", "WATCH_TTL", "JobOutput", "PushFn"]
 
 UNWATCHED_TICK = 0.1  # a waiting poll looks at a job's files this often when no inotify watch can tell it
 WATCH_TTL = 5.0  # a stream polled within this many seconds is "watched": pause, don't drop
+
+PushFn = Callable[[bytes, bytes], Awaitable[None]]
+"""Sends one push (its JSON and its payload) on the follower's connection; returns once written."""
+
+
+class _Shared(NamedTuple):
+    """One push as encoded for every follower at the same cursors (the job's newest chunk)."""
+
+    key: tuple[int, int, int]  # stdout cursor, stderr cursor, max_bytes
+    body: bytes  # the push's JSON after its head
+    payload: bytes
+    ends: tuple[int, int]  # the cursors after it
+    finished: bool
+    hits: int
 
 
 class JobOutput:
@@ -40,6 +66,8 @@ class JobOutput:
         self._paused: set[int] = set()
         self._last_poll = time.monotonic()  # the starter is about to poll: count it as watching
         self._spec: tuple[tuple[int, int, int, bool], bytes | WithPayload, tuple[int, int]] | None = None
+        self._followers = 0  # follow calls under way (see follow)
+        self._shared: _Shared | None = None
         # What the job's policy did (see policy.py, which fills these in): kept on the job so
         # every reader (list, poll, the next agent) sees the same record.
         self.reason: str | None = None
@@ -55,6 +83,7 @@ class JobOutput:
         if len(self.hits) < MAX_HITS_KEPT:
             self.hits.append(hit)
         self._spec = None  # a pre-encoded answer carries the old count
+        self._shared = None
         self._notify()
 
     def _notify(self) -> None:
@@ -101,38 +130,113 @@ class JobOutput:
         deadline = loop.time() + min(p.wait, MAX_WAIT)
         seen = self.hits_total if p.hits is None else p.hits
         while True:
-            self._last_poll = time.monotonic()
-            changed = self._changed
-            # The ends as they were before the reads: a read may hold back the end (an
-            # incomplete UTF-8 character of a running job), so "the stream is longer than what
-            # the read gave" is no news; only growth past these is (else this loop would spin
-            # without ever yielding, and freeze the agent, until the job wrote again).
-            ends = (self.streams[1].end, self.streams[2].end)
-            out = self.streams[1].read(p.stdout_offset, p.max_bytes, self.encoding, raw=p.binary)
-            err = self.streams[2].read(p.stderr_offset, p.max_bytes, self.encoding, raw=p.binary)
-            if self._paused and not any(self.streams[fd].wants_pause() for fd in self._paused):
-                self._resume_all()
-            finished = self._done.is_set() and out.end == self.streams[1].end and err.end == self.streams[2].end
+            out, err, ends, finished = self._read_both(p.stdout_offset, p.stderr_offset, p.max_bytes, p.binary)
             remaining = deadline - loop.time()
-            news = out.data or err.data or out.dropped or err.dropped or self.hits_total > seen
-            if news or finished or remaining <= 0:
+            if self._news(out, err, seen) or finished or remaining <= 0:
                 if not finished and 2 * max(out.end - out.start, err.end - err.start) >= p.max_bytes:
                     # A fast producer: encode the next answer while the client decodes this one.
                     loop.call_soon(self._speculate, (out.end, err.end, p.max_bytes, p.binary))
                 return self._answer(out, err, finished, p.binary)
-            woken = self._wait_begin()
-            try:
-                # Armed only now: bytes that landed between the read above and the arming woke
-                # nobody (an inotify watch reports writes after it exists, not before). Look again.
-                if self.streams[1].end > ends[0] or self.streams[2].end > ends[1]:
-                    continue
-                if not woken:  # nothing will tell us of new output: look again now and then
-                    remaining = min(remaining, UNWATCHED_TICK)
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(remaining):  # no task per wait, unlike wait_for
-                        await changed.wait()
-            finally:
-                self._wait_end()
+            await self._wait_for_change(ends, remaining)
+
+    async def follow(self, p: FollowParams, push: PushFn, head: bytes) -> FollowResult:
+        """Push the output after ``p``'s cursors as it arrives, each push ``head`` (the
+        notification's start, naming the call and the job) and a binary poll's answer; end as
+        :class:`FollowResult` says. Followers at the same cursors share one read and one
+        encoding (:class:`_Shared`): twenty views of a job cost the agent one read per chunk.
+
+        Cancelled (the connection closed): nothing to undo, the cursors are the client's.
+        """
+        loop = asyncio.get_running_loop()
+        cursors = (p.stdout_offset, p.stderr_offset)
+        seen = self.hits_total if p.hits is None else p.hits
+        pushes = sent = 0
+        wait = min(p.wait, MAX_WAIT)
+        deadline = loop.time() + wait
+        self._followers += 1
+        try:
+            while True:
+                shared = self._shared
+                if shared is not None and shared.key != (*cursors, p.max_bytes):
+                    shared = None
+                if shared is None:
+                    # A look at the ends before any read: a follower that was handed the newest
+                    # chunk (above) finds nothing new without reading the logs again.
+                    ends = (self.streams[1].end, self.streams[2].end)
+                    quiet = ends == cursors and not self._done.is_set() and self.hits_total <= seen
+                    if not quiet:
+                        out, err, ends, finished = self._read_both(cursors[0], cursors[1], p.max_bytes, True)
+                        quiet = not (self._news(out, err, seen) or finished)
+                    if quiet:
+                        remaining = deadline - loop.time()
+                        if remaining <= 0:
+                            return FollowResult(pushes=pushes, ended=False)
+                        await self._wait_for_change(ends, remaining)
+                        continue
+                    shared = self._share((*cursors, p.max_bytes), out, err, finished)
+                else:
+                    self._last_poll = time.monotonic()
+                    self.streams[1].mark_read(shared.ends[0])
+                    self.streams[2].mark_read(shared.ends[1])
+                await push(head + shared.body, shared.payload)
+                pushes += 1
+                sent += len(shared.payload)
+                cursors, seen = shared.ends, max(seen, shared.hits)
+                if shared.finished or sent >= p.budget:
+                    return FollowResult(pushes=pushes, ended=shared.finished)
+                deadline = loop.time() + wait
+        finally:
+            self._followers -= 1
+            if self._followers <= 1:
+                self._shared = None  # one follower reads for itself: no copy held for nobody
+
+    def _share(self, key: tuple[int, int, int], out: Slice, err: Slice, finished: bool) -> _Shared:
+        """One push's encoding, kept for the other followers at the same cursors while there are any."""
+        answer = self._answer(out, err, finished, True)
+        assert isinstance(answer, WithPayload) and isinstance(answer.result, PollResult)
+        body = dump_json(answer.result)[1:]  # after the head's own fields: '"state":...}'
+        shared = _Shared(key, body + b"}", bytes(answer.payload), (out.end, err.end), finished, self.hits_total)
+        if self._followers > 1:
+            self._shared = shared
+        return shared
+
+    def _read_both(
+        self, stdout_offset: int, stderr_offset: int, max_bytes: int, raw: bool
+    ) -> tuple[Slice, Slice, tuple[int, int], bool]:
+        """Both streams after the cursors; the ends as they were before the reads; whether
+        these slices hold the job's last bytes (it ended, and nothing is left after them)."""
+        self._last_poll = time.monotonic()
+        # The ends as they were before the reads: a read may hold back the end (an incomplete
+        # UTF-8 character of a running job), so "the stream is longer than what the read gave"
+        # is no news; only growth past these is (else a waiting loop would spin without ever
+        # yielding, and freeze the agent, until the job wrote again).
+        ends = (self.streams[1].end, self.streams[2].end)
+        out = self.streams[1].read(stdout_offset, max_bytes, self.encoding, raw=raw)
+        err = self.streams[2].read(stderr_offset, max_bytes, self.encoding, raw=raw)
+        if self._paused and not any(self.streams[fd].wants_pause() for fd in self._paused):
+            self._resume_all()
+        finished = self._done.is_set() and out.end == self.streams[1].end and err.end == self.streams[2].end
+        return out, err, ends, finished
+
+    def _news(self, out: Slice, err: Slice, seen: int) -> bool:
+        return bool(out.data or err.data or out.dropped or err.dropped or self.hits_total > seen)
+
+    async def _wait_for_change(self, ends: tuple[int, int], remaining: float) -> None:
+        """Wait until the job writes, ends or has a watch-rule hit, or ``remaining`` seconds pass."""
+        changed = self._changed
+        woken = self._wait_begin()
+        try:
+            # Armed only now: bytes that landed between the read and the arming woke nobody (an
+            # inotify watch reports writes after it exists, not before). Look again.
+            if self.streams[1].end > ends[0] or self.streams[2].end > ends[1]:
+                return
+            if not woken:  # nothing will tell us of new output: look again now and then
+                remaining = min(remaining, UNWATCHED_TICK)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):  # no task per wait, unlike wait_for
+                    await changed.wait()
+        finally:
+            self._wait_end()
 
     def _wait_begin(self) -> bool:
         """A poller is about to wait for output (a job writing to files watches them now).

@@ -1,0 +1,103 @@
+"""``exec_remote_follow`` in the agent: pushes in order, the end with the last bytes, one read
+per chunk for every follower at the same cursors, and no follow where nothing can be pushed."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from remote_exec.agent.buffer import StreamBuffer
+from remote_exec.agent.jobs.controller import JobController
+from remote_exec.protocol import FollowParams, PollResult, StartParams, frames
+
+from .rawhttp import rpc
+
+pytestmark = pytest.mark.anyio
+
+HEAD = b'{"jsonrpc":"2.0","method":"exec_remote_push","params":{"call":7,"job_id":"mine",'
+
+
+class Connection:
+    """What a follower's pushes reach: each one parsed; a write takes a turn of the loop."""
+
+    def __init__(self) -> None:
+        self.pushes: list[tuple[dict[str, Any], bytes]] = []
+
+    async def send(self, message: bytes, payload: bytes | None = None) -> None:
+        frame = frames.split(frames.encode(message, payload))
+        self.pushes.append((json.loads(frame.message), bytes(frame.payload or b"")))
+        await asyncio.sleep(0)
+
+    def output(self) -> bytes:
+        return b"".join(p[:n] for (_, p), n in ((x, x[0]["params"]["payload_sizes"][0]) for x in self.pushes))
+
+
+async def test_twenty_followers_share_one_read_per_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: collections.Counter[int] = collections.Counter()
+    real = StreamBuffer.read
+
+    def counted(self: StreamBuffer, *args: Any, **kwargs: Any) -> Any:
+        reads[id(self)] += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(StreamBuffer, "read", counted)
+    jobs = JobController("t")
+    script = "for i in $(seq 1 40); do echo line $i; sleep 0.01; done; exit 3"
+    try:
+        await jobs.start(StartParams(command=["sh", "-c", script], job_id="mine"))
+        job = await jobs.held("mine")
+        followers = [Connection() for _ in range(20)]
+        results = await asyncio.gather(
+            *(job.follow(FollowParams(job_id="mine", wait=5), c.send, HEAD) for c in followers)
+        )
+        await job.ended()
+    finally:
+        await jobs.aclose()
+    expected = "".join(f"line {i}\n" for i in range(1, 41)).encode()
+    for connection, result in zip(followers, results, strict=True):
+        assert result.ended and result.pushes == len(connection.pushes)
+        assert connection.output() == expected
+        last = PollResult.model_validate(
+            {k: v for k, v in connection.pushes[-1][0]["params"].items() if k not in ("call", "job_id")}
+        )
+        assert (last.state, last.exit_code) == ("completed", 3)  # ran to its end, with its code
+        assert all(p[0]["params"]["state"] == "running" for p in connection.pushes[:-1])  # the end comes last
+        assert {(p[0]["params"]["call"], p[0]["params"]["job_id"]) for p in connection.pushes} == {(7, "mine")}
+    stdout_reads = reads[id(job.streams[1])]
+    one_follower = max(len(c.pushes) for c in followers)
+    # Twenty followers alone would read at least 20 times per push; shared, about once (a
+    # follower that wakes after the next write reads for itself now and then).
+    assert stdout_reads <= 3 * one_follower, (stdout_reads, one_follower)
+
+
+async def test_a_follow_ends_after_its_budget_and_after_a_quiet_wait() -> None:
+    jobs = JobController("t")
+    try:
+        await jobs.start(
+            StartParams(command=["sh", "-c", "head -c 300000 /dev/zero; read _"], job_id="mine", stdin_open=True)
+        )
+        job = await jobs.held("mine")
+        first = Connection()
+        result = await job.follow(FollowParams(job_id="mine", max_bytes=65536, budget=65536, wait=5), first.send, HEAD)
+        taken = len(first.output())
+        assert not result.ended and 65536 <= taken < 2 * 65536  # ended by its budget (passed by < a chunk)
+        rest = Connection()
+        params = FollowParams(job_id="mine", stdout_offset=taken, max_bytes=65536, budget=1 << 20, wait=0.2)
+        result = await job.follow(params, rest.send, HEAD)
+        assert not result.ended and len(rest.output()) == 300000 - taken  # then quiet: the wait
+        job.send_signal(signal.SIGKILL)
+        await job.ended()  # reaped, its pipes closed: nothing left running after the test
+    finally:
+        await jobs.aclose()
+
+
+def test_a_follow_over_http_is_refused(agent_sock: Path) -> None:
+    job = rpc(agent_sock, "exec_remote_start", {"command": ["true"]})["result"]["job_id"]
+    err = rpc(agent_sock, "exec_remote_follow", {"job_id": job})["error"]
+    assert err["code"] == -32600 and "frame stream" in err["message"]
