@@ -178,8 +178,15 @@ class Write:
             self.fd = -1
         if self.target.dir_fd >= 0:
             with contextlib.suppress(OSError):
-                if self.staged:  # fd-based and symlink-safe: whatever landed in it goes, nothing else
-                    shutil.rmtree(self.temp, dir_fd=self.target.dir_fd)
+                if self.staged:
+                    # Renamed first: the engine's side of a cancelled native copy (dockerd, after
+                    # its `docker cp` was killed) may still create its file by path; under the
+                    # old name that fails now, instead of landing between rmtree's listing and
+                    # its rmdir and leaving the directory behind (soak run 3 of stop 34).
+                    gone = self.temp.removesuffix(".rxstage") + "-gone.rxstage"
+                    os.rename(self.temp, gone, src_dir_fd=self.target.dir_fd, dst_dir_fd=self.target.dir_fd)
+                    # fd-based and symlink-safe: whatever landed in it goes, nothing else
+                    shutil.rmtree(gone, dir_fd=self.target.dir_fd)
                 else:
                     os.unlink(self.temp, dir_fd=self.target.dir_fd)
         self.target.close()
