@@ -1,0 +1,188 @@
+"""Pushed streams (protocol 10): throughput, first byte and fan-out against a plain pipe.
+
+    python bench/follow.py              # writes bench/results/follow.json
+    python bench/follow.py --quick      # smaller streams, fewer runs
+
+Measured in one run, alternating so that machine load falls on both sides alike:
+
+- **throughput**: ``head -c N /dev/zero | base64 -w 0`` read to its end through ``local://``
+  (socket and stdio channels; the handle follows, the agent pushes) against the same command
+  read by a plain asyncio subprocess pipe (the physical limit of this machine for that command).
+- **first byte**: ``echo hi`` from ``exec_remote`` to its first chunk, against spawning it with
+  asyncio and reading its first byte.
+- **fan-out**: the agent's CPU seconds while 1 and while 20 handles (20 views of one job) follow a
+  job that writes N bytes; shared reads make 20 cost far less than 20 times one.
+- **idle**: the agent's CPU over a quiet window with 20 followers of a silent job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchlib import MB, machine_info, proc_cpu
+
+import remote_exec as rx
+
+HERE = Path(__file__).resolve().parent
+
+
+def _command(n: int) -> list[str]:
+    return ["sh", "-c", f"head -c {n} /dev/zero | base64 -w 0"]
+
+
+def _b64_len(n: int) -> int:
+    return 4 * ((n + 2) // 3)
+
+
+async def pipe_throughput(n: int) -> float:
+    t0 = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec(*_command(n), stdout=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    got = 0
+    while chunk := await proc.stdout.read(1 << 20):
+        got += len(chunk)
+    await proc.wait()
+    assert got == _b64_len(n), got
+    return got / (time.perf_counter() - t0) / MB
+
+
+async def ours_throughput(sb: rx.AsyncSandbox, n: int) -> float:
+    t0 = time.perf_counter()
+    got = 0
+    async for ev in sb.exec_remote(_command(n), encoding="base64"):
+        if isinstance(ev, rx.StdoutChunk):
+            got += len(ev.data)
+    assert got == _b64_len(n), got
+    return got / (time.perf_counter() - t0) / MB
+
+
+async def pipe_first_byte() -> float:
+    t0 = time.perf_counter()
+    proc = await asyncio.create_subprocess_exec("echo", "hi", stdout=asyncio.subprocess.PIPE)
+    assert proc.stdout is not None
+    await proc.stdout.read(1)
+    ms = (time.perf_counter() - t0) * 1e3
+    await proc.wait()
+    return ms
+
+
+async def ours_first_byte(sb: rx.AsyncSandbox) -> float:
+    t0 = time.perf_counter()
+    first = None
+    async for ev in sb.exec_remote(["echo", "hi"]):
+        if first is None and isinstance(ev, rx.StdoutChunk):
+            first = (time.perf_counter() - t0) * 1e3
+    assert first is not None
+    return first
+
+
+async def fan_out(url: str, followers: int, n: int) -> float:
+    """Agent CPU seconds while ``followers`` handles (one connection each) read one job to its end."""
+    sandboxes = [await rx.open_sandbox(url) for _ in range(followers)]
+    try:
+        agent = sandboxes[0].info.pid
+        gate = Path(tempfile.mkdtemp()) / "go"
+        script = f"while [ ! -e {gate} ]; do sleep 0.01; done; head -c {n} /dev/zero | base64 -w 0"
+        job = await sandboxes[0].exec_remote(["sh", "-c", script], encoding="base64").started()
+        assert job.job_id is not None
+        handles = [job, *[await sb.attach(job.job_id) for sb in sandboxes[1:]]]
+
+        async def drain(h: rx.ExecRemoteProcess) -> int:
+            return sum(len(ev.data) for ev in [e async for e in h] if isinstance(ev, rx.StdoutChunk))
+
+        tasks = [asyncio.ensure_future(drain(h)) for h in handles]
+        await asyncio.sleep(0.5)  # every handle is following (a quiet job): the gate opens for all at once
+        before = proc_cpu(agent)
+        gate.touch()
+        sizes = await asyncio.gather(*tasks)
+        used = proc_cpu(agent) - before
+        assert sizes == [_b64_len(n)] * followers, sizes
+        return used
+    finally:
+        for sb in sandboxes:
+            await sb.aclose()
+
+
+async def idle(url: str, followers: int, window: float) -> float:
+    """Agent CPU % over ``window`` seconds with ``followers`` handles following a silent job."""
+    async with rx.open_sandbox(url) as sb:
+        job = await sb.exec_remote(["sleep", "600"]).started()
+        assert job.job_id is not None
+        handles = [job, *[await sb.attach(job.job_id) for _ in range(followers - 1)]]
+        tasks = [asyncio.ensure_future(anext(aiter(h), None)) for h in handles]
+        await asyncio.sleep(1.0)  # settled: every follow call is waiting
+        before = proc_cpu(sb.info.pid)
+        await asyncio.sleep(window)
+        used = proc_cpu(sb.info.pid) - before
+        await job.kill(0)
+        for t in tasks:
+            t.cancel()
+        return 100 * used / window
+
+
+async def measure(quick: bool) -> dict[str, Any]:
+    n = (20 if quick else 150) * 1_000_000
+    runs = 1 if quick else 5
+    with tempfile.TemporaryDirectory() as state:
+        results: dict[str, Any] = {"machine": machine_info(), "bytes": _b64_len(n), "runs": runs}
+        for channel in ("socket", "stdio"):
+            url = f"local://?dir={state}/agent&channel={channel}"
+            async with rx.open_sandbox(url) as sb:
+                ours, pipe = [], []
+                await ours_throughput(sb, n // 10)  # warm
+                for _ in range(runs):
+                    ours.append(await ours_throughput(sb, n))
+                    pipe.append(await pipe_throughput(n))
+                results[f"throughput_{channel}"] = {"ours": ours, "pipe": pipe}
+                fb_ours, fb_pipe = [], []
+                for _ in range(5 if quick else 30):
+                    fb_ours.append(await ours_first_byte(sb))
+                    fb_pipe.append(await pipe_first_byte())
+                results[f"first_byte_{channel}"] = {"ours": fb_ours, "pipe": fb_pipe}
+        url = f"local://?dir={state}/agent"
+        fan = n // 3
+        results["fan_out"] = {
+            "bytes": _b64_len(fan),
+            "one": [await fan_out(url, 1, fan) for _ in range(runs)],
+            "twenty": [await fan_out(url, 20, fan) for _ in range(runs)],
+        }
+        results["idle_cpu_percent_20_followers"] = await idle(url, 20, 3.0 if quick else 10.0)
+    return results
+
+
+def report(results: dict[str, Any], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    med = statistics.median
+    for channel in ("socket", "stdio"):
+        t = results[f"throughput_{channel}"]
+        f = results[f"first_byte_{channel}"]
+        print(
+            f"{channel}: throughput {med(t['ours']):.0f} MB/s vs pipe {med(t['pipe']):.0f} MB/s "
+            f"({100 * med(t['ours']) / med(t['pipe']):.0f} %); first byte {med(f['ours']):.2f} ms "
+            f"vs spawn {med(f['pipe']):.2f} ms ({med(f['ours']) / med(f['pipe']):.2f}x)"
+        )
+    fo = results["fan_out"]
+    print(
+        f"fan-out: agent CPU {med(fo['one']):.3f} s for 1 follower, {med(fo['twenty']):.3f} s for 20 "
+        f"({med(fo['twenty']) / med(fo['one']):.1f}x); idle with 20 followers: "
+        f"{results['idle_cpu_percent_20_followers']:.2f} % CPU"
+    )
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "follow.json")
+    args = parser.parse_args()
+    report(asyncio.run(measure(args.quick)), args.out)
+    sys.exit(0)
