@@ -20,7 +20,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ..errors import ProtocolError
 from ..protocol import DEFAULT_FOLLOW_BUDGET, PUSH, FollowParams, FollowResult, Method, Push, frames
-from .rpc import MAX_MESSAGE, RpcClient, one_line
+from .responses import MAX_MESSAGE, one_line
+from .rpc import RpcClient
 
 __all__ = ["FOLLOW_BUDGET", "Follower"]
 

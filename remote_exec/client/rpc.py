@@ -31,25 +31,20 @@ import asyncio
 import itertools
 import random
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Literal, TypeVar
-
-from pydantic import BaseModel, ConfigDict, ValidationError
+from typing import TypeVar
 
 from ..errors import (
     AgentUnavailableError,
     AgentUnresponsiveError,
-    ProtocolError,
     RemoteExecError,
     SandboxClosedError,
     SandboxLostError,
     TransportError,
     UntrustedAgentError,
-    error_from_wire,
 )
-from ..protocol import MAX_CHUNK, METHODS, PAGE_BYTES, Method, WireModel, frames
-from ..protocol.names import is_job_id, shown
-from ..termsafe import terminal_safe
+from ..protocol import WireModel, frames
 from .channel import Channel, ChannelBroken, OnPush
+from .responses import MAX_MESSAGE, MAX_PAGE_MESSAGE, decode, message_limit, payload_limit
 
 __all__ = [
     "DIAGNOSE_TIMEOUT",
@@ -59,7 +54,6 @@ __all__ = [
     "RPC_TIMEOUT",
     "Diagnose",
     "RpcClient",
-    "one_line",
 ]
 
 MAX_BREAKS = 64
@@ -67,14 +61,6 @@ MAX_BREAKS = 64
 
 RPC_TIMEOUT = 15.0
 """Seconds a call waits for its response by default (then asks once more, as long again)."""
-
-MAX_MESSAGE = 1024 * 1024
-"""Largest response JSON of a call (payload apart): every non-listing result is far smaller."""
-
-MAX_PAGE_MESSAGE = 4 * PAGE_BYTES
-"""Largest response JSON of a listing page (the agent aims at :data:`PAGE_BYTES`)."""
-
-_MESSAGE_LIMITS: dict[str, int] = {Method.EXEC_REMOTE_LIST: MAX_PAGE_MESSAGE, Method.FILE_LIST: MAX_PAGE_MESSAGE}
 
 DIAGNOSE_TIMEOUT = 5.0
 """Seconds the sandbox gets to say what became of it (``docker inspect``, a new SSH connection)."""
@@ -86,21 +72,6 @@ instead (:class:`SandboxLostError`, or a more precise :class:`AgentUnresponsiveE
 
 T = TypeVar("T", bound=WireModel)
 R = TypeVar("R")
-
-
-class _ErrorObject(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    code: int
-    message: str
-    data: Any = None
-
-
-class _Envelope(BaseModel, Generic[T]):
-    model_config = ConfigDict(extra="forbid")
-    jsonrpc: Literal["2.0"]
-    id: int | str | None
-    result: T | None = None
-    error: _ErrorObject | None = None
 
 
 class RpcClient:
@@ -267,7 +238,7 @@ class RpcClient:
                 pushed_at[0] = loop.time()  # reconnected: a sign of life
                 continue
             try:
-                return self._decode(raw, request_id, result, (MAX_MESSAGE, 0))[0]
+                return decode(self.name, raw, request_id, result, (MAX_MESSAGE, 0))[0]
             except AgentUnavailableError as exc:
                 if type(exc) is not AgentUnavailableError:
                     raise
@@ -314,7 +285,7 @@ class RpcClient:
         timeout = timeout or self.default_timeout
         loop = asyncio.get_running_loop()
         end = loop.time() + (deadline if deadline is not None else 2 * timeout)
-        limits = (_MESSAGE_LIMITS.get(method, MAX_MESSAGE), _payload_limit(method, max_payload))
+        limits = (message_limit(method), payload_limit(method, max_payload))
         params_json = params.model_dump_json().encode()
         why = "no attempt made"
         tries = 0
@@ -341,7 +312,7 @@ class RpcClient:
                 end = await self._recover(method, broken, generation, end, timeout)
                 continue
             try:
-                return self._decode(raw, request_id, result, limits)
+                return decode(self.name, raw, request_id, result, limits)
             except AgentUnavailableError as exc:
                 if type(exc) is not AgentUnavailableError:
                     raise  # AgentLostError: the job is gone, retrying cannot help
@@ -396,52 +367,3 @@ class RpcClient:
             except Exception as exc:
                 raise AgentUnavailableError(f"cannot reconnect to the agent: {exc}") from exc
             self._generation += 1
-
-    def _decode(
-        self, frame: frames.Frame, request_id: int, result: type[T], limits: tuple[int, int]
-    ) -> tuple[T, memoryview | None]:
-        # Sizes first: parsing JSON costs 10-20 times its size in objects, so a lying agent's
-        # 150 MiB listing must be refused before pydantic sees it.
-        if len(frame.message) > limits[0]:
-            raise ProtocolError(f"{self.name}: a {len(frame.message)}-byte response, over the {limits[0]}-byte bound")
-        if frame.payload is not None and len(frame.payload) > limits[1]:
-            raise ProtocolError(f"{self.name}: a {len(frame.payload)}-byte payload, over the {limits[1]}-byte bound")
-        try:
-            env = _Envelope[result].model_validate_json(frame.message)  # type: ignore[valid-type]
-        except ValidationError as exc:
-            raise ProtocolError(f"malformed response from the agent: {one_line(exc)}") from None
-        if env.id != request_id:
-            raise ProtocolError(f"response id {env.id!r} does not match request id {request_id}")
-        if env.error is not None:
-            raise _ids_checked(error_from_wire(env.error.code, env.error.message, env.error.data))
-        if env.result is None:
-            raise ProtocolError("response has neither result nor error")
-        return env.result, None if frame.payload is None else memoryview(frame.payload)
-
-
-def _ids_checked(exc: RemoteExecError) -> RemoteExecError:
-    """``exc`` if the job or session id it carries (the agent's word, as every id) is of the safe
-    form; else the refusal of that id, so no caller is handed it as ``exc.job_id``."""
-    for attr in ("job_id", "session_id"):
-        value = getattr(exc, attr, None)
-        if value is not None and not is_job_id(value):
-            return ProtocolError(f"the agent gave an error naming a {attr} of an unsafe form, refused: {shown(value)}")
-    return exc
-
-
-def one_line(exc: ValidationError) -> str:
-    """The first errors of a refused response on one line, each value shown cut short: the
-    agent may send a 10 KB id or a terminal's control codes, and the message is printed."""
-    parts = []
-    for err in exc.errors(include_url=False)[:3]:
-        where = ".".join(map(str, err["loc"]))
-        what = err["msg"] if err["type"] == "value_error" else f"{err['msg']}, got {shown(err.get('input'))}"
-        parts.append(terminal_safe(f"{where}: {what}"))
-    return "; ".join(parts)
-
-
-def _payload_limit(method: str, asked: int | None) -> int:
-    spec = METHODS.get(method)
-    if spec is None or not spec.gives_payload:
-        return 0
-    return MAX_CHUNK if asked is None else asked

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import quote, urlsplit
 
-from ..client.channel import MAX_RESPONSE, CallChannel, Channel, StdioChannel
+from ..client.callchannel import CallChannel
+from ..client.channel import MAX_RESPONSE, Channel, StdioChannel
 from ..client.socketchannel import SocketChannel
 from ..client.transport import SandboxTransport
 from ..errors import AgentUnavailableError, SandboxError, error_from_wire

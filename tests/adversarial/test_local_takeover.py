@@ -28,7 +28,8 @@ import anyio
 import pytest
 
 import remote_exec as rx
-from remote_exec.client.channel import MAX_RESPONSE, CallChannel, Channel, StdioChannel
+from remote_exec.client.callchannel import CallChannel
+from remote_exec.client.channel import MAX_RESPONSE, Channel, StdioChannel
 from remote_exec.client.sandbox import AsyncSandbox
 from remote_exec.client.transport import SandboxTransport
 from remote_exec.protocol import default_agent_dir
