@@ -78,10 +78,13 @@ async def test_dropped_poll_responses_lose_and_duplicate_nothing(agent_dir: Path
     """Polls whose answers are lost (``polls``: a socket channel told it cannot push, as the
     stateless channel cannot), and follow calls lost on their way (see drop_poll_responses),
     are asked again from the handle's cursors."""
-    # A lost follow call is asked again at once where it started (a poll, only when its answer is due).
-    which = {2, 4, 5} if channel == "polls" else {1}
+    # Lost answers counted from the first that carries data, so the faults do not hang on how the
+    # job's output happens to fall into answers: a lost answer is asked again at the same cursors,
+    # whose answer carries data too. A poll is asked up to three times within its deadline, a
+    # follow call twice.
+    which = {1, 2} if channel == "polls" else {1}
     url = f"local://?dir={agent_dir}&channel={'socket' if channel == 'polls' else channel}"
-    async with rx.open_sandbox(url, response_margin=0.3) as sb:
+    async with rx.open_sandbox(url, response_margin=1.0) as sb:  # a re-ask gets ~1 s even on a loaded machine
         if channel == "polls":
             sb._core.rpc.channel.pushes = False
         seen = drop_poll_responses(sb, which)

@@ -71,9 +71,9 @@ async def test_attach_sees_same_bytes(sandbox_url: str) -> None:
 
 
 async def test_cursor_replay_after_dropped_response(sandbox_url: str) -> None:
-    async with rx.open_sandbox(sandbox_url, response_margin=0.3) as sb:
+    async with rx.open_sandbox(sandbox_url, response_margin=1.0) as sb:  # a re-ask gets ~1 s even on a loaded machine
         # (A channel that pushes loses the follow call that carries the first data push.)
-        which = {1} if sb._core.rpc.channel.pushes else {2, 3}
+        which = {1} if sb._core.rpc.channel.pushes else {1, 2}
         seen = drop_poll_responses(sb, which)
         with anyio.fail_after(60):
             res = await sb.exec_remote(["sh", "-c", SLOW_LINES], poll_interval=0.1).wait()
