@@ -140,7 +140,7 @@ class JobController(JobRegistry):
         pending.set_result(result)
         return result
 
-    async def poll(self, p: PollParams) -> PollResult | bytes | WithPayload:
+    async def poll(self, p: PollParams) -> PollResult | WithPayload:
         job = await self.held(p.job_id)
         try:
             return await job.poll(p)

@@ -1,9 +1,11 @@
-"""What a job's readers see: its two cursor-addressed output streams and the poll that serves them.
+"""What a job's readers see: its two cursor-addressed output streams, and the follow and the
+poll that serve them.
 
-:class:`JobOutput` holds the streams, the change a waiting poll is woken by, the flow control
-of a watched stream (its pipe paused instead of bytes dropped), the watch rules' record, and
-the poll itself: long waits, the terminal state only with the last byte, and the next answer
-encoded ahead for a fast producer. :class:`~.job.Job` adds the process that writes them.
+:class:`JobOutput` holds the streams, the change a waiting reader is woken by, the flow control
+of a watched stream (its pipe paused instead of bytes dropped), the watch rules' record, the
+follow (pushes as output arrives, one read shared by the followers at the same cursors) and the
+poll (long waits); both give the terminal state only with the last byte. :class:`~.job.Job`
+adds the process that writes them.
 """
 
 from __future__ import annotations
@@ -65,7 +67,6 @@ class JobOutput:
         self._changed = asyncio.Event()
         self._paused: set[int] = set()
         self._last_poll = time.monotonic()  # the starter is about to poll: count it as watching
-        self._spec: tuple[tuple[int, int, int, bool], bytes | WithPayload, tuple[int, int]] | None = None
         self._followers = 0  # follow calls under way (see follow)
         self._shared: _Shared | None = None
         # What the job's policy did (see policy.py, which fills these in): kept on the job so
@@ -82,8 +83,7 @@ class JobOutput:
         self.hits_total += 1
         if len(self.hits) < MAX_HITS_KEPT:
             self.hits.append(hit)
-        self._spec = None  # a pre-encoded answer carries the old count
-        self._shared = None
+        self._shared = None  # a shared push carries the old count
         self._notify()
 
     def _notify(self) -> None:
@@ -108,24 +108,12 @@ class JobOutput:
 
     # -- operations -------------------------------------------------------------------------
 
-    async def poll(self, p: PollParams) -> PollResult | bytes | WithPayload:
+    async def poll(self, p: PollParams) -> PollResult | WithPayload:
         """Return output after the given cursors, waiting up to ``p.wait`` for some to appear.
 
-        For a fast stream the answer may be encoded already (see :meth:`_speculate`), identical
-        to what this call would have built. A ``binary`` poll answers with the bytes as payload.
+        A ``binary`` poll answers with the bytes as payload. (The host follows instead, where
+        its channel can carry pushes: :meth:`follow`; polls serve the stateless channel.)
         """
-        key = (p.stdout_offset, p.stderr_offset, p.max_bytes, p.binary)
-        if self._spec is not None and self._spec[0] == key:
-            _, encoded, ends = self._spec
-            self._spec = None
-            self._last_poll = time.monotonic()
-            self.streams[1].mark_read(ends[0])
-            self.streams[2].mark_read(ends[1])
-            if self._paused and not any(self.streams[fd].wants_pause() for fd in self._paused):
-                self._resume_all()
-            asyncio.get_running_loop().call_soon(self._speculate, (ends[0], ends[1], p.max_bytes, p.binary))
-            return encoded
-        self._spec = None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + min(p.wait, MAX_WAIT)
         seen = self.hits_total if p.hits is None else p.hits
@@ -133,9 +121,6 @@ class JobOutput:
             out, err, ends, finished = self._read_both(p.stdout_offset, p.stderr_offset, p.max_bytes, p.binary)
             remaining = deadline - loop.time()
             if self._news(out, err, seen) or finished or remaining <= 0:
-                if not finished and 2 * max(out.end - out.start, err.end - err.start) >= p.max_bytes:
-                    # A fast producer: encode the next answer while the client decodes this one.
-                    loop.call_soon(self._speculate, (out.end, err.end, p.max_bytes, p.binary))
                 return self._answer(out, err, finished, p.binary)
             await self._wait_for_change(ends, remaining)
 
@@ -269,27 +254,3 @@ class JobOutput:
             return result
         assert isinstance(out.data, bytes) and isinstance(err.data, bytes)
         return WithPayload(result, out.data + err.data if err.data else out.data)
-
-    def _speculate(self, key: tuple[int, int, int, bool]) -> None:
-        """Pre-encode the answer to the poll that will most likely come next (same cursors).
-
-        Agent and client otherwise take turns; this lets the agent work while the client
-        parses. A peek does not move the read cursors, so an unused answer loses nothing.
-        """
-        if self._done.is_set():
-            return  # the normal path reports the end
-        try:
-            out = self.streams[1].read(key[0], key[2], self.encoding, peek=True, raw=key[3])
-            err = self.streams[2].read(key[1], key[2], self.encoding, peek=True, raw=key[3])
-        except ValueError:
-            return
-        if not (out.data or err.data) or out.dropped or err.dropped:
-            return
-        answer = self._answer(out, err, False, key[3])
-        encoded: bytes | WithPayload
-        if isinstance(answer, WithPayload):
-            assert isinstance(answer.result, PollResult)
-            encoded = WithPayload(dump_json(answer.result), answer.payload)
-        else:
-            encoded = dump_json(answer)
-        self._spec = (key, encoded, (out.end, err.end))
