@@ -15,20 +15,15 @@ Standard library only, like the keeper.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
 import json
 import os
 import stat
 
+from .holepunch import BLOCK, DEFAULT_CAP, data_start, punch_head
 from .statefile import open_state_dir, read_state_file
 
 __all__ = ["CapSweeper", "disk_cap_of"]
 
-DEFAULT_CAP = 1 << 30  # the agent's ``--disk-cap`` default
-BLOCK = 4096
-FALLOC_FL_KEEP_SIZE = 1
-FALLOC_FL_PUNCH_HOLE = 2
 MAX_META = 1 << 20  # a job.json is a few hundred bytes; a bigger one is not ours
 
 
@@ -45,8 +40,6 @@ class CapSweeper:
     def __init__(self, jobs_root: str) -> None:
         self.jobs_root = jobs_root
         self._caps: dict[str, int | None] = {}  # job dir -> its own output_cap (None: the default)
-        self._libc = ctypes.CDLL(None, use_errno=True)
-        self._libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
     def sweep(self, default_cap: int) -> int:
         """One pass over every job dir; return the bytes newly dropped."""
@@ -88,14 +81,11 @@ class CapSweeper:
             size = st.st_size
             if size <= cap:
                 return 0
-            try:
-                base = os.lseek(fd, 0, os.SEEK_DATA)
-            except OSError as exc:
-                base = size if exc.errno == errno.ENXIO else 0
+            base = data_start(fd, size)
             new_base = (size - cap) // BLOCK * BLOCK
             if size - base <= cap or new_base <= base:
                 return 0
-            if self._libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, new_base) != 0:
+            if punch_head(fd, new_base):
                 return 0  # unsupported here (the agent logs that once): the file grows
             return new_base - base
         finally:

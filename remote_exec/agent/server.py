@@ -24,12 +24,13 @@ from .budget import MemoryBudget, default_budget
 from .files.controller import FileController
 from .files.methods import file_methods
 from .files.sessions import FileLimits
+from .holepunch import DEFAULT_CAP
 from .intake import LINE_PIECE, Intake, LineTooLong, read_body
 from .jobs.cgroup import CgroupHome
 from .jobs.controller import JobController, JobLimits
 from .jobs.diskjob import JobHome
 from .jobs.logbudget import LogBudget, default_log_budget
-from .jobs.logfile import DEFAULT_CAP, Inotify
+from .jobs.logfile import Inotify
 from .jobs.methods import job_methods
 from .jobs.policy import PolicyWatcher
 from .jobs.proctable import prestart

@@ -30,7 +30,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import ctypes
-import errno
 import logging
 import os
 import stat
@@ -38,23 +37,19 @@ import struct
 from typing import TYPE_CHECKING
 
 from ..buffer import Slice, utf8_safe_end
+from ..holepunch import BLOCK, data_start, punch_head
 
 if TYPE_CHECKING:
     from .logbudget import LogBudget
 
-__all__ = ["DEFAULT_CAP", "Inotify", "LogFile"]
+__all__ = ["Inotify", "LogFile"]
 
 log = logging.getLogger("remote_exec.agent")
-DEFAULT_CAP = 1 << 30
-BLOCK = 4096
 MAX_CUTS = 64  # truncations remembered per stream (older ones: counted as dropped only)
-FALLOC_FL_KEEP_SIZE = 1
-FALLOC_FL_PUNCH_HOLE = 2
 # The job can replace its log (it runs as the agent's user): never through a symlink, never
 # blocked in open() by a FIFO, and only a regular file is read or punched.
 _FLAGS = os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+_libc = ctypes.CDLL(None, use_errno=True)  # inotify's calls
 
 
 class LogFile:
@@ -126,9 +121,9 @@ class LogFile:
             self._size = st.st_size
             self._alloc = st.st_blocks * 512
             self.mtime = st.st_mtime if st.st_size else None
-            return os.lseek(fd, 0, os.SEEK_DATA)
-        except OSError as exc:  # ENXIO: all hole (or empty)
-            return self._size if exc.errno == errno.ENXIO else 0
+            return data_start(fd, st.st_size)
+        except OSError:
+            return 0
         finally:
             os.close(fd)
 
@@ -193,8 +188,8 @@ class LogFile:
         except OSError:
             return 0
         try:
-            if _libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, new_base) != 0:
-                err = ctypes.get_errno()
+            err = punch_head(fd, new_base)
+            if err:
                 if not self._warned:
                     self._warned = True
                     log.warning("cannot drop the head of %s (%s): its cap is not applied", self.path, os.strerror(err))

@@ -20,7 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..jobs.logfile import BLOCK, Inotify, LogFile
+from ..holepunch import BLOCK
+from ..jobs.logfile import Inotify, LogFile
 
 __all__ = ["ShellFiles"]
 
