@@ -50,7 +50,7 @@ def add_ps_parser(sub: Any) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="state=running|completed|killed|timed_out, name=NAME or label=LABEL (repeatable: all must match)",
+        help="state=running|completed|killed|timed_out|lost, name=NAME or label=LABEL (repeatable: all must match)",
     )
     p.add_argument("--last", "-n", type=int, metavar="N", help="only the newest N jobs (implies -a)")
     p.add_argument(

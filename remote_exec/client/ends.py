@@ -12,10 +12,10 @@ from typing import Literal
 
 __all__ = ["JobState", "end_words", "job_state"]
 
-JobState = Literal["running", "completed", "failed", "killed", "timed out", "error"]
+JobState = Literal["running", "completed", "failed", "killed", "timed out", "lost", "error"]
 """What a job is, as every face shows it (views, records, the dashboard, the ``--bg`` handle):
-``failed`` is a non-zero exit, ``error`` a broken connection or spawn (the job's own fate then
-unknown)."""
+``failed`` is a non-zero exit, ``lost`` an end whose exit status nothing could record (the
+agent's word), ``error`` a broken connection or spawn (the job's own fate then unknown)."""
 
 
 def job_state(state: str, exit_code: int | None) -> JobState:
@@ -27,6 +27,8 @@ def job_state(state: str, exit_code: int | None) -> JobState:
         return "killed"
     if state == "timed_out":
         return "timed out"
+    if state == "lost":
+        return "lost"
     if state == "completed":
         return "completed" if exit_code == 0 else "failed"
     return "error"
@@ -51,6 +53,8 @@ def end_words(state: str, exit_code: int | None, timeout: float | None = None) -
     """
     if state in ("timed_out", "timed out"):
         return f"timed out after {timeout:g} s" if timeout is not None else "timed out"
+    if state == "lost":
+        return "exit status lost"
     if exit_code is None:
         return "killed" if state == "killed" else ""
     if exit_code >= 0:

@@ -75,6 +75,8 @@ class ExecResult:
     jobs; bytes the agent dropped before they were read are counted too). ``reason`` says why
     the agent ended or interrupted the job by itself under its policy ("killed: memory limit
     2.0 GiB exceeded", "killed: watch rule 0 matched 'nan' on stdout"), else ``None``.
+    ``state`` ``lost``: the job ended while nothing could record its exit status (``returncode``
+    -1, ``reason`` says why).
     """
 
     success: bool
@@ -84,7 +86,7 @@ class ExecResult:
     stdout_truncated: int = 0
     stderr_truncated: int = 0
     job_id: str = ""
-    state: Literal["completed", "killed", "timed_out", "running"] = "completed"
+    state: Literal["completed", "killed", "timed_out", "lost", "running"] = "completed"
     reason: str | None = None
 
     @property

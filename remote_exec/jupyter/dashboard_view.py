@@ -88,7 +88,7 @@ def shell_session(info: JobInfo) -> str | None:
 
 
 def _failed(info: JobInfo) -> bool:
-    return job_state(info.state, info.exit_code) in ("failed", "killed", "timed out")
+    return job_state(info.state, info.exit_code) in ("failed", "killed", "timed out", "lost")
 
 
 @dataclass(frozen=True)

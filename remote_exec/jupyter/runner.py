@@ -238,6 +238,8 @@ def exit_line(outcome: Outcome, timeout: float | None) -> str:
         return "killed" + (f" (exit code {code})" if code is not None else "")
     if outcome.state == "error":
         return f"error: {outcome.error}"
+    if outcome.state == "lost":
+        return "exit code lost (the job ended while neither the agent nor its keeper ran)"
     return f"exit code: {code}"
 
 
@@ -251,6 +253,8 @@ def failure(outcome: Outcome, timeout: float | None) -> RemoteCommandError | Non
         message = f"the command timed out after {timeout:g} s and was killed" if timeout else "timed out"
     elif outcome.state == "killed":
         message = "the job was killed"
+    elif outcome.state == "lost":
+        message = "the job ended while neither the agent nor its keeper ran: its exit status is lost"
     else:
         message = f"{type(outcome.error).__name__}: {outcome.error}"
     return RemoteCommandError(message, outcome.result)

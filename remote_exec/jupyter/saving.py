@@ -68,7 +68,7 @@ RECORD_MIME = "application/vnd.remote-exec.record+json"
 MAX_RECORD_HTML = 256 * 1024
 """Characters of record HTML the saver copies (a record is ~20 kB: 40 lines of 400 per stream)."""
 
-_STATES = {"running", "completed", "failed", "killed", "timed out", "error", "disconnected"}
+_STATES = {"running", "completed", "failed", "killed", "timed out", "lost", "error", "disconnected"}
 
 
 MAX_SANDBOXES = 64

@@ -40,8 +40,10 @@ MAX_WAIT = 30.0
 """Longest long-poll the agent honours, in seconds; larger ``wait`` values are clamped."""
 
 Encoding = Literal["utf-8", "base64"]
-JobState = Literal["running", "completed", "killed", "timed_out"]
-TERMINAL_STATES: frozenset[str] = frozenset({"completed", "killed", "timed_out"})
+JobState = Literal["running", "completed", "killed", "timed_out", "lost"]
+"""``lost``: the job ended while nothing could record its exit status (neither the agent nor its
+keeper ran); the result's ``reason`` says so. Never ``completed`` without an exit code."""
+TERMINAL_STATES: frozenset[str] = frozenset({"completed", "killed", "timed_out", "lost"})
 
 _SIGNAL_NAMES = frozenset(s.name for s in _signal.Signals)
 

@@ -26,7 +26,8 @@ caller has seen (a v5 agent refuses a poll that names it).
 ``stderr_truncated`` (bytes lost to a job truncating its own log); every job id on the wire is
 of the safe form of ``protocol/names.py``.
 9: ``WriteStdinParams.writer`` (a terminal's typists, each with a cursor of its own bytes).
-10: ``exec_remote_follow`` and its ``exec_remote_push`` notifications (pushed streams)."""
+10: ``exec_remote_follow`` and its ``exec_remote_push`` notifications (pushed streams); the job
+state ``lost`` (an end whose exit status nothing could record)."""
 
 
 class Method(StrEnum):

@@ -386,3 +386,31 @@ async def test_the_keeper_applies_the_cap_while_no_agent_runs(fresh_agent_dir: P
         assert size - cap - 4096 < head.dropped <= size - cap and head.offset == head.dropped
         assert head.data == b"a" * len(head.data) and len(head.data) > 0
         await (await sb.attach(proc.job_id or "")).kill()
+
+
+async def test_a_job_that_ends_while_agent_and_keeper_are_gone_is_lost_not_completed(
+    fresh_agent_dir: Path, tmp_path: Path
+) -> None:
+    """Nothing can record the exit of a job that ends while neither the agent nor its keeper
+    runs (both SIGKILLed): the next agent says so, ``lost`` with the reason, never ``completed``
+    with no exit code (which the views showed as a plain failure)."""
+    from ..conftest import wait_exit
+
+    go = tmp_path / "go"
+    url = f"local://?dir={fresh_agent_dir}"
+    async with rx.open_sandbox(url) as sb:
+        proc = await sb.exec_remote(["sh", "-c", f"while [ ! -e {go} ]; do sleep 0.02; done; exit 7"]).started()
+        proc.detach()
+        agent, keeper, job_pid = sb.info.pid, sb.info.keeper_pid, proc.pid or 0
+    assert keeper is not None
+    os.kill(keeper, signal.SIGKILL)
+    os.kill(agent, signal.SIGKILL)
+    assert wait_exit(keeper, 30) and wait_exit(agent, 30)
+    go.touch()
+    await wait_until("the job ended", lambda: not alive(job_pid), 30)
+    async with rx.open_sandbox(url) as sb:  # a new keeper and agent, which find the job's record
+        [info] = [j for j in await sb.jobs() if j.job_id == proc.job_id]
+        assert (info.state, info.exit_code) == ("lost", None)
+        assert info.reason is not None and "neither the agent nor its keeper ran" in info.reason
+        result = await (await sb.attach(proc.job_id or "")).wait()
+    assert (result.state, result.returncode, result.success, result.reason) == ("lost", -1, False, info.reason)

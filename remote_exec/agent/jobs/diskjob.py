@@ -55,9 +55,12 @@ from .proctree import MARKER, Tree, end_tree, tree_members
 from .spare import SpareDir
 from .spawn import popen_session, spawn_error
 
-__all__ = ["DiskJob", "JobHome"]
+__all__ = ["LOST_REASON", "DiskJob", "JobHome"]
 
 log = logging.getLogger("remote_exec.agent")
+
+
+LOST_REASON = "its exit status was lost: the job ended while neither the agent nor its keeper ran"
 
 
 @dataclass
@@ -414,6 +417,11 @@ class DiskJob(Job):
         self._finish(self._ending or "completed", code, time.time())
 
     def _finish(self, state: str, code: int | None, ended_at: float | None, save: bool = True) -> None:
+        if state == "completed" and code is None:
+            # Nobody reaped it and lived to write the code down (agent and keeper both gone when
+            # it ended, or a record this agent cannot trust): say so, never "completed" unknown.
+            state = "lost"
+            self.reason = self.reason or LOST_REASON
         self._state = state  # type: ignore[assignment]
         self.exit_code = code
         self.ended_at = ended_at if ended_at is not None else time.time()
