@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -90,6 +91,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _ensured_info(state_dir: Path, serve_args: list[str]) -> int:
+    """Print the ``server_info`` of the agent that serves ``state_dir`` now. The one just
+    ensured may be gone before it is asked (a host of another version took the state dir over
+    meanwhile: soak): ensure again, a few times, rather than fail."""
+    for _ in range(2):
+        if stream_call(state_dir / STREAM_SOCKET, _SERVER_INFO, quiet=True) == 0:
+            return 0
+        with contextlib.suppress(AgentUnavailableError):
+            ensure_server(state_dir, serve_args)
+    return stream_call(state_dir / STREAM_SOCKET, _SERVER_INFO)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``remote-exec-agent`` and ``python -m remote_exec.agent``."""
     argv = sys.argv[1:] if argv is None else argv
@@ -131,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "stdio":
         return relay_stdio(state_dir / STREAM_SOCKET)
     if args.cmd == "ensure":
-        return stream_call(state_dir / STREAM_SOCKET, _SERVER_INFO)
+        return _ensured_info(state_dir, serve_args)
     import asyncio  # not at the top: ``stdio`` and ``ensure`` do without it
 
     from .httprelay import relay_call  # aiohttp: kept off the stdio relay's path (see relay.py)

@@ -87,12 +87,13 @@ def relay_stdio(stream_sock: Path) -> int:
     return 0 if stdin_done.is_set() else 3
 
 
-def stream_call(stream_sock: Path, request: bytes) -> int:
+def stream_call(stream_sock: Path, request: bytes, quiet: bool = False) -> int:
     """Send one plain JSON request line over the frame stream; print its answer line.
 
     What ``ensure`` asks (``server_info``), with the standard library only: the HTTP ``call``
     would import aiohttp first, which costs a cold start more CPU than the question itself.
-    Exit status 3 (with the reason as the answer) when the server cannot be reached.
+    Exit status 3 (with the reason as the answer, unless ``quiet``) when the server cannot be
+    reached.
     """
     try:
         check_socket(stream_sock)
@@ -105,8 +106,9 @@ def stream_call(stream_sock: Path, request: bytes) -> int:
             while b"\n" not in answer and len(answer) < _CHUNK and (data := conn.recv(_CHUNK)):
                 answer += data  # one line is the answer: read no further (bounded by _CHUNK)
     except OSError as exc:
-        unreachable = AgentUnavailableError(f"agent server unreachable: {exc}")
-        sys.stdout.buffer.write(error_line(request, unreachable) + b"\n")
+        if not quiet:
+            unreachable = AgentUnavailableError(f"agent server unreachable: {exc}")
+            sys.stdout.buffer.write(error_line(request, unreachable) + b"\n")
         return 3
     except RemoteExecError as exc:  # not our agent: nothing was sent to it
         sys.stdout.buffer.write(error_line(request, exc) + b"\n")

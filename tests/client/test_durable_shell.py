@@ -86,7 +86,8 @@ async def _upgrade(state: Path, version: str) -> int:
     """What a host of another version does: ``ensure`` hands the agent's state over
     (``server_handover``) to an agent of its own; return that agent's pid."""
     agent = [sys.executable, "-m", "remote_exec.agent", "ensure", "--dir", str(state), "--report-version", version]
-    done = await anyio.run_process(agent)
+    done = await anyio.run_process(agent, check=False)
+    assert done.returncode == 0, f"ensure exited {done.returncode}: {done.stdout!r} {done.stderr!r}"
     return int(json.loads(done.stdout)["result"]["pid"])
 
 

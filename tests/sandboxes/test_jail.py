@@ -204,7 +204,12 @@ def temp_work_dirs() -> set[Path]:
     return set(Path(tempfile.gettempdir()).glob("remote-exec-jail-*"))
 
 
-async def test_agent_failure_is_reported_and_leaves_nothing_behind(tmp_path: Path) -> None:
+async def test_agent_failure_is_reported_and_leaves_nothing_behind(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A temp dir of this test's own: the system one also holds the work dirs of boxes other
+    # workers open meanwhile (one appeared during this test in a soak run).
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("jail-temp")))
     temp_works = temp_work_dirs()
     boxes = bwrap_children()
     with pytest.raises(rx.AgentUnavailableError, match="does not start"):
