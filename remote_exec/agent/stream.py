@@ -116,7 +116,9 @@ class _Outbox:
         """Queue ``answer`` (a frame, or with ``payload`` a message whose payload goes ahead of
         it); return once it is written (the first caller writes for all)."""
         done = asyncio.get_running_loop().create_future()
-        parts: tuple[bytes, ...] = (answer,) if payload is None else (b"\x00%d\n" % len(payload), payload, answer)
+        parts: tuple[bytes, ...] = (
+            (answer,) if payload is None else (frames.payload_header(len(payload)), payload, answer)
+        )
         size = sum(len(p) for p in parts)
         (self._small if size <= self.SMALL else self._big).append((parts, done))
         if not self._pumping:

@@ -68,15 +68,13 @@ class Follower:
         self._arrival: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
 
-    @property
-    def busy(self) -> bool:
-        """A call is under way."""
-        return self._task is not None and not self._task.done()
-
     def start(self) -> None:
         """Start a call unless one is under way or the job's end was read (a prefetch)."""
         if self._task is None and not self._ended():
             self._task = asyncio.get_running_loop().create_task(self._follow())
+            # Seen here, kept for more(): a handle whose consumer stopped reading must not leave
+            # "Task exception was never retrieved" behind when its last call fails (a closed sandbox).
+            self._task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
     async def more(self, queued: Callable[[], bool]) -> None:
         """Return once ``queued()`` (a push brought events) or the call under way ended; a call

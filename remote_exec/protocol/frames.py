@@ -18,7 +18,7 @@ from typing import NamedTuple, Protocol
 
 from ..errors import FrameError
 
-__all__ = ["Frame", "FrameError", "LineReader", "encode", "payload_length", "read_frame", "split"]
+__all__ = ["Frame", "FrameError", "LineReader", "encode", "payload_header", "payload_length", "read_frame", "split"]
 
 MARK = b"\x00"
 _MAX_HEADER = 24
@@ -38,11 +38,17 @@ class LineReader(Protocol):
     async def readexactly(self, n: int) -> bytes: ...
 
 
+def payload_header(size: int) -> bytes:
+    """The line that announces a payload of ``size`` bytes (a writer that sends the parts
+    separately, so as not to copy the payload, writes it first)."""
+    return b"\x00%d\n" % size
+
+
 def encode(message: bytes, payload: bytes | bytearray | memoryview | None = None) -> bytes:
     """One frame: ``message`` alone, or with ``payload`` ahead of it."""
     if payload is None:
         return message
-    return b"".join((b"\x00%d\n" % len(payload), payload, message))
+    return b"".join((payload_header(len(payload)), payload, message))
 
 
 def _length(header: bytes | memoryview, limit: int) -> int:
