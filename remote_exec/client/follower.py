@@ -69,7 +69,11 @@ class Follower:
         self._error: BaseException | None = None
 
     def start(self) -> None:
-        """Start a call unless one is under way or the job's end was read (a prefetch)."""
+        """Start a call unless one is under way or the job's end was read (a prefetch). A
+        call that ended well is replaced; a failed one is kept for :meth:`more` to raise."""
+        task = self._task
+        if task is not None and task.done() and (task.cancelled() or task.exception() is None):
+            self._task = None  # its budget or quiet wait ended it: a prefetch starts the next
         if self._task is None and not self._ended():
             self._task = asyncio.get_running_loop().create_task(self._follow())
             # Seen here, kept for more(): a handle whose consumer stopped reading must not leave

@@ -187,30 +187,28 @@ class ExecRemoteProcess:
                 raise err
             if self._ended or self._killed or self._detached:
                 raise StopAsyncIteration
-            if self._rpc.channel.pushes:
-                await self._await_push()
-            else:
-                await self._poll_once()
+            try:
+                await (self._await_push() if self._rpc.channel.pushes else self._poll_once())
+            except anyio.get_cancelled_exc_class():
+                # The reader was cancelled: the job goes with it (see the class's docstring).
+                if self.kill_on_cancel and not self._detached:
+                    with anyio.CancelScope(shield=True):
+                        await kill_quietly(self)
+                raise
 
     async def _await_push(self) -> None:
-        try:
-            await self.started()
-            if self._follower is None:
-                assert self._job_id is not None
-                self._follower = Follower(
-                    self._rpc,
-                    self._job_id,
-                    self._follow_params,
-                    self._apply,
-                    lambda: self._final is not None,
-                    self.options.poll_interval + self._margin,
-                )
-            await self._follower.more(lambda: bool(self._queue))
-        except anyio.get_cancelled_exc_class():
-            if self.kill_on_cancel and not self._detached:
-                with anyio.CancelScope(shield=True):
-                    await kill_quietly(self)
-            raise
+        await self.started()
+        if self._follower is None:
+            assert self._job_id is not None
+            self._follower = Follower(
+                self._rpc,
+                self._job_id,
+                self._follow_params,
+                self._apply,
+                lambda: self._final is not None,
+                self.options.poll_interval + self._margin,
+            )
+        await self._follower.more(lambda: bool(self._queue))
 
     def _follow_params(self) -> FollowParams:
         assert self._job_id is not None
@@ -225,32 +223,26 @@ class ExecRemoteProcess:
         )
 
     async def _poll_once(self) -> None:
-        try:
-            await self.started()
-            assert self._job_id is not None
-            wait = self.options.poll_interval
-            params = PollParams(
-                job_id=self._job_id,
-                stdout_offset=self._offsets[0],
-                stderr_offset=self._offsets[1],
-                wait=wait,
-                max_bytes=self._max_bytes,
-                binary=True,  # raw bytes beside the JSON: no escaping, no base64
-                hits=self._hits,  # a rule's new match answers at once, output or not
-            )
-            result, payload = await self._rpc.call_with_payload(
-                Method.EXEC_REMOTE_POLL,
-                params,
-                PollResult,
-                timeout=wait + self._margin,
-                deadline=wait + 3 * self._margin,
-                max_payload=2 * params.max_bytes,
-            )
-        except anyio.get_cancelled_exc_class():
-            if self.kill_on_cancel and not self._detached:
-                with anyio.CancelScope(shield=True):
-                    await kill_quietly(self)
-            raise
+        await self.started()
+        assert self._job_id is not None
+        wait = self.options.poll_interval
+        params = PollParams(
+            job_id=self._job_id,
+            stdout_offset=self._offsets[0],
+            stderr_offset=self._offsets[1],
+            wait=wait,
+            max_bytes=self._max_bytes,
+            binary=True,  # raw bytes beside the JSON: no escaping, no base64
+            hits=self._hits,  # a rule's new match answers at once, output or not
+        )
+        result, payload = await self._rpc.call_with_payload(
+            Method.EXEC_REMOTE_POLL,
+            params,
+            PollResult,
+            timeout=wait + self._margin,
+            deadline=wait + 3 * self._margin,
+            max_payload=2 * params.max_bytes,
+        )
         self._apply(result, payload)
 
     def _apply(self, r: PollResult, payload: memoryview | None = None) -> None:

@@ -161,7 +161,10 @@ class RpcClient:
         """Like :meth:`call`, and also return the response's payload (``None`` if it has none),
         which may be at most ``max_payload`` bytes (default: one file chunk, for a method that
         answers with a payload at all)."""
-        return await self._mapped(method, self._call(method, params, result, timeout, payload, deadline, max_payload))
+        limits = (message_limit(method), payload_limit(method, max_payload))
+        return await self._mapped(
+            method, self._call(method, lambda: params, result, timeout, payload, deadline, limits)
+        )
 
     async def _mapped(self, method: str, call: Awaitable[R]) -> R:
         """``call``'s result; a transport failure turned into what the sandbox says became of it."""
@@ -199,54 +202,8 @@ class RpcClient:
 
         :raises: as :meth:`call`.
         """
-        return await self._mapped(method, self._stream(method, params_of, result, on_push, timeout))
-
-    async def _stream(
-        self, method: str, params_of: Callable[[], WireModel], result: type[T], on_push: OnPush, timeout: float
-    ) -> T:
-        self._check_open(method)
-        loop = asyncio.get_running_loop()
-        pushed_at = [loop.time()]
-
-        def taken(frame: frames.Frame) -> None:
-            pushed_at[0] = loop.time()
-            on_push(frame)
-
-        why = "no attempt made"
-        broken = 0
-        while True:
-            end = pushed_at[0] + 2 * timeout  # as a call's deadline, from the last sign of progress
-            left = end - loop.time()
-            if left <= 0:
-                break
-            request_id = next(self._ids)
-            body = b'{"jsonrpc":"2.0","id":%d,"method":"%s","params":%s}' % (
-                request_id,
-                method.encode(),
-                params_of().model_dump_json().encode(),
-            )
-            generation = self._generation
-            try:
-                raw = await self.channel.request(body, request_id, min(timeout, left), on_push=taken)
-            except TimeoutError:
-                why = f"no frame of {method} within {min(timeout, left):.1f} s"
-                continue
-            except ChannelBroken as exc:
-                why = str(exc)
-                broken += 1
-                await self._recover(method, broken, generation, end, timeout)
-                pushed_at[0] = loop.time()  # reconnected: a sign of life
-                continue
-            try:
-                return decode(self.name, raw, request_id, result, (MAX_MESSAGE, 0))[0]
-            except AgentUnavailableError as exc:
-                if type(exc) is not AgentUnavailableError:
-                    raise
-                why = f"the relay lost the agent server: {exc}"
-                broken += 1
-                await self._recover(method, broken, generation, end, timeout)
-                pushed_at[0] = loop.time()
-        raise TransportError(f"{self.name}: {method} failed: {why}")
+        call = self._call(method, params_of, result, timeout, None, None, (MAX_MESSAGE, 0), on_push)
+        return (await self._mapped(method, call))[0]
 
     def _noted(self, exc: RemoteExecError) -> RemoteExecError:
         """``exc``, its verdict on the sandbox set on the channel's link (for the views)."""
@@ -274,19 +231,30 @@ class RpcClient:
     async def _call(
         self,
         method: str,
-        params: WireModel,
+        params_of: Callable[[], WireModel],
         result: type[T],
         timeout: float | None,
         payload: bytes | memoryview | None,
         deadline: float | None,
-        max_payload: int | None,
+        limits: tuple[int, int],
+        on_push: OnPush | None = None,
     ) -> tuple[T, memoryview | None]:
+        """One call, asked again after a silence or a break until its deadline; with
+        ``on_push``, every push is progress that moves the deadline (see :meth:`stream`)."""
         self._check_open(method)
         timeout = timeout or self.default_timeout
         loop = asyncio.get_running_loop()
-        end = loop.time() + (deadline if deadline is not None else 2 * timeout)
-        limits = (message_limit(method), payload_limit(method, max_payload))
-        params_json = params.model_dump_json().encode()
+        span = deadline if deadline is not None else 2 * timeout
+        end = loop.time() + span
+        taken: OnPush | None = None
+        if on_push is not None:
+            push_to = on_push
+
+            def taken(frame: frames.Frame) -> None:
+                nonlocal end
+                end = max(end, loop.time() + span)  # a pushing call is alive: its deadline moves
+                push_to(frame)
+
         why = "no attempt made"
         tries = 0
         broken = 0  # breaks so far in this call
@@ -296,15 +264,18 @@ class RpcClient:
             if left <= 0:
                 break
             request_id = next(self._ids)
+            # Each try asks with the params as they are now: a follow's pushes moved its cursors.
             body = frames.encode(
-                b'{"jsonrpc":"2.0","id":%d,"method":"%s","params":%s}' % (request_id, method.encode(), params_json),
+                b'{"jsonrpc":"2.0","id":%d,"method":"%s","params":%s}'
+                % (request_id, method.encode(), params_of().model_dump_json().encode()),
                 payload,
             )
             generation = self._generation
+            wait = min(timeout, left)
             try:
-                raw = await self.channel.request(body, request_id, min(timeout, left))
+                raw = await self.channel.request(body, request_id, wait, on_push=taken)
             except TimeoutError:
-                why = f"no response to {method} within {min(timeout, left):.1f} s"
+                why = f"no {'frame of' if on_push else 'response to'} {method} within {wait:.1f} s"
                 continue
             except ChannelBroken as exc:
                 why = str(exc)
