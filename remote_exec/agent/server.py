@@ -127,7 +127,7 @@ def build_app(config: ServerConfig) -> web.Application:
     home = JobHome(jobs_root, keeper, inotify if inotify.available else None, config.disk_cap, logs, trash)
     state_id = _state_id(jobs_root)
     home.cgroups = CgroupHome.discover(state_id) if config.cgroups else None
-    jobs = JobController(instance_id, config.limits, budget, home, prefix=state_id)
+    jobs = JobController(instance_id, config.limits, budget, home=home, prefix=state_id)
     peers = Peers()
     policies = PolicyWatcher(peers, keeper)
     jobs.watcher = policies

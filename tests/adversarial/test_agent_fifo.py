@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 import remote_exec as rx
-from remote_exec.agent.jobs.controller import JobController
 from remote_exec.protocol import FileReadParams, FileReadResult, Method, PollParams, PollResult, StartParams
 
+from ..agent.homes import jobs_in
 from ..conftest import wait_exit
 from .agentproc import agent
 from .conftest import Adversary
@@ -144,12 +144,12 @@ async def test_fifo_reads_in_flight_do_not_stop_timeouts_stat_or_sigterm(
         assert stopped
 
 
-async def test_kills_do_not_wait_for_a_stuck_worker_pool(adversary: Adversary) -> None:
+async def test_kills_do_not_wait_for_a_stuck_worker_pool(adversary: Adversary, tmp_path: Path) -> None:
     """The default pool full of stuck threads (a hung mount, say): a timeout still SIGKILLs."""
     loop = asyncio.get_running_loop()
     release = threading.Event()
     stuck = [loop.run_in_executor(None, release.wait) for _ in range(64)]
-    jobs = JobController("t")
+    jobs = jobs_in(tmp_path)
     try:
         started = await jobs.start(StartParams(command="trap '' TERM; sleep 60", timeout=0.3, kill_grace=0.3))
         job = jobs._get(started.job_id)

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 import remote_exec as rx
-from remote_exec.agent.jobs.controller import JobController
 from remote_exec.agent.shell.controller import ShellController, ShellLimits
 from remote_exec.protocol import PollParams, PollResult, ShellOpenParams, ShellRunParams
 
+from ..agent.homes import jobs_in
 from .conftest import Adversary
 
 pytestmark = pytest.mark.anyio
@@ -109,8 +109,8 @@ def params() -> list[Any]:
 
 
 @pytest.fixture
-async def controller(shell: str) -> AsyncIterator[ShellController]:
-    ctl = ShellController(JobController("adv5"), ShellLimits(ttl=0, argv=("sh", "-i") if shell == "sh" else None))
+async def controller(shell: str, tmp_path: Path) -> AsyncIterator[ShellController]:
+    ctl = ShellController(jobs_in(tmp_path, "adv5"), ShellLimits(ttl=0, argv=("sh", "-i") if shell == "sh" else None))
     yield ctl
     await ctl.aclose()
 

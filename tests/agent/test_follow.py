@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from remote_exec.agent.buffer import StreamBuffer
-from remote_exec.agent.jobs.controller import JobController
+from remote_exec.agent.jobs.logfile import LogFile
 from remote_exec.protocol import FollowParams, PollResult, StartParams, frames
 
+from .homes import jobs_in
 from .rawhttp import rpc
 
 pytestmark = pytest.mark.anyio
@@ -38,16 +38,16 @@ class Connection:
         return b"".join(p[:n] for (_, p), n in ((x, x[0]["params"]["payload_sizes"][0]) for x in self.pushes))
 
 
-async def test_twenty_followers_share_one_read_per_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_twenty_followers_share_one_read_per_chunk(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     reads: collections.Counter[int] = collections.Counter()
-    real = StreamBuffer.read
+    real = LogFile.read
 
-    def counted(self: StreamBuffer, *args: Any, **kwargs: Any) -> Any:
+    def counted(self: LogFile, *args: Any, **kwargs: Any) -> Any:
         reads[id(self)] += 1
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(StreamBuffer, "read", counted)
-    jobs = JobController("t")
+    monkeypatch.setattr(LogFile, "read", counted)
+    jobs = jobs_in(tmp_path)
     script = "for i in $(seq 1 40); do echo line $i; sleep 0.01; done; exit 3"
     try:
         await jobs.start(StartParams(command=["sh", "-c", script], job_id="mine"))
@@ -76,8 +76,8 @@ async def test_twenty_followers_share_one_read_per_chunk(monkeypatch: pytest.Mon
     assert stdout_reads <= 3 * one_follower, (stdout_reads, one_follower)
 
 
-async def test_a_follow_ends_after_its_budget_and_after_a_quiet_wait() -> None:
-    jobs = JobController("t")
+async def test_a_follow_ends_after_its_budget_and_after_a_quiet_wait(tmp_path: Path) -> None:
+    jobs = jobs_in(tmp_path)
     try:
         await jobs.start(
             StartParams(command=["sh", "-c", "head -c 300000 /dev/zero; read _"], job_id="mine", stdin_open=True)

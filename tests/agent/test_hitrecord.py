@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from remote_exec.agent.jobs.hitrecord import dump_hits, load_hits
 from remote_exec.agent.jobs.job import Job
+from remote_exec.agent.jobs.logfile import LogFile
 from remote_exec.protocol import MAX_HITS_KEPT, StartParams, WatchHit
 
 
 def _job() -> Job:
-    return Job("aaaaaaaa-1", StartParams(command=["true"]), 1 << 16, lambda _: None)
+    # Never spawned: only its record of hits is used (the logs are never opened).
+    logs = {1: LogFile("/nonexistent/stdout", 0), 2: LogFile("/nonexistent/stderr", 0)}
+    return Job("aaaaaaaa-1", StartParams(command=["true"]), 1 << 16, lambda _: None, logs)
 
 
 def test_the_record_round_trips() -> None:

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 
 import remote_exec as rx
 from remote_exec.agent.jobs import proctable
-from remote_exec.agent.jobs.controller import JobController
 from remote_exec.agent.jobs.proctable import session_members
 from remote_exec.agent.shell.controller import ShellController, ShellLimits
 from remote_exec.agent.shell.framing import Frame, MarkerScanner, frame_script, recovery_lines
@@ -37,6 +36,7 @@ from remote_exec.protocol import (
 )
 
 from ..conftest import stop_agent, wait_exit, wait_for
+from .homes import jobs_in
 
 pytestmark = pytest.mark.anyio
 
@@ -127,8 +127,8 @@ def test_scripts_quote_the_command_and_never_spell_a_sentinel() -> None:
 
 
 @pytest.fixture
-async def ctl() -> AsyncIterator[ShellController]:
-    controller = ShellController(JobController("feedf00d"), ShellLimits(ttl=0))
+async def ctl(tmp_path: Path) -> AsyncIterator[ShellController]:
+    controller = ShellController(jobs_in(tmp_path, "feedf00d"), ShellLimits(ttl=0))
     yield controller
     await controller.aclose()
 
@@ -223,8 +223,8 @@ async def test_an_interrupted_run_that_ends_late_never_leaks_into_the_next_runs(
     assert await run(ctl, sid, "echo three") == ("completed", 0, "three\n", "")
 
 
-async def test_a_long_session_keeps_only_its_recent_runs() -> None:
-    ctl = ShellController(JobController("feedf00d"), ShellLimits(ttl=0, retain_runs=2))
+async def test_a_long_session_keeps_only_its_recent_runs(tmp_path: Path) -> None:
+    ctl = ShellController(jobs_in(tmp_path, "feedf00d"), ShellLimits(ttl=0, retain_runs=2))
     try:
         sid = (await ctl.open(ShellOpenParams())).session_id
         ids = []
@@ -249,9 +249,9 @@ async def test_one_run_at_a_time_and_retries_are_idempotent(ctl: ShellController
     assert await ctl.run(retry) == started  # a lost response asked again: the same run, not "busy"
 
 
-async def test_idle_sessions_expire_and_busy_ones_do_not() -> None:
+async def test_idle_sessions_expire_and_busy_ones_do_not(tmp_path: Path) -> None:
     now = [1000.0]  # a fake monotonic clock: the TTL passes when the test says so
-    ctl = ShellController(JobController("feedf00d"), ShellLimits(ttl=30), clock=lambda: now[0])
+    ctl = ShellController(jobs_in(tmp_path, "feedf00d"), ShellLimits(ttl=30), clock=lambda: now[0])
     try:
         idle = (await ctl.open(ShellOpenParams())).session_id
         busy = (await ctl.open(ShellOpenParams())).session_id
@@ -280,8 +280,8 @@ async def test_idle_sessions_expire_and_busy_ones_do_not() -> None:
 
 
 @pytest.mark.skipif(shutil.which("dash") is None and not os.path.exists("/bin/sh"), reason="no POSIX sh")
-async def test_falls_back_to_sh() -> None:
-    ctl = ShellController(JobController("feedf00d"), ShellLimits(ttl=0, argv=("sh", "-i")))
+async def test_falls_back_to_sh(tmp_path: Path) -> None:
+    ctl = ShellController(jobs_in(tmp_path, "feedf00d"), ShellLimits(ttl=0, argv=("sh", "-i")))
     try:
         sid = (await ctl.open(ShellOpenParams())).session_id
         assert await run(ctl, sid, "cd /tmp; X=1; f() { echo f$X; }") == ("completed", 0, "", "")

@@ -8,14 +8,18 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from remote_exec.agent.jobs.controller import JobController
-from remote_exec.agent.jobs.job import Job
+from remote_exec.agent.jobs.diskjob import DiskJob
+from remote_exec.agent.jobs.spare import SpareDir
 from remote_exec.errors import JobNotFoundError
 from remote_exec.protocol import JobIdParams, KillParams, PollParams, ReadParams, SignalParams, StartParams
+
+from .homes import jobs_in
 
 pytestmark = pytest.mark.anyio
 
@@ -33,23 +37,23 @@ def held_spawns(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asyncio
     """Spawns that hold after the process exists: (spawned, let go). A loaded agent's spawn
     returns that late by itself; this makes the window certain."""
     spawned, let_go = asyncio.Event(), asyncio.Event()
-    real = Job.spawn
+    real = DiskJob.spawn
 
-    async def spawn_then_hold(self: Job) -> None:
-        await real(self)
+    async def spawn_then_hold(self: DiskJob, spare: SpareDir | None = None) -> None:
+        await real(self, spare)
         spawned.set()
         await let_go.wait()
 
-    monkeypatch.setattr(Job, "spawn", spawn_then_hold)
+    monkeypatch.setattr(DiskJob, "spawn", spawn_then_hold)
     return spawned, let_go
 
 
 @pytest.mark.parametrize("call", CALLS)
 async def test_a_call_on_an_id_still_spawning_waits_for_the_spawn(
-    held_spawns: tuple[asyncio.Event, asyncio.Event], call: str
+    held_spawns: tuple[asyncio.Event, asyncio.Event], call: str, tmp_path: Path
 ) -> None:
     spawned, let_go = held_spawns
-    jobs = JobController("t")
+    jobs = jobs_in(tmp_path)
     try:
         params = StartParams(command=["sh", "-c", "echo hi; exec sleep 60"], job_id="mine")
         start = asyncio.create_task(jobs.start(params))
@@ -68,16 +72,18 @@ async def test_a_call_on_an_id_still_spawning_waits_for_the_spawn(
         await jobs.aclose()
 
 
-async def test_a_call_on_an_id_whose_spawn_failed_says_no_such_job(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_call_on_an_id_whose_spawn_failed_says_no_such_job(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     reached, fail = asyncio.Event(), asyncio.Event()
 
-    async def failing_spawn(self: Job) -> None:
+    async def failing_spawn(self: DiskJob, spare: SpareDir | None = None) -> None:
         reached.set()
         await fail.wait()
         raise OSError("no such program")
 
-    monkeypatch.setattr(Job, "spawn", failing_spawn)
-    jobs = JobController("t")
+    monkeypatch.setattr(DiskJob, "spawn", failing_spawn)
+    jobs = jobs_in(tmp_path)
     start = asyncio.create_task(jobs.start(StartParams(command=["true"], job_id="mine")))
     await reached.wait()
     asked = asyncio.create_task(jobs.read(ReadParams(job_id="mine")))

@@ -39,10 +39,9 @@ from ...protocol import (
 from ..budget import MemoryBudget
 from ..rpc import WithPayload
 from .diskjob import DiskJob, JobHome
-from .job import Job
 from .proctable import scan
 from .proctree import Tree, marked_processes, signal_all, trees_members
-from .ptyjob import PtyJob, not_a_tty
+from .ptyjob import PtyJob
 from .readopt import readopt
 from .registry import JobLimits, JobRegistry, Watcher, seq
 from .spare import SpareDir, SpareFiles
@@ -63,16 +62,17 @@ class JobController(JobRegistry):
         instance_id: str,
         limits: JobLimits | None = None,
         budget: MemoryBudget | None = None,
-        home: JobHome | None = None,
+        *,
+        home: JobHome,
         prefix: str | None = None,
     ) -> None:
-        super().__init__(instance_id, limits, budget, home, prefix)
+        super().__init__(instance_id, limits, budget, home=home, prefix=prefix)
         self._starting: dict[str, asyncio.Future[StartResult]] = {}
         self._sweeper: asyncio.TimerHandle | None = None
         self._observing: asyncio.Task[None] | None = None
         self._observe_due = 0.0
         # The next job's dir, made ahead (see .spare): off the start's path.
-        self._spare = SpareDir(home.root.with_name(home.root.name + ".spare")) if home is not None else None
+        self._spare = SpareDir(home.root.with_name(home.root.name + ".spare"))
 
     async def start(self, p: StartParams) -> StartResult:
         """Start ``p``'s job, or answer with the job an earlier attempt of the same start made
@@ -98,14 +98,8 @@ class JobController(JobRegistry):
         self.enforce_log_budget()
         mark = self._next_id()
         job_id = p.job_id or mark
-        job: Job
-        if self.home is not None:
-            kind = PtyJob if p.tty else DiskJob
-            job = kind(job_id, p, self.limits.buffer_limit, self._job_done, self.home, mark)
-        elif p.tty:
-            raise InvalidParamsError("tty jobs need the agent's job dir (an agent served with a state dir)")
-        else:
-            job = Job(job_id, p, self.limits.buffer_limit, self._job_done, mark)
+        kind = PtyJob if p.tty else DiskJob
+        job = kind(job_id, p, self.limits.buffer_limit, self._job_done, self.home, mark)
         if self.budget is not None:
             job.charge_to(self.budget)
         pending: asyncio.Future[StartResult] = asyncio.get_running_loop().create_future()
@@ -115,12 +109,10 @@ class JobController(JobRegistry):
             self._starting_ids[p.job_id] = (p, pending)
         self._spawning += 1  # the slot is taken before the await: concurrent starts cannot overshoot
         try:
-            if isinstance(job, DiskJob) and not isinstance(job, PtyJob):  # a tty job makes its own dir
-                await job.spawn(self._spare)  # SpawnError propagates; the job was never registered
-                assert self._spare is not None
-                self._spare.refill()  # the next one, in a thread
-            else:
-                await job.spawn()
+            spare = None if p.tty else self._spare  # a tty job makes its own dir (see PtyJob.spawn)
+            await job.spawn(spare)  # SpawnError propagates; the job was never registered
+            if spare is not None:
+                spare.refill()  # the next one, in a thread
         except BaseException as exc:
             pending.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
             pending.exception()  # retrieved: waiters re-raise it, nobody else needs to
@@ -158,10 +150,7 @@ class JobController(JobRegistry):
         return Empty()
 
     async def resize(self, p: ResizeParams) -> Empty:
-        job = await self.held(p.job_id)
-        if not isinstance(job, PtyJob):
-            raise not_a_tty(p.job_id)
-        job.resize(TtySize(cols=p.cols, rows=p.rows))
+        (await self.held(p.job_id)).resize(TtySize(cols=p.cols, rows=p.rows))
         return Empty()
 
     async def kill(self, p: KillParams) -> KillResult:
@@ -173,7 +162,7 @@ class JobController(JobRegistry):
         self._expire()
         start = -1 if p.after is None else self._seq_of(p.after)
         jobs = sorted((j for j in self._jobs.values() if seq(j.mark) > start), key=lambda j: seq(j.mark))
-        if any(not j.running and isinstance(j, DiskJob) for j in jobs[: p.limit]):
+        if any(not j.running and j.owns_processes for j in jobs[: p.limit]):
             await self._find_leftovers()
         page: list[JobInfo] = []
         size = 0
@@ -211,7 +200,7 @@ class JobController(JobRegistry):
         else:
             n, offset = p.max_bytes, p.offset
         try:
-            got = stream.read(offset, n, "base64", peek=True, raw=True)  # base64 + raw: bytes, uncut
+            got = stream.read(offset, n, "base64", raw=True)  # base64 + raw: bytes, uncut
         except ValueError as exc:
             raise InvalidParamsError(str(exc), data={"job_id": p.job_id}) from None
         assert isinstance(got.data, bytes)
@@ -254,20 +243,18 @@ class JobController(JobRegistry):
             self._sweeper.cancel()
         if self._observing is not None:
             self._observing.cancel()
-        if self._spare is not None:
-            self._spare.close()
+        self._spare.close()
         for job in list(self._jobs.values()):
             await job.aclose()
-        if self.home is not None:
-            for _ in range(50):  # a few rounds: a process may fork while we kill
-                found = await scan(marked_processes, self.prefix + "-")
-                if not found:
-                    break
-                signal_all(set().union(*found.values()), signal.SIGKILL)
-            running = [j.ended() for j in self._jobs.values() if j.running]
-            if running:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.gather(*running), 1.0)
+        for _ in range(50):  # a few rounds: a process may fork while we kill
+            found = await scan(marked_processes, self.prefix + "-")
+            if not found:
+                break
+            signal_all(set().union(*found.values()), signal.SIGKILL)
+        running = [j.ended() for j in self._jobs.values() if j.running]
+        if running:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*running), 1.0)
 
     def detach(self) -> None:
         """The agent hands its jobs over: leave every process running, stop watching them."""
@@ -275,11 +262,9 @@ class JobController(JobRegistry):
             self._sweeper.cancel()
         if self._observing is not None:
             self._observing.cancel()
-        if self._spare is not None:
-            self._spare.close()  # the next agent makes its own
+        self._spare.close()  # the next agent makes its own
         for job in self._jobs.values():
-            if isinstance(job, DiskJob):
-                job.detach()
+            job.detach()
 
     # -- outliving the agent ---------------------------------------------------------------
 
@@ -290,10 +275,7 @@ class JobController(JobRegistry):
         get the exit the keeper recorded. A job dir without a readable ``job.json`` (the agent
         died while starting it) is removed.
         """
-        home = self.home
-        if home is None:
-            return 0
-        restored = await readopt(home, self.prefix, self.limits.buffer_limit, self._job_done)
+        restored = await readopt(self.home, self.prefix, self.limits.buffer_limit, self._job_done)
         restored.sort(key=lambda j: seq(j.mark))
         kept: dict[str, DiskJob] = {}
         for job in restored:  # two records naming one id (a job can rewrite its job.json): the first keeps it
@@ -320,8 +302,6 @@ class JobController(JobRegistry):
         """The ready-made job dir renamed to ``dest``, with its files' fds (the caller closes
         them), or None if none is ready (then the caller makes its own); the next is made in a
         thread."""
-        if self._spare is None:
-            return None
         files = self._spare.take(dest)
         self._spare.refill()
         return files
@@ -329,8 +309,6 @@ class JobController(JobRegistry):
     def remove_unlisted_runs(self) -> int:
         """Remove the dirs of shell runs that no re-adopted session took up (their session
         could not be re-adopted, or their record was torn); return how many."""
-        if self.home is None:
-            return 0
         gone = 0
         with contextlib.suppress(OSError):
             for entry in os.scandir(self.home.root):
@@ -391,7 +369,7 @@ class JobController(JobRegistry):
         if now < self._observe_due or (self._observing is not None and not self._observing.done()):
             return
         self._observe_due = now + OBSERVE
-        trees = {j.job_id: j.tree() for j in self._jobs.values() if isinstance(j, DiskJob) and j.needs_looking}
+        trees = {j.job_id: j.tree() for j in self._jobs.values() if j.needs_looking}
         if trees:
             self._observing = asyncio.get_running_loop().create_task(self._look(trees))
 
@@ -405,5 +383,5 @@ class JobController(JobRegistry):
     async def _find_leftovers(self) -> None:
         found = await scan(marked_processes, self.prefix + "-")
         for job in self._jobs.values():
-            if isinstance(job, DiskJob) and not job.running:
+            if job.owns_processes and not job.running:
                 job.leftovers = sorted(found.get(job.mark, ()))

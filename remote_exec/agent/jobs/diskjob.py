@@ -25,13 +25,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from ...errors import JobNotRunningError, SpawnError
 from ...protocol import JobInfo, KillResult, StartParams, WatchHit
 from ...protocol.names import is_job_id
-from ..budget import MemoryBudget
-from ..buffer import StreamBuffer
 from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
 from ..trash import Trash
@@ -104,7 +102,9 @@ class _StdinProtocol(asyncio.BaseProtocol):
 
 
 class DiskJob(Job):
-    """A process job with its output on disk; ``leftovers`` are its processes after its leader exited."""
+    """A process job with its output on disk, which a later agent can re-adopt."""
+
+    owns_processes = True
 
     def __init__(
         self,
@@ -115,19 +115,15 @@ class DiskJob(Job):
         home: JobHome,
         mark: str | None = None,
     ) -> None:
-        super().__init__(job_id, params, buffer_limit, on_done, mark)
         self.home = home
-        self.dir = home.root / self.mark
+        self.dir = home.root / (mark or job_id)
         cap = params.output_cap or home.cap
-        # LogFile serves StreamBuffer's read interface (read, end, eof, mark_read, wants_pause).
-        files = {1: LogFile(os.fspath(self.dir / "stdout"), cap), 2: LogFile(os.fspath(self.dir / "stderr"), cap)}
-        self.files = list(files.values())
-        for stream in self.files:
+        logs = {1: LogFile(os.fspath(self.dir / "stdout"), cap), 2: LogFile(os.fspath(self.dir / "stderr"), cap)}
+        for stream in logs.values():
             stream.charge_to(home.logs)
-        self.streams = cast("dict[int, StreamBuffer]", files)
+        super().__init__(job_id, params, buffer_limit, on_done, logs, mark)
         self.starttime: int | None = None
         self.cgroup: JobCgroup | None = None
-        self.leftovers: list[int] = []
         self.tree_ended = False  # its leftovers were ended at its timeout (kept in job.json)
         self._tree_task: asyncio.Task[None] | None = None
         self._wd = -1
@@ -138,9 +134,6 @@ class DiskJob(Job):
         # end is told once the tree is gone: a client told "killed" finds none of its processes.
         self._ending_tree = False
         self._held_exit: tuple[int | None, float] | None = None
-
-    def charge_to(self, budget: MemoryBudget) -> None:
-        self.stdin.budget = budget  # output is on disk: only the stdin queue holds memory
 
     def remove_logs(self) -> None:
         self.home.discard(self.dir)  # off the event loop: a big log's unlink takes seconds
@@ -376,6 +369,12 @@ class DiskJob(Job):
                 job._finish("completed", None, None)
         else:
             how = exits.get(f"{job.pid}:{job.starttime}")
+            if how is None and home.keeper.present and job.pid:
+                # ``exits`` was read before the dirs were: a job that ended since is gone from
+                # the process table only once the keeper reaped it, and it records the exit in
+                # the same step, so it has it now (else a job ending mid-scan was "lost").
+                answer, _ = await home.keeper.request({"op": "exit", "pid": job.pid, "start": job.starttime})
+                how = answer.get("exit") if isinstance(answer.get("exit"), dict) else None
             job._finish("completed", None if how is None else how["code"], None if how is None else how["at"])
         if not leader_ours:
             # Its leftovers are found by its marker and cgroup only, never by the session a
@@ -406,8 +405,6 @@ class DiskJob(Job):
     def _leader_exited(self, code: int | None) -> None:
         if self._done.is_set():
             return
-        self._exited = True
-        self._exit_event.set()
         if self._ending_tree:
             # The leader is reaped: its exit exists only here now. On disk at once, so an agent
             # that dies before the tree is gone leaves the true end to the next one.
@@ -425,8 +422,6 @@ class DiskJob(Job):
         self._state = state  # type: ignore[assignment]
         self.exit_code = code
         self.ended_at = ended_at if ended_at is not None else time.time()
-        self._exited = True
-        self._exit_event.set()
         for stream in self.files:
             stream.eof = True
         self._last_scan()  # before the cap may punch out what the rules have not seen
@@ -492,11 +487,6 @@ class DiskJob(Job):
 
     # -- operations ------------------------------------------------------------------------
 
-    def last_output_at(self) -> float | None:
-        """The newer of the log files' mtimes, as the last look at their size saw them (the
-        listing has just looked: no extra stat)."""
-        return max((f.mtime for f in self.files if f.mtime is not None), default=None)
-
     def info(self) -> JobInfo:
         return super().info().model_copy(update={"leftovers": self.leftovers[:1024]})
 
@@ -552,6 +542,5 @@ class DiskJob(Job):
 
     def detach(self) -> None:
         """The agent hands over: stop watching, leave the process alone."""
-        for t in self._timers:
-            t.cancel()
+        super().detach()
         self._exits.stop()

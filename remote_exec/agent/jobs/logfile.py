@@ -55,8 +55,7 @@ _libc = ctypes.CDLL(None, use_errno=True)  # inotify's calls
 class LogFile:
     """One output stream of one job: ``path`` and what the agent knows of it.
 
-    The read interface matches :class:`~remote_exec.agent.buffer.StreamBuffer`'s, so polls serve
-    both alike. No fd is held between reads: 5 000 jobs cost no descriptors.
+    No fd is held between reads: 5 000 jobs cost no descriptors.
     """
 
     __slots__ = (
@@ -70,7 +69,6 @@ class LogFile:
         "ledger",
         "mtime",
         "path",
-        "read_cursor",
         "shift",
     )
 
@@ -78,7 +76,6 @@ class LogFile:
         self.path = path
         self.cap = cap
         self.eof = False  # set when the job ended (the leader exited)
-        self.read_cursor = 0
         self._size = 0
         self._alloc = 0  # bytes of disk blocks the file holds (st_blocks * 512), as last seen
         self.mtime: float | None = None  # the file's mtime at the last look, once it holds bytes
@@ -201,18 +198,10 @@ class LogFile:
         self._moved(self._size, new_base, st)
         return dropped
 
-    def discard(self, n: int | None = None) -> int:
-        return 0  # the memory budget's reclaimer: a file holds no memory
-
-    def mark_read(self, stop: int) -> None:
-        if stop > self.read_cursor:
-            self.read_cursor = stop
-
-    def wants_pause(self) -> bool:
-        return False  # nothing to pause: the job writes straight to the file
-
-    def read(self, offset: int, max_bytes: int, encoding: str, peek: bool = False, raw: bool = False) -> Slice:
-        """The data from ``offset`` on, at most ``max_bytes`` of it (see ``StreamBuffer.read``).
+    def read(self, offset: int, max_bytes: int, encoding: str, raw: bool = False) -> Slice:
+        """The data from ``offset`` on, at most ``max_bytes`` of it: bytes (``raw``), else text
+        (base64 for a ``base64`` job; UTF-8 cut before an incomplete character of a running
+        job, so none is split between two reads). Reading moves nothing: cursors are the readers'.
 
         :raises ValueError: ``offset`` is past the end of the stream.
         """
@@ -244,8 +233,6 @@ class LogFile:
                 chunk = chunk[:cut]
                 stop = start + cut
             data = chunk if raw else str(chunk, "utf-8", "replace")
-        if not peek:
-            self.mark_read(stop)
         return Slice(data, start, stop, dropped, truncated)
 
 

@@ -1,18 +1,17 @@
 """What a job's readers see: its two cursor-addressed output streams, and the follow and the
 poll that serve them.
 
-:class:`JobOutput` holds the streams, the change a waiting reader is woken by, the flow control
-of a watched stream (its pipe paused instead of bytes dropped), the watch rules' record, the
-follow (pushes as output arrives, one read shared by the followers at the same cursors) and the
-poll (long waits); both give the terminal state only with the last byte. :class:`~.job.Job`
-adds the process that writes them.
+:class:`JobOutput` holds the streams (the job's two log files: the job writes them itself,
+so no reader can slow it), the change a waiting reader is woken by, the watch rules' record,
+the follow (pushes as output arrives, one read shared by the followers at the same cursors) and
+the poll (long waits); both give the terminal state only with the last byte. :class:`~.job.Job`
+adds the lifecycle of what writes them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
@@ -27,14 +26,13 @@ from ...protocol import (
     StartParams,
     WatchHit,
 )
-from ..buffer import Slice, StreamBuffer
+from ..buffer import Slice
 from ..rpc import WithPayload, dump_json
 from .logfile import LogFile
 
-__all__ = ["UNWATCHED_TICK", "WATCH_TTL", "JobOutput", "PushFn"]
+__all__ = ["UNWATCHED_TICK", "JobOutput", "PushFn"]
 
 UNWATCHED_TICK = 0.1  # a waiting poll looks at a job's files this often when no inotify watch can tell it
-WATCH_TTL = 5.0  # a stream polled within this many seconds is "watched": pause, don't drop
 
 PushFn = Callable[[bytes, bytes], Awaitable[None]]
 """Sends one push (its JSON and its payload) on the follower's connection; returns once written."""
@@ -54,19 +52,15 @@ class _Shared(NamedTuple):
 class JobOutput:
     """A job's output streams, its state as readers see it, and the poll that serves them."""
 
-    def __init__(self, job_id: str, params: StartParams, buffer_limit: int) -> None:
+    def __init__(self, job_id: str, params: StartParams, streams: dict[int, LogFile]) -> None:
         self.job_id = job_id
         self.params = params
         self.encoding = params.encoding
         self.exit_code: int | None = None
-        self.streams = {1: StreamBuffer(buffer_limit), 2: StreamBuffer(buffer_limit)}
-        self.files: list[LogFile] = []  # its logs on disk, where it has some (a disk job, a shell run)
+        self.streams = streams  # fd 1 and fd 2: stdout's and stderr's log
         self._state: JobState = "running"
-        self._transport: asyncio.SubprocessTransport | None = None
         self._done = asyncio.Event()
         self._changed = asyncio.Event()
-        self._paused: set[int] = set()
-        self._last_poll = time.monotonic()  # the starter is about to poll: count it as watching
         self._followers = 0  # follow calls under way (see follow)
         self._shared: _Shared | None = None
         # What the job's policy did (see policy.py, which fills these in): kept on the job so
@@ -86,25 +80,14 @@ class JobOutput:
         self._shared = None  # a shared push carries the old count
         self._notify()
 
+    @property
+    def files(self) -> list[LogFile]:
+        """Its two log files."""
+        return list(self.streams.values())
+
     def _notify(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
-
-    def _watched(self) -> bool:
-        return time.monotonic() - self._last_poll < WATCH_TTL
-
-    def _check_unwatched(self) -> None:
-        if self._paused and not self._watched():
-            self._resume_all()  # nobody reads any more: let old bytes fall out instead of blocking
-
-    def _resume_all(self) -> None:
-        if self._transport is None:
-            return
-        for fd in list(self._paused):
-            pipe = self._transport.get_pipe_transport(fd)
-            if pipe is not None:
-                pipe.resume_reading()  # type: ignore[attr-defined]
-        self._paused.clear()
 
     # -- operations -------------------------------------------------------------------------
 
@@ -159,10 +142,6 @@ class JobOutput:
                         await self._wait_for_change(ends, remaining)
                         continue
                     shared = self._share((*cursors, p.max_bytes), out, err, finished)
-                else:
-                    self._last_poll = time.monotonic()
-                    self.streams[1].mark_read(shared.ends[0])
-                    self.streams[2].mark_read(shared.ends[1])
                 await push(head + shared.body, shared.payload)
                 pushes += 1
                 sent += len(shared.payload)
@@ -190,7 +169,6 @@ class JobOutput:
     ) -> tuple[Slice, Slice, tuple[int, int], bool]:
         """Both streams after the cursors; the ends as they were before the reads; whether
         these slices hold the job's last bytes (it ended, and nothing is left after them)."""
-        self._last_poll = time.monotonic()
         # The ends as they were before the reads: a read may hold back the end (an incomplete
         # UTF-8 character of a running job), so "the stream is longer than what the read gave"
         # is no news; only growth past these is (else a waiting loop would spin without ever
@@ -198,8 +176,6 @@ class JobOutput:
         ends = (self.streams[1].end, self.streams[2].end)
         out = self.streams[1].read(stdout_offset, max_bytes, self.encoding, raw=raw)
         err = self.streams[2].read(stderr_offset, max_bytes, self.encoding, raw=raw)
-        if self._paused and not any(self.streams[fd].wants_pause() for fd in self._paused):
-            self._resume_all()
         finished = self._done.is_set() and out.end == self.streams[1].end and err.end == self.streams[2].end
         return out, err, ends, finished
 

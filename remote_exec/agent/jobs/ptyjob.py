@@ -32,7 +32,7 @@ import subprocess
 import termios
 from typing import Any
 
-from ...errors import InvalidParamsError, JobNotRunningError, SpawnError
+from ...errors import JobNotRunningError, SpawnError
 from ...protocol import JobInfo, TtySize
 from ..procfacts import proc_starttime
 from .diskjob import DiskJob
@@ -254,8 +254,6 @@ class PtyJob(DiskJob):
             return
         self._leader_gone = True
         self._exit_code = code
-        self._exited = True
-        self._exit_event.set()
         if not self.relay:
             self._end_now()
         else:  # the copier exits at EIO; a leftover holding the terminal gets this long
@@ -341,8 +339,3 @@ class PtyJob(DiskJob):
         # usual TERM/KILL of the whole tree.
         _killpg(self.pid, signal.SIGHUP)
         await super()._terminate(grace)
-
-
-def not_a_tty(job_id: str) -> InvalidParamsError:
-    """The error for ``exec_remote_resize`` on a job without a terminal."""
-    return InvalidParamsError(f"job {job_id} has no terminal (it was not started with tty)", data={"job_id": job_id})

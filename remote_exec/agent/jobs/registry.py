@@ -82,7 +82,8 @@ class JobRegistry:
         instance_id: str,
         limits: JobLimits | None = None,
         budget: MemoryBudget | None = None,
-        home: JobHome | None = None,
+        *,
+        home: JobHome,
         prefix: str | None = None,
     ) -> None:
         self.instance_id = instance_id  # this agent's (shell sessions carry it: they die with it)
@@ -90,16 +91,12 @@ class JobRegistry:
         self.home = home
         self.limits = limits or JobLimits()
         self.budget = budget
-        if budget is not None:
-            budget.add_reclaimer(self._reclaim)
         self._jobs: OrderedDict[str, Job] = OrderedDict()
         self._finished: OrderedDict[str, float] = OrderedDict()  # job_id -> ended (monotonic)
         self._by_key: dict[str, str] = {}
         self._gone: OrderedDict[str, int] = OrderedDict()  # client-chosen id -> counter, of forgotten jobs
         self._starting_ids: dict[str, tuple[StartParams, asyncio.Future[StartResult]]] = {}  # by client-chosen id
-        self._counter = 0
-        if home is not None:  # carry on from the previous agents' counter
-            self._counter = _read_counter(home)
+        self._counter = _read_counter(home)  # carry on from the previous agents' counter
         self._first_seq = self._counter + 1  # smaller numbers are earlier agents'
         self._spawning = 0  # starts between the limit check and registering (their spawn awaited)
         self.watcher: Watcher | None = None  # the policy enforcer (the server sets it)
@@ -149,13 +146,12 @@ class JobRegistry:
         never handed out again by a later agent, which would otherwise start counting from the
         highest id it still finds."""
         self._counter += 1
-        if self.home is not None:
-            with contextlib.suppress(OSError, ValueError):  # a full disk: the spawn fails anyway
-                fd = open_own_file(self.home.root / COUNTER, os.O_WRONLY)
-                try:
-                    os.pwrite(fd, b"%20d\n" % self._counter, 0)
-                finally:
-                    os.close(fd)
+        with contextlib.suppress(OSError, ValueError):  # a full disk: the spawn fails anyway
+            fd = open_own_file(self.home.root / COUNTER, os.O_WRONLY)
+            try:
+                os.pwrite(fd, b"%20d\n" % self._counter, 0)
+            finally:
+                os.close(fd)
         return f"{self.prefix}-{self._counter}"
 
     def _repeat(self, p: StartParams) -> asyncio.Future[StartResult] | None:
@@ -228,10 +224,9 @@ class JobRegistry:
             )
         if sep and instance != self.prefix and not shell and _AGENT_ID.fullmatch(instance):
             # (only an id of the form agents make: a client-chosen "train-3" names no agent)
-            what = "state dir" if self.home is not None else "agent instance"
             raise AgentLostError(
                 f"job {job_id} belonged to agent instance {instance}, which is gone; this agent's "
-                f"{what} ({self.prefix}) has no record of that job's state or output",
+                f"state dir ({self.prefix}) has no record of that job's state or output",
                 data={"job_id": job_id},
             )
         raise JobNotFoundError(f"no job {job_id} (never started, released, or expired)", job_id=job_id)
@@ -252,25 +247,11 @@ class JobRegistry:
                 self._gone[job_id] = seq(job.mark)
                 if len(self._gone) > GONE_KEPT:
                     self._gone.popitem(last=False)
-            for buf in job.streams.values():
-                buf.discard()  # gives its bytes back to the memory budget
             if job.params.idempotency_key is not None:
                 self._by_key.pop(job.params.idempotency_key, None)
             for stream in job.files:
                 stream.charge_to(None)  # its bytes leave the log budget with its dir
             job.remove_logs()
-
-    def _reclaim(self, n: int) -> int:
-        """Free ``n`` bytes of the memory budget by dropping finished jobs' output, oldest job
-        first: a running job's newest output matters more than an old result nobody fetched.
-        Readers see the bytes as dropped; the jobs stay listed with their exit codes."""
-        freed = 0
-        for job_id in self._finished:
-            for buf in self._jobs[job_id].streams.values():
-                freed += buf.discard(n - freed)
-                if freed >= n:
-                    return freed
-        return freed
 
     def _job_done(self, job: Job) -> None:
         self._finished[job.job_id] = time.monotonic()
@@ -281,7 +262,7 @@ class JobRegistry:
         """Keep all logs within the agent's log budget: drop ended jobs' logs (oldest end
         first), then the largest running streams' heads; return the bytes dropped. Uses the
         sizes last seen (no directory walk): the sweep, a job's end and reads keep them fresh."""
-        logs = self.home.logs if self.home is not None else None
+        logs = self.home.logs
         if logs is None or logs.over <= 0:
             return 0
         finished = [j.files for j in map(self._jobs.get, self._finished) if j is not None and j.files]

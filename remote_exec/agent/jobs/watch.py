@@ -136,7 +136,7 @@ class RuleScanner:
         if end <= self._cursor[fd]:
             return
         try:
-            got = stream.read(self._cursor[fd], READ_CAP, "base64", peek=True, raw=True)
+            got = stream.read(self._cursor[fd], READ_CAP, "base64", raw=True)
         except ValueError:
             return
         data = got.data

@@ -49,6 +49,7 @@ from ..statefile import claim_state_dir, same_dir
 from .process import ShellHome, default_shell
 from .record import read_key, read_record
 from .run import ShellRun
+from .runlog import RunLog
 from .session import MAX_KEYS, ShellSession
 from .store import no_space
 
@@ -182,10 +183,19 @@ class ShellController:
             output_cap=p.output_cap,
         )
 
+        home = self.jobs.home
+
         def make(job_id: str, buffer_limit: int, on_done: Callable[[Job], None]) -> ShellRun:
-            return ShellRun(job_id, params, buffer_limit, on_done, session)
+            # Its output in a job dir of its own (see runlog.py), the jobs' spare if ready.
+            log = RunLog(home, job_id, params.output_cap)
+            try:
+                log.open(self.jobs.take_spare(home.root / job_id))
+            except OSError as exc:
+                raise no_space(exc, f"the output files of run {job_id}") from None
+            return ShellRun(job_id, params, buffer_limit, on_done, session, log)
 
         run = self.jobs.adopt(make, owner=p.session_id)
+        run.save()
         session.runs.append(run.job_id)
         while len(session.runs) > self.limits.retain_runs + 1:  # the new run is not finished yet
             with contextlib.suppress(JobNotFoundError):
@@ -194,13 +204,6 @@ class ShellController:
             session.keys[p.idempotency_key] = run.job_id
             while len(session.keys) > MAX_KEYS:
                 session.keys.popitem(last=False)
-        home = self.jobs.home
-        if self.home.durable and home is not None:
-            try:  # its output in a job dir of its own (see runlog.py), the jobs' spare if ready
-                run.open_log(home, self.jobs.take_spare(home.root / run.job_id))
-            except OSError as exc:
-                run.finish(None)
-                raise no_space(exc, f"the output files of run {run.job_id}") from None
         await session.begin(run, p.input.encode() if p.input is not None else None, p.stdin_open)
         return StartResult(job_id=run.job_id, pid=session.pid)
 
@@ -253,6 +256,7 @@ class ShellController:
         """
         root, keeper = self.home.root, self.home.keeper
         if root is None or keeper is None or not keeper.present:
+            self.jobs.remove_unlisted_runs()  # no session outlived its agent: neither did a run in progress
             return 0
         try:
             # ``shells`` is a job's to replace: as a symlink to an outside dir, every file there
@@ -323,7 +327,12 @@ class ShellController:
             started_at, started_boot = float(rec["started_at"]), float(rec["started_boot"])
 
             def make(job_id: str, buffer_limit: int, on_done: Callable[[Job], None]) -> ShellRun:
-                run = ShellRun(job_id, params, buffer_limit, on_done, session)
+                log = RunLog(self.jobs.home, job_id, params.output_cap)
+                try:  # its log as the earlier agent left it (what it holds is not written again)
+                    log.open(create=False)
+                except OSError:  # its dir is gone (the run ended and was forgotten): a new one
+                    log.open()
+                run = ShellRun(job_id, params, buffer_limit, on_done, session, log)
                 run.started_at, run.started_boot = started_at, started_boot
                 return run
 

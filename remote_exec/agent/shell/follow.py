@@ -5,9 +5,8 @@ The shell writes its fds 1 and 2 straight into ``out`` and ``err`` in its sessio
 depends on the agent reading it: with no agent the shell goes on writing (no SIGPIPE, no full
 pipe), and the next agent reads on from where the record says. The agent reads at its own offsets
 (``pos``), woken by inotify (a poll every :data:`POLL` seconds where inotify is missing), and
-presents the two files as a subprocess transport whose "pipes" a run pauses when its buffers
-fill, exactly as it paused real pipes: back-pressure then means "read later", while the bytes
-wait on disk.
+hands each chunk on at once: a run's bytes go to its own log on disk, so nothing piles up in
+memory and nothing needs pausing.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ..holepunch import BLOCK
 from ..jobs.logfile import Inotify, LogFile
@@ -31,31 +29,7 @@ POLL = 0.05  # seconds between looks at the files without inotify
 DROP_STEP = 1 << 20  # bytes no run needs any more before they are punched out of a file
 
 
-class _FilePipe(asyncio.ReadTransport):
-    def __init__(self, files: ShellFiles, fd: int) -> None:
-        super().__init__()
-        self._files = files
-        self._fd = fd
-
-    def pause_reading(self) -> None:
-        self._files.paused.add(self._fd)
-
-    def resume_reading(self) -> None:
-        if self._fd in self._files.paused:
-            self._files.paused.discard(self._fd)
-            self._files.wake()
-
-    def is_reading(self) -> bool:
-        return self._fd not in self._files.paused
-
-    def close(self) -> None:
-        """Reading ends only with the session (:meth:`ShellFiles.close`)."""
-
-    def is_closing(self) -> bool:
-        return self._files.closed
-
-
-class ShellFiles(asyncio.SubprocessTransport):
+class ShellFiles:
     """``out`` and ``err`` of one session dir, read from ``pos`` on, handed to ``on_data``."""
 
     def __init__(
@@ -66,15 +40,12 @@ class ShellFiles(asyncio.SubprocessTransport):
         on_data: Callable[[int, bytes], None],
         inotify: Inotify | None,
     ) -> None:
-        super().__init__()
         self.path = path
         self.pos = {1: pos[0], 2: pos[1]}
-        self.paused: set[int] = set()
         self.closed = False
         self._pid = pid
         self._on_data = on_data
         self._fds = {1: -1, 2: -1}
-        self._pipes = {1: _FilePipe(self, 1), 2: _FilePipe(self, 2)}
         self._inotify = inotify
         self._wd = -1
         self._scheduled = False
@@ -116,7 +87,7 @@ class ShellFiles(asyncio.SubprocessTransport):
         more = False
         for fd in (1, 2):
             for _ in range(BURST):
-                if fd in self.paused or self.closed or not self._read(fd):
+                if self.closed or not self._read(fd):
                     break
             else:
                 more = True
@@ -136,8 +107,7 @@ class ShellFiles(asyncio.SubprocessTransport):
         return True
 
     def drain(self) -> None:
-        """Read everything there is now, paused or not (the shell exited: nothing more comes)."""
-        self.paused.clear()
+        """Read everything there is now (the shell exited: nothing more comes)."""
         for fd in (1, 2):
             while not self.closed and self._read(fd):
                 pass
@@ -167,29 +137,6 @@ class ShellFiles(asyncio.SubprocessTransport):
                 log = LogFile(os.fspath(self.path / name), 0)
                 log.drop_head(offset // BLOCK * BLOCK - log.base)
                 self._dropped[fd] = log.base
-
-    # -- asyncio.SubprocessTransport ------------------------------------------------------
-
-    def get_pid(self) -> int:
-        return self._pid
-
-    def get_returncode(self) -> int | None:
-        return None
-
-    def get_pipe_transport(self, fd: int) -> Any:
-        return self._pipes.get(fd)
-
-    def send_signal(self, signal: int) -> None:
-        raise NotImplementedError("signals go through the session")
-
-    def terminate(self) -> None:
-        raise NotImplementedError("signals go through the session")
-
-    def kill(self) -> None:
-        raise NotImplementedError("signals go through the session")
-
-    def is_closing(self) -> bool:
-        return self.closed
 
     def close(self) -> None:
         """Stop reading and close the files (the session ended, or this agent leaves it)."""

@@ -19,13 +19,11 @@ and skips the visible bytes its log holds already, so nothing is written to it t
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ..jobs.diskjob import JobHome
 from ..jobs.logfile import Inotify
 from .follow import DROP_STEP, ShellFiles
 from .framing import Frame
@@ -96,7 +94,7 @@ class ShellOutput:
         files = self.files
         assert files is not None
         run_rec = run_record(run, frame.public, self._stray, files.pos)
-        run_rec["log"] = run.log is not None
+        run_rec["log"] = True  # (older agents kept some runs' output in memory only)
         run_rec["stdin"] = run.feed is not None
         self.save(run_rec)  # before the line is sent: an agent killed after that finds the run on disk
         self._run_rec = run_rec
@@ -106,38 +104,32 @@ class ShellOutput:
         self._kept_from = sum(kept)
         for fd, stray in self._stray.items():
             if stray:
-                run._on_data(fd, bytes(stray))
+                run.deliver(fd, bytes(stray))
                 stray.clear()
         self.run = run
         self.frame = frame
 
-    def resume_run(self, run: ShellRun, frame: Frame, run_rec: dict[str, Any], jobs: JobHome | None) -> None:
+    def resume_run(self, run: ShellRun, frame: Frame, run_rec: dict[str, Any]) -> None:
         """Go on with the run an earlier agent recorded (the files followed from its checkpoint,
-        or its start), its log in ``jobs``: from its checkpoint its log holds what came before;
-        from its start its stray head is re-read and its log's bytes skipped."""
+        or its start), its log re-opened by its maker: from its checkpoint its log holds what
+        came before; from its start its stray head is re-read and its log's bytes skipped."""
         files = self.files
         assert files is not None
         start, stray, ck = run_rec["start"], run_rec["stray"], run_rec.get("ck")
         self.run, self.frame, self._run_rec = run, frame, run_rec
-        if run_rec.get("log") and jobs is not None:
-            # Its dir is gone if the run ended and was forgotten (retention): then what is left
-            # of it is re-read into memory, and the session lives on.
-            with contextlib.suppress(OSError):
-                run.open_log(jobs, create=False)
         if ck is not None:
             frame.resume_started()
             for fd in (1, 2):  # the log holds these already (written after the checkpoint)
                 logged = int(ck["logged"][fd - 1])
                 if logged < 0:
                     raise ValueError(f"a checkpoint at {logged} is not a log's")
-                if run.log is not None:
-                    run.log.skip[fd] = max(0, run.log.files[fd].end - logged)
+                run.log.skip[fd] = max(0, run.log.files[fd].end - logged)
         else:
             for fd in (1, 2):
                 head = files.replay(fd, int(stray[fd - 1]), int(start[fd - 1]), STRAY_LIMIT)
                 if head:
-                    run._on_data(fd, head)
-        run.begin(files, elapsed=max(0.0, time.time() - run.started_at))
+                    run.deliver(fd, head)
+        run.begin(elapsed=max(0.0, time.time() - run.started_at))
 
     def end_run(self) -> ShellRun | None:
         """The frame is over (complete, or the shell gone): look for none; return its run."""
@@ -182,7 +174,7 @@ class ShellOutput:
 
     def _deliver(self, fd: int, data: bytes) -> None:
         if self.run is not None:
-            self.run._on_data(fd, data)
+            self.run.deliver(fd, data)
         else:
             self._deliver_startup(fd, data)
 
@@ -196,7 +188,7 @@ class ShellOutput:
         """Every :data:`DROP_STEP` bytes of a run: record how far the framing got, and punch the
         files' heads before it (the run's log holds what they said). See the module docstring."""
         files = self.files
-        if files is None or run.log is None or self._run_rec is None or not frame.midway:
+        if files is None or self._run_rec is None or not frame.midway:
             return
         at = [files.pos[fd] - frame.held(fd) for fd in (1, 2)]
         if sum(at) - self._kept_from < DROP_STEP:

@@ -3,9 +3,9 @@
 A :class:`ShellRun` is a :class:`~remote_exec.agent.jobs.job.Job` whose output comes from its
 session's shell instead of a process of its own. It lives in the job registry under a job id,
 so ``exec_remote_poll``, ``exec_remote_list``, ``exec_remote_kill`` and ``attach`` work on it
-unchanged, with the same cursors, long polls and back-pressure; only how it is signalled and
-how it ends differ. A run of a durable session keeps its output in a job dir of its own
-(:mod:`.runlog`), capped and retained as a job's, and outlives the agent as a job does.
+unchanged, with the same cursors, long polls and follows; only how it is signalled and how it
+ends differ. Its output is kept in a job dir of its own (:mod:`.runlog`), capped and retained
+as a job's, read by the same log code; a durable session's run outlives the agent as a job does.
 """
 
 from __future__ import annotations
@@ -15,15 +15,11 @@ import contextlib
 import signal
 import time
 from collections.abc import Callable
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from ...errors import JobNotRunningError
 from ...protocol import StartParams
-from ..buffer import StreamBuffer
-from ..jobs.diskjob import JobHome
 from ..jobs.job import Job
-from ..jobs.logfile import LogFile
-from ..jobs.spare import SpareFiles
 from .runlog import RunLog
 from .runstdin import RunStdin
 
@@ -56,6 +52,7 @@ class ShellRun(Job):
 
     :ivar session_id: the session it ran in.
     :ivar started_boot: ``CLOCK_BOOTTIME`` when it began: its processes are those started since.
+    :ivar log: its output on disk (see :mod:`.runlog`), opened by its maker.
     """
 
     def __init__(
@@ -65,8 +62,9 @@ class ShellRun(Job):
         buffer_limit: int,
         on_done: Callable[[Job], None],
         session: RunSession,
+        log: RunLog,
     ) -> None:
-        super().__init__(job_id, params, buffer_limit, on_done)
+        super().__init__(job_id, params, buffer_limit, on_done, log.files)
         assert isinstance(params.command, str)
         self.command: str = params.command
         self._session = session
@@ -74,24 +72,12 @@ class ShellRun(Job):
         self.pid = session.pid
         self.started_boot = time.clock_gettime(time.CLOCK_BOOTTIME)
         self.feed: RunStdin | None = None  # its open stdin (``stdin_open``), closed when it ends
-        self.log: RunLog | None = None
-        self.files: list[LogFile] = []  # its logs on disk (a durable session's run), as a DiskJob's
-
-    def open_log(self, home: JobHome, spare: SpareFiles | None = None, create: bool = True) -> None:
-        """Keep the output in the run's own job dir (see :mod:`.runlog`) instead of memory:
-        ``spare``'s (renamed to it), else made (``create``), else an earlier agent's (re-adopted:
-        what it holds is not written again).
-
-        :raises OSError: the dir or its files cannot be made or opened.
-        """
-        log = RunLog(home, self.job_id, self.params.output_cap)
-        log.open(spare, create)
         self.log = log
-        self.files = list(log.files.values())
-        # LogFile serves StreamBuffer's read interface (read, end, eof, mark_read, wants_pause).
-        self.streams = cast("dict[int, StreamBuffer]", log.files)
-        if create:
-            log.save(self._meta())
+        self._begun = False
+
+    def save(self) -> None:
+        """Write its ``job.json`` (as it begins, and as it ends)."""
+        self.log.save(self._meta())
 
     def _meta(self) -> dict[str, Any]:
         """Its ``job.json``, in the shape :meth:`DiskJob.restore` reads (a finished run is a
@@ -119,25 +105,20 @@ class ShellRun(Job):
         return meta
 
     def remove_logs(self) -> None:
-        if self.log is not None:
-            self.log.close()
-            # Through the jobs' trash, off the event loop: unlinks take milliseconds on a loaded
-            # disk (seconds for a big log), and a session past ``retain_runs`` releases one run per run.
-            self.log.discard()
+        self.log.close()
+        # Through the jobs' trash, off the event loop: unlinks take milliseconds on a loaded
+        # disk (seconds for a big log), and a session past ``retain_runs`` releases one run per run.
+        self.log.discard()
 
-    def _on_data(self, fd: int, data: bytes) -> None:
-        if self.log is None:
-            super()._on_data(fd, data)
-            return
+    def deliver(self, fd: int, data: bytes) -> None:
+        """The run's visible bytes of stream ``fd`` (the framing let them through): to its log."""
         self.log.write(fd, data)  # no pause: the bytes go from the session's file to the run's
         self._notify()
 
-    def begin(self, transport: asyncio.SubprocessTransport, elapsed: float = 0.0) -> None:
-        """The session wrote this run's frame: pause reading its shell's output when it piles up.
-
-        ``elapsed``: seconds it ran already (under an earlier agent), taken off its timeout.
-        """
-        self._transport = transport
+    def begin(self, elapsed: float = 0.0) -> None:
+        """The session wrote this run's frame: its timeout starts. ``elapsed``: seconds it ran
+        already (under an earlier agent), taken off its timeout."""
+        self._begun = True
         timeout, grace = self.params.timeout, self.params.kill_grace
         if timeout is not None:
             loop = asyncio.get_running_loop()
@@ -148,9 +129,8 @@ class ShellRun(Job):
         for t in self._timers:
             t.cancel()
         self._timers.clear()
-        self._transport = None
-        if self.log is not None:
-            self.log.close()
+        self._begun = False
+        self.log.close()
 
     def finish(self, exit_code: int | None) -> None:
         """Both sentinels arrived (or the shell ended): the run is over with ``exit_code``."""
@@ -159,19 +139,17 @@ class ShellRun(Job):
         self.exit_code = exit_code
         if self.feed is not None:
             self.feed.close()  # unread input is dropped here: it never reaches the shell
-        self._resume_all()  # the pipes go on to serve the session after this run
-        self._transport = None
+        self._begun = False
         self._state = self._ending or "completed"
         self.ended_at = time.time()
         for t in self._timers:
             t.cancel()
         self._timers.clear()
         self._done.set()
-        if self.log is not None:
-            for stream in self.files:
-                stream.eof = True
-            self.log.save(self._meta())  # now a finished job to the next agent too
-            self.log.close()
+        for stream in self.files:
+            stream.eof = True
+        self.save()  # now a finished job to the next agent too
+        self.log.close()
         self._notify()
         self._on_done(self)
 
@@ -182,8 +160,10 @@ class ShellRun(Job):
                 "start it with stdin_open=True to write to it",
                 job_id=self.job_id,
             )
+        if not self._begun:  # not begun yet, or over (its feed is closed)
+            raise JobNotRunningError(f"stdin of run {self.job_id} is not open", job_id=self.job_id)
         taken = super().write_stdin(data, offset, eof, writer)
-        if self.log is not None and (taken or eof):
+        if taken or eof:
             self.log.save_stdin_cursor(self.stdin.written)  # the next agent's cursor, after a crash
         return taken
 

@@ -56,7 +56,7 @@ class StdinRun(Protocol):
 class ResumedRun(StdinRun, Protocol):
     """A re-adopted run: its log (``stdin_cursor``) has its stdin cursor."""
 
-    log: RunLog | None
+    log: RunLog
 
 
 async def open_run_stdin(run: StdinRun, tmpdir: str, input: bytes | None, keeper: KeeperLink | None = None) -> str:
@@ -114,8 +114,7 @@ async def resume_run_stdin(run: ResumedRun, keeper: KeeperLink, tmpdir: str, she
         os.close(extra)
     if not fds:
         return
-    if run.log is not None:
-        run.stdin.written = run.log.stdin_cursor()
+    run.stdin.written = run.log.stdin_cursor()
     # The path is ours to name, not the record's (a file the shell's user may write).
     path = os.path.join(tmpdir, f"{run.job_id}.fifo")
     with contextlib.suppress(OSError):

@@ -189,7 +189,7 @@ class ShellSession:
         run = self.run = make_run(run_rec)
         self._frame_ended = asyncio.Event()
         frame = self._new_frame(str(run_rec["public"]))
-        self.output.resume_run(run, frame, run_rec, self.home.jobs)  # (no await before: the files are read)
+        self.output.resume_run(run, frame, run_rec)  # (no await before: the files are read)
         if run_rec.get("stdin") and self.home.keeper is not None and self._store.tmpdir is not None:
             await resume_run_stdin(run, self.home.keeper, self._store.tmpdir, self.pid)
 
@@ -294,7 +294,7 @@ class ShellSession:
             self._abort(run)
             raise no_space(exc, f"the record of run {run.job_id}") from None
         self._frame_ended = asyncio.Event()
-        run.begin(self.output.files)
+        run.begin()
         self._write(frame_script(frame.public, frame.nonce, run.command, stdin_path, self._bash))
 
     def _abort(self, run: ShellRun) -> None:
