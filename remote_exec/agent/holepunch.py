@@ -3,7 +3,7 @@
 A stream past its cap loses its oldest bytes by ``fallocate(PUNCH_HOLE | KEEP_SIZE)`` from offset
 0 to a 4 KiB boundary: the blocks are freed, offsets do not move (a reader's cursor stays valid),
 and where the data begins again is found with ``lseek(SEEK_DATA)``. The agent punches while it
-runs (:mod:`.jobs.logfile`), the keeper while no agent does (:mod:`.keepercap`); both with these
+runs (:mod:`.jobs.logfile`), the keeper while no agent does (:mod:`.keeper.caps`); both with these
 constants and calls. Standard library only, like the keeper.
 """
 

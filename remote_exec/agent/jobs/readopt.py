@@ -5,7 +5,7 @@ ones (same pid and start time) are watched again, those that ended meanwhile get
 keeper recorded. A dir that cannot be read back is ended and removed. Every file there is the
 job's to rewrite: ``job.json`` is read as hostile input (:mod:`..statefile`), and a job is
 watched (and may be signalled) as running only if the keeper's ledger names the very process
-its ``job.json`` does (:mod:`..keeperauth`). What is skipped is logged with its path. A shell run's dir (see
+its ``job.json`` does (:mod:`..keeper.auth`). What is skipped is logged with its path. A shell run's dir (see
 ``agent/shell/runlog.py``) is a finished job once it ended; one in progress is left to the
 shell controller. Registering the jobs is the
 :class:`~remote_exec.agent.jobs.controller.JobController`'s.

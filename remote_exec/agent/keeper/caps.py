@@ -19,8 +19,8 @@ import json
 import os
 import stat
 
-from .holepunch import BLOCK, DEFAULT_CAP, data_start, punch_head
-from .statefile import open_state_dir, read_state_file
+from ..holepunch import BLOCK, DEFAULT_CAP, data_start, punch_head
+from ..statefile import open_state_dir, read_state_file
 
 __all__ = ["CapSweeper", "disk_cap_of"]
 

@@ -29,7 +29,7 @@ import socket
 import struct
 from collections import OrderedDict
 
-from .procfacts import proc_parent, proc_starttime
+from ..procfacts import proc_parent, proc_starttime
 
 __all__ = ["AGENT_OPS", "Leaders", "peer_of"]
 

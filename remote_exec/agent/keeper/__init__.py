@@ -9,7 +9,7 @@ One keeper runs per state dir (``remote-exec-agent keeper``, started by ``ensure
 - reaps every orphan and records its exit (code or signal, time) keyed by ``(pid, starttime)``
   (``/proc/PID/stat`` field 22, read while the process is still a zombie), so a recycled pid
   is never taken for the job that had it;
-- counts the CPU time of each orphan it reaps for the job it belonged to (:mod:`.orphancpu`);
+- counts the CPU time of each orphan it reaps for the job it belonged to (:mod:`..orphancpu`);
 - holds a duplicate of each job's stdin write end (passed with ``SCM_RIGHTS``), so the job
   does not read EOF when the agent that held the other end dies.
 
@@ -20,7 +20,7 @@ SIGTERM or SIGINT), :data:`HANDOVER_EXIT` a handover
 accident (restarted at once, then with a back-off if it keeps dying young).
 
 The control protocol is newline-delimited JSON on ``keeper.sock`` (0600, peer uid checked; what
-the keeper holds goes only to the agent it spawned, see :mod:`.keeperauth`), one answer per
+the keeper holds goes only to the agent it spawned, see :mod:`.auth`), one answer per
 request, versioned by :data:`KEEPER_PROTOCOL` in ``hello``; newer agents must keep working
 with an older keeper (an upgrade replaces the agent, not the keeper), so ops are only ever added
 (protocol 2: ``lead`` and ``leads``). This module imports the standard library only: the keeper stays small (~10 MB RSS)
@@ -42,11 +42,11 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from .keeperauth import AGENT_OPS, Leaders, peer_of
-from .keepercap import CapSweeper, disk_cap_of
-from .orphancpu import OrphanCpu
-from .procfacts import proc_starttime, reset_signals
-from .statefile import open_own_file
+from ..orphancpu import OrphanCpu
+from ..procfacts import proc_starttime, reset_signals
+from ..statefile import open_own_file
+from .auth import AGENT_OPS, Leaders, peer_of
+from .caps import CapSweeper, disk_cap_of
 
 __all__ = ["HANDOVER_EXIT", "KEEPER_PROTOCOL", "KEEPER_SOCKET", "main", "run_cli"]
 
@@ -90,7 +90,7 @@ class Keeper:
         self.sel = selectors.DefaultSelector()
         self.agent_pid = 0
         self.agent_gen = 0  # one more per agent spawned: a connection serves only its own
-        self.leaders = Leaders()  # the job leaders our agents started (see .keeperauth)
+        self.leaders = Leaders()  # the job leaders our agents started (see .auth)
         self.agent_started = 0.0
         self.agent_ready = False
         self.ready_pipe: int | None = None
@@ -295,7 +295,7 @@ class Keeper:
         for fd in fds:  # any the op did not keep
             os.close(fd)
 
-    # -- who is served (see .keeperauth) ---------------------------------------------------
+    # -- who is served (see .auth) ---------------------------------------------------
 
     def _from_agent(self, conn: _Conn) -> bool:
         """The connection was made by the agent that runs now (its generation, still unreaped)."""
@@ -394,7 +394,7 @@ class Keeper:
             self.reap()
             now = time.monotonic()
             if not self.agent_pid and self.restart_at is None and now >= self.cap_due:
-                # No agent, none about to start: nobody else applies the disk caps (see .keepercap).
+                # No agent, none about to start: nobody else applies the disk caps (see .caps).
                 self.cap_due = now + CAP_SWEEP
                 self.caps.sweep(disk_cap_of(self.agent_argv))
             if self.restart_at is not None and now >= self.restart_at and not self.stopping:
