@@ -28,7 +28,7 @@ from .holepunch import DEFAULT_CAP
 from .intake import LINE_PIECE, Intake, LineTooLong, read_body
 from .jobs.cgroup import CgroupHome
 from .jobs.controller import JobController, JobLimits
-from .jobs.diskjob import JobHome
+from .jobs.home import JobHome
 from .jobs.logbudget import LogBudget, default_log_budget
 from .jobs.logfile import Inotify
 from .jobs.methods import job_methods

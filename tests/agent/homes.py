@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from remote_exec.agent.jobs.controller import JobController
-from remote_exec.agent.jobs.diskjob import JobHome
+from remote_exec.agent.jobs.home import JobHome
 from remote_exec.agent.jobs.logfile import Inotify
 from remote_exec.agent.keeperlink import KeeperLink
 from remote_exec.agent.statedir import secure_dir

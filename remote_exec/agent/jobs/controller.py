@@ -38,7 +38,8 @@ from ...protocol import (
 )
 from ..budget import MemoryBudget
 from ..rpc import WithPayload
-from .diskjob import DiskJob, JobHome
+from .diskjob import DiskJob
+from .home import JobHome
 from .proctable import scan
 from .proctree import Tree, marked_processes, signal_all, trees_members
 from .ptyjob import PtyJob

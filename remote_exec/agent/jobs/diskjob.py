@@ -18,87 +18,40 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ...errors import JobNotRunningError, SpawnError
 from ...protocol import JobInfo, KillResult, StartParams, WatchHit
-from ...protocol.names import is_job_id
-from ..keeperlink import KeeperLink
 from ..procfacts import proc_starttime
-from ..trash import Trash
-from .cgroup import CgroupHome, JobCgroup, joining
+from .cgroup import JobCgroup, joining
 from .exitwatch import LeaderWatch
-from .hitrecord import dump_hits, load_hits, should_save
+from .hitrecord import dump_hits, should_save
+from .home import JobHome
 from .job import Job, _killpg
 from .jobrecord import (
-    params_from_record,
-    read_stdin_cursor,
-    read_stdin_writers,
+    start_record,
     write_first_record,
     write_record,
     write_stdin_cursor,
     write_stdin_writers,
 )
-from .logbudget import LogBudget
-from .logfile import Inotify, LogFile
+from .logfile import LogFile
 from .proctable import scan
 from .proctree import MARKER, Tree, end_tree, tree_members
 from .spare import SpareDir
 from .spawn import popen_session, spawn_error
+from .stdin import StdinPipeProtocol
 
-__all__ = ["LOST_REASON", "DiskJob", "JobHome"]
+__all__ = ["LOST_REASON", "DiskJob"]
 
 log = logging.getLogger("remote_exec.agent")
 
 
 LOST_REASON = "its exit status was lost: the job ended while neither the agent nor its keeper ran"
-
-
-@dataclass
-class JobHome:
-    """What every disk job of one agent shares: where job dirs live, the inotify fd, the keeper.
-
-    :ivar cap: the default disk cap per stream (a start may set its own).
-    :ivar logs: the agent-wide budget of all streams' bytes on disk (see :mod:`.logbudget`).
-    :ivar trash: deletes released job dirs off the event loop (none: deleted in place).
-    :ivar cgroups: where each job gets a cgroup of its own (none: attribution alone; see
-        :mod:`.proctree`).
-    """
-
-    root: Path
-    keeper: KeeperLink
-    inotify: Inotify | None
-    cap: int
-    logs: LogBudget | None = None
-    trash: Trash | None = None
-    cgroups: CgroupHome | None = None
-
-    def discard(self, path: Path) -> None:
-        """Remove a job's dir without blocking the event loop on the unlink of its logs."""
-        if self.trash is not None:
-            self.trash.discard(path)
-        else:
-            shutil.rmtree(path, ignore_errors=True)
-
-
-class _StdinProtocol(asyncio.BaseProtocol):
-    """For a job's stdin pipe (ours at spawn, or the fd the keeper held for a re-adopted job)."""
-
-    def __init__(self, job: DiskJob) -> None:
-        self._job = job
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._job.stdin.room()
-
-    def resume_writing(self) -> None:
-        self._job.stdin.room()
 
 
 class DiskJob(Job):
@@ -141,24 +94,11 @@ class DiskJob(Job):
     # -- metadata --------------------------------------------------------------------------
 
     def _meta(self) -> dict[str, Any]:
-        p = self.params
         meta: dict[str, Any] = {
             "v": 1,
             "job_id": self.mark,  # the dir's name (re-adoption checks it)
             "client_id": None if self.job_id == self.mark else self.job_id,
-            "command": p.command,
-            "label": p.label,
-            "cwd": p.cwd,
-            "user": p.user,
-            "env_names": sorted(p.env or {}),  # values may be secrets: never on disk
-            "encoding": p.encoding,
-            "timeout": p.timeout,
-            "kill_grace": p.kill_grace,
-            "stdin_open": p.stdin_open,
-            "output_cap": p.output_cap,
-            "idempotency_key": p.idempotency_key,
-            "tags": p.tags,  # the starter's notes (notebook, kernel, name): what finds it after a restart
-            "policy": None if p.policy is None else p.policy.model_dump(mode="json"),
+            **start_record(self.params),
             "reason": self.reason,
             "started_at": self.started_at,
             "pid": self.pid,
@@ -303,7 +243,7 @@ class DiskJob(Job):
     async def _attach_stdin(self, fd: int) -> None:
         os.set_blocking(fd, False)
         loop = asyncio.get_running_loop()
-        transport, _ = await loop.connect_write_pipe(lambda: _StdinProtocol(self), os.fdopen(fd, "wb", 0))
+        transport, _ = await loop.connect_write_pipe(lambda: StdinPipeProtocol(self.stdin), os.fdopen(fd, "wb", 0))
         self.stdin.attach(transport, True)
 
     def _arm_timeout(self) -> None:
@@ -314,79 +254,11 @@ class DiskJob(Job):
 
     # -- re-adoption -----------------------------------------------------------------------
 
-    @classmethod
-    async def restore(
-        cls,
-        meta: dict[str, Any],
-        buffer_limit: int,
-        on_done: Callable[[Job], None],
-        home: JobHome,
-        exits: dict[str, Any],
-        leads: dict[str, Any] | None = None,
-    ) -> DiskJob:
-        """The job ``meta`` (its ``job.json``) describes, as this agent finds it now.
-
-        Alive (same pid *and* start time): running again, its stdin re-opened from the keeper's
-        copy. Gone: ended, with the exit status the keeper recorded (``exit_code`` None if
-        nobody could reap it, e.g. the agent reaped it and died before writing it down).
-        ``leads`` is the keeper's ledger (None: an old keeper keeps none): a process it does not
-        name for this job is not the job's, whatever ``meta`` says (the job can rewrite it), so
-        it is never watched or signalled; the job counts as ended.
-        """
-        params = params_from_record(meta)
-        mark, client_id = meta["job_id"], meta.get("client_id")
-        # A job can rewrite its job.json: an id of another form would reach every client's listing.
-        if not is_job_id(mark) or (client_id is not None and not is_job_id(client_id)):
-            raise ValueError(f"job.json names an id of an unsafe form ({mark!r}, {client_id!r})")
-        if client_id is not None:
-            params = params.model_copy(update={"job_id": client_id})
-        job = cls(client_id or mark, params, buffer_limit, on_done, home, mark)
-        job.reason = meta.get("reason") if isinstance(meta.get("reason"), str) else None
-        job.pid, job.starttime, job.started_at = int(meta.get("pid") or 0), meta.get("starttime"), meta["started_at"]
-        job._restored(meta)
-        load_hits(job, meta)
-        cursor = read_stdin_cursor(job.dir)
-        if cursor is not None:
-            job.stdin.written = cursor
-        job.stdin.writers = read_stdin_writers(job.dir)
-        job.tree_ended = bool(meta.get("tree_ended"))
-        job.cgroup = home.cgroups.find(job.mark) if home.cgroups is not None else None
-        # Only the keeper's ledger makes the record's leader the job's: a job can rewrite its
-        # job.json to name any process (and, by its pid and start time, that process's session).
-        leader_ours = leads is None or leads.get(job.mark) == [job.pid, job.starttime]
-        end = meta.get("end")
-        if end is not None:
-            job._finish(end["state"], end.get("exit_code"), end.get("ended_at"), save=False)
-        elif job.pid and job.starttime is not None and proc_starttime(job.pid) == job.starttime:
-            if leader_ours:
-                await job._reattach()
-            else:
-                log.warning(
-                    "skipped %s: pid %s is not a process the keeper started for this job; not signalled",
-                    job.dir / "job.json",
-                    job.pid,
-                )
-                job._finish("completed", None, None)
-        else:
-            how = exits.get(f"{job.pid}:{job.starttime}")
-            if how is None and home.keeper.present and job.pid:
-                # ``exits`` was read before the dirs were: a job that ended since is gone from
-                # the process table only once the keeper reaped it, and it records the exit in
-                # the same step, so it has it now (else a job ending mid-scan was "lost").
-                answer, _ = await home.keeper.request({"op": "exit", "pid": job.pid, "start": job.starttime})
-                how = answer.get("exit") if isinstance(answer.get("exit"), dict) else None
-            job._finish("completed", None if how is None else how["code"], None if how is None else how["at"])
-        if not leader_ours:
-            # Its leftovers are found by its marker and cgroup only, never by the session a
-            # record names (a forged one named an outside session leader, which the leftovers'
-            # end at the job's timeout then killed).
-            job.starttime = None
-        return job
-
-    def _restored(self, meta: dict[str, Any]) -> None:
+    def take_record(self, meta: dict[str, Any]) -> None:
         """Take what a subclass keeps in ``job.json`` beyond the start params (nothing here)."""
 
-    async def _reattach(self) -> None:
+    async def reattach(self) -> None:
+        """Watch the re-adopted leader again: its stdin from the keeper's copy, its timeout."""
         if self.params.stdin_open:
             _, fds = await self.home.keeper.request({"op": "fd", "key": self.mark})
             if fds:
@@ -411,9 +283,10 @@ class DiskJob(Job):
             self._held_exit = (code, time.time())
             self.save()
             return
-        self._finish(self._ending or "completed", code, time.time())
+        self.finish(self._ending or "completed", code, time.time())
 
-    def _finish(self, state: str, code: int | None, ended_at: float | None, save: bool = True) -> None:
+    def finish(self, state: str, code: int | None, ended_at: float | None, save: bool = True) -> None:
+        """Record the job's end (``save``: in ``job.json`` too) and tell whoever waits for it."""
         if state == "completed" and code is None:
             # Nobody reaped it and lived to write the code down (agent and keeper both gone when
             # it ended, or a record this agent cannot trust): say so, never "completed" unknown.
@@ -528,7 +401,7 @@ class DiskJob(Job):
             self._ending_tree = False
             if self._held_exit is not None and not self._done.is_set():
                 code, at = self._held_exit
-                self._finish(self._ending or "completed", code, at)
+                self.finish(self._ending or "completed", code, at)
         await self._done.wait()
 
     async def aclose(self) -> None:

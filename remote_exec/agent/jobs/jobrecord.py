@@ -33,6 +33,26 @@ log = logging.getLogger("remote_exec.agent")
 CURSOR_SIZE = 64  # "%20d\n" is 21 bytes
 
 
+def start_record(p: StartParams) -> dict[str, Any]:
+    """What ``job.json`` keeps of a start (read back by :func:`params_from_record`): never the
+    environment's values, which may be secrets, only its names."""
+    return {
+        "command": p.command,
+        "label": p.label,
+        "cwd": p.cwd,
+        "user": p.user,
+        "env_names": sorted(p.env or {}),
+        "encoding": p.encoding,
+        "timeout": p.timeout,
+        "kill_grace": p.kill_grace,
+        "stdin_open": p.stdin_open,
+        "output_cap": p.output_cap,
+        "idempotency_key": p.idempotency_key,
+        "tags": p.tags,  # the starter's notes (notebook, kernel, name): what finds it after a restart
+        "policy": None if p.policy is None else p.policy.model_dump(mode="json"),
+    }
+
+
 def write_record(job_dir: Path, meta: dict[str, Any]) -> None:
     """Write ``job.json`` atomically (a crash leaves the old or the new one, never half)."""
     tmp = job_dir / "job.json.tmp"

@@ -227,12 +227,12 @@ class PtyJob(DiskJob):
 
     # -- re-adoption -------------------------------------------------------------------------
 
-    def _restored(self, meta: dict[str, Any]) -> None:
+    def take_record(self, meta: dict[str, Any]) -> None:
         relay = meta.get("relay")
         if isinstance(relay, dict):
             self.relay, self.relay_start = int(relay.get("pid") or 0), relay.get("start")
 
-    async def _reattach(self) -> None:
+    async def reattach(self) -> None:
         _, fds = await self.home.keeper.request({"op": "fd", "key": self.mark})
         for extra in fds[1:]:
             os.close(extra)
@@ -279,7 +279,7 @@ class PtyJob(DiskJob):
         if not self._done.is_set():
             super()._leader_exited(self._exit_code)
 
-    def _finish(self, state: str, code: int | None, ended_at: float | None, save: bool = True) -> None:
+    def finish(self, state: str, code: int | None, ended_at: float | None, save: bool = True) -> None:
         if self._linger is not None:
             self._linger.cancel()
         if self.relay and proc_starttime(self.relay) == self.relay_start:
@@ -290,7 +290,7 @@ class PtyJob(DiskJob):
         if self.master is not None:
             os.close(self.master)  # with the keeper's copy dropped, leftovers get their hangup
             self.master = None
-        super()._finish(state, code, ended_at, save)
+        super().finish(state, code, ended_at, save)
 
     def detach(self) -> None:
         super().detach()

@@ -20,9 +20,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ...protocol.names import is_job_id
+from ..procfacts import proc_starttime
 from ..statefile import open_state_dir, read_state_file
-from .diskjob import DiskJob, JobHome
+from .diskjob import DiskJob
+from .hitrecord import load_hits
+from .home import JobHome
 from .job import Job
+from .jobrecord import params_from_record, read_stdin_cursor, read_stdin_writers
 from .proctable import scan
 from .proctree import kill_tree
 from .ptyjob import PtyJob
@@ -53,7 +58,7 @@ async def readopt(home: JobHome, prefix: str, buffer_limit: int, on_done: Callab
             if meta.get("shell") is not None and meta.get("end") is None:
                 continue  # a shell run in progress: its session's re-adoption takes it up
             kind = PtyJob if meta.get("tty") else DiskJob
-            restored.append(await kind.restore(meta, buffer_limit, on_done, home, exits, leads))
+            restored.append(await restore_job(kind, meta, buffer_limit, on_done, home, exits, leads))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             if entry.name.startswith(prefix + "-sh"):
                 continue  # a shell run's, torn by a kill mid-write: its session's re-adoption rewrites it
@@ -66,6 +71,75 @@ async def readopt(home: JobHome, prefix: str, buffer_limit: int, on_done: Callab
                 await home.keeper.request({"op": "drop", "key": entry.name})
             home.discard(Path(entry.path))
     return restored
+
+
+async def restore_job(
+    kind: type[DiskJob],
+    meta: dict[str, Any],
+    buffer_limit: int,
+    on_done: Callable[[Job], None],
+    home: JobHome,
+    exits: dict[str, Any],
+    leads: dict[str, Any] | None = None,
+) -> DiskJob:
+    """The job ``meta`` (its ``job.json``) describes, as this agent finds it now.
+
+    Alive (same pid *and* start time): running again, its stdin re-opened from the keeper's
+    copy. Gone: ended, with the exit status the keeper recorded (``exit_code`` None if
+    nobody could reap it, e.g. the agent reaped it and died before writing it down).
+    ``leads`` is the keeper's ledger (None: an old keeper keeps none): a process it does not
+    name for this job is not the job's, whatever ``meta`` says (the job can rewrite it), so
+    it is never watched or signalled; the job counts as ended.
+    """
+    params = params_from_record(meta)
+    mark, client_id = meta["job_id"], meta.get("client_id")
+    # A job can rewrite its job.json: an id of another form would reach every client's listing.
+    if not is_job_id(mark) or (client_id is not None and not is_job_id(client_id)):
+        raise ValueError(f"job.json names an id of an unsafe form ({mark!r}, {client_id!r})")
+    if client_id is not None:
+        params = params.model_copy(update={"job_id": client_id})
+    job = kind(client_id or mark, params, buffer_limit, on_done, home, mark)
+    job.reason = meta.get("reason") if isinstance(meta.get("reason"), str) else None
+    job.pid, job.starttime, job.started_at = int(meta.get("pid") or 0), meta.get("starttime"), meta["started_at"]
+    job.take_record(meta)
+    load_hits(job, meta)
+    cursor = read_stdin_cursor(job.dir)
+    if cursor is not None:
+        job.stdin.written = cursor
+    job.stdin.writers = read_stdin_writers(job.dir)
+    job.tree_ended = bool(meta.get("tree_ended"))
+    job.cgroup = home.cgroups.find(job.mark) if home.cgroups is not None else None
+    # Only the keeper's ledger makes the record's leader the job's: a job can rewrite its
+    # job.json to name any process (and, by its pid and start time, that process's session).
+    leader_ours = leads is None or leads.get(job.mark) == [job.pid, job.starttime]
+    end = meta.get("end")
+    if end is not None:
+        job.finish(end["state"], end.get("exit_code"), end.get("ended_at"), save=False)
+    elif job.pid and job.starttime is not None and proc_starttime(job.pid) == job.starttime:
+        if leader_ours:
+            await job.reattach()
+        else:
+            log.warning(
+                "skipped %s: pid %s is not a process the keeper started for this job; not signalled",
+                job.dir / "job.json",
+                job.pid,
+            )
+            job.finish("completed", None, None)
+    else:
+        how = exits.get(f"{job.pid}:{job.starttime}")
+        if how is None and home.keeper.present and job.pid:
+            # ``exits`` was read before the dirs were: a job that ended since is gone from
+            # the process table only once the keeper reaped it, and it records the exit in
+            # the same step, so it has it now (else a job ending mid-scan was "lost").
+            answer, _ = await home.keeper.request({"op": "exit", "pid": job.pid, "start": job.starttime})
+            how = answer.get("exit") if isinstance(answer.get("exit"), dict) else None
+        job.finish("completed", None if how is None else how["code"], None if how is None else how["at"])
+    if not leader_ours:
+        # Its leftovers are found by its marker and cgroup only, never by the session a
+        # record names (a forged one named an outside session leader, which the leftovers'
+        # end at the job's timeout then killed).
+        job.starttime = None
+    return job
 
 
 MAX_RECORD = 4 << 20  # a job.json is a few kB; one this big was not written by an agent

@@ -23,7 +23,7 @@ from ...errors import AgentLostError, InvalidParamsError, JobNotFoundError, Serv
 from ...protocol import JobInfo, StartParams, StartResult
 from ..budget import MemoryBudget
 from ..statefile import open_own_file, planted, read_state_file
-from .diskjob import JobHome
+from .home import JobHome
 from .job import Job
 from .logbudget import evict
 from .proctree import Tree

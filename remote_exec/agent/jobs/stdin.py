@@ -16,7 +16,7 @@ from ...errors import JobNotRunningError, ServerBusyError
 from ...protocol.names import WRITER_PATTERN
 from ..budget import MemoryBudget
 
-__all__ = ["MAX_WRITERS", "STDIN_WAIT", "WRITER_FORM", "StdinQueue", "remember"]
+__all__ = ["MAX_WRITERS", "STDIN_WAIT", "WRITER_FORM", "StdinPipeProtocol", "StdinQueue", "remember"]
 
 STDIN_WAIT = 5.0  # a write with no room waits this long for some before answering "0 taken"
 MAX_WRITERS = 64  # typists of one terminal whose cursors are kept (the least recent is forgotten)
@@ -153,3 +153,16 @@ class StdinQueue:
                     await budget.freed()
                 else:
                     await self._room.wait()
+
+
+class StdinPipeProtocol(asyncio.BaseProtocol):
+    """For a job's stdin pipe (ours at spawn, or the fd the keeper held for a re-adopted job)."""
+
+    def __init__(self, queue: StdinQueue) -> None:
+        self._queue = queue
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._queue.room()
+
+    def resume_writing(self) -> None:
+        self._queue.room()

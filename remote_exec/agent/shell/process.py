@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ...errors import SpawnError
-from ..jobs.diskjob import JobHome
+from ..jobs.home import JobHome
 from ..jobs.logfile import Inotify
 from ..jobs.spawn import popen_session
 from ..keeperlink import KeeperLink

@@ -20,6 +20,7 @@ from typing import Any, Protocol
 from ...errors import JobNotRunningError
 from ...protocol import StartParams
 from ..jobs.job import Job
+from ..jobs.jobrecord import start_record
 from .runlog import RunLog
 from .runstdin import RunStdin
 
@@ -80,21 +81,14 @@ class ShellRun(Job):
         self.log.save(self._meta())
 
     def _meta(self) -> dict[str, Any]:
-        """Its ``job.json``, in the shape :meth:`DiskJob.restore` reads (a finished run is a
+        """Its ``job.json``, in the shape :func:`..jobs.readopt.restore_job` reads (a finished run is a
         finished job to the next agent); ``shell`` tells the job re-adoption to leave a running
         one to the shell controller."""
-        p = self.params
         meta: dict[str, Any] = {
             "v": 1,
             "job_id": self.job_id,
             "shell": self.session_id,
-            "command": p.command,
-            "label": p.label,
-            "encoding": p.encoding,
-            "timeout": p.timeout,
-            "kill_grace": p.kill_grace,
-            "output_cap": p.output_cap,
-            "tags": p.tags,
+            **start_record(self.params),
             "started_at": self.started_at,
             "pid": self.pid,
             "starttime": None,  # not the run's own process: nothing may signal it as a job's

@@ -24,7 +24,7 @@ import logging
 import os
 from typing import Any
 
-from ..jobs.diskjob import JobHome
+from ..jobs.home import JobHome
 from ..jobs.jobrecord import read_stdin_cursor
 from ..jobs.logfile import LogFile
 from ..jobs.spare import SpareFiles
