@@ -24,12 +24,14 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchlib import MB, machine_info, proc_cpu
 
 import remote_exec as rx
+from remote_exec.client.feed import JobFeed
 
 HERE = Path(__file__).resolve().parent
 
@@ -111,6 +113,37 @@ async def fan_out(url: str, followers: int, n: int) -> float:
             await sb.aclose()
 
 
+async def fan_out_views(url: str, views: int, n: int) -> float:
+    """Agent CPU seconds while ``views`` views in one kernel (one connection: the cell's, the
+    dashboard's, attach's) show one job to its end: they share its :class:`JobFeed`."""
+    async with rx.open_sandbox(url) as sb:
+        agent = sb.info.pid
+        gate = Path(tempfile.mkdtemp()) / "go"
+        script = f"while [ ! -e {gate} ]; do sleep 0.01; done; head -c {n} /dev/zero | base64 -w 0"
+        job = await sb.exec_remote(["sh", "-c", script], encoding="base64").started()
+        assert job.job_id is not None
+        handles = [job, *[await sb.attach(job.job_id) for _ in range(views - 1)]]
+        seen = [0] * views
+
+        def shown(i: int) -> Callable[[str, str], None]:
+            def show(stream: str, text: str) -> None:
+                seen[i] += len(text)
+
+            return show
+
+        feeds = [JobFeed.of(h) for h in handles]
+        assert len({id(f) for f in feeds}) == 1  # one reader of the job on this connection
+        for i, feed in enumerate(feeds):
+            feed.subscribe(shown(i))
+        await asyncio.sleep(0.5)  # following (a quiet job)
+        before = proc_cpu(agent)
+        gate.touch()
+        await feeds[0].ended()
+        used = proc_cpu(agent) - before
+        assert seen == [_b64_len(n)] * views, seen
+        return used
+
+
 async def idle(url: str, followers: int, window: float) -> float:
     """Agent CPU % over ``window`` seconds with ``followers`` handles following a silent job."""
     async with rx.open_sandbox(url) as sb:
@@ -153,6 +186,7 @@ async def measure(quick: bool) -> dict[str, Any]:
             "bytes": _b64_len(fan),
             "one": [await fan_out(url, 1, fan) for _ in range(runs)],
             "twenty": [await fan_out(url, 20, fan) for _ in range(runs)],
+            "twenty_views_one_kernel": [await fan_out_views(url, 20, fan) for _ in range(runs)],
         }
         results["idle_cpu_percent_20_followers"] = await idle(url, 20, 3.0 if quick else 10.0)
     return results
@@ -171,10 +205,11 @@ def report(results: dict[str, Any], out: Path) -> None:
             f"vs spawn {med(f['pipe']):.2f} ms ({med(f['ours']) / med(f['pipe']):.2f}x)"
         )
     fo = results["fan_out"]
+    one, twenty, views = (med(fo[k]) for k in ("one", "twenty", "twenty_views_one_kernel"))
     print(
-        f"fan-out: agent CPU {med(fo['one']):.3f} s for 1 follower, {med(fo['twenty']):.3f} s for 20 "
-        f"({med(fo['twenty']) / med(fo['one']):.1f}x); idle with 20 followers: "
-        f"{results['idle_cpu_percent_20_followers']:.2f} % CPU"
+        f"fan-out: agent CPU {one:.3f} s for 1 follower, {twenty:.3f} s for 20 connections "
+        f"({twenty / one:.1f}x), {views:.3f} s for 20 views in one kernel ({views / one:.1f}x); "
+        f"idle with 20 followers: {results['idle_cpu_percent_20_followers']:.2f} % CPU"
     )
     print(f"wrote {out}")
 
