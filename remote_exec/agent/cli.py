@@ -50,7 +50,12 @@ def _parser() -> argparse.ArgumentParser:
         s = sub.add_parser(name, help=text, description=text)
         s.add_argument("--dir", type=Path, default=None, help="state directory (default: per-user)")
         s.add_argument("--idle-timeout", type=float, default=900.0, help="seconds idle before exiting (0: never)")
-        s.add_argument("--buffer-limit", type=int, default=8 * 1024 * 1024, help="bytes kept per stream per job")
+        s.add_argument(
+            "--buffer-limit",
+            type=int,
+            default=8 * 1024 * 1024,
+            help="bytes a job's stdin queue (and a port connection's buffer) holds",
+        )
         s.add_argument(
             "--memory-budget",
             type=int,

@@ -12,7 +12,8 @@ client's environment, never all of it (:mod:`remote_exec.sandboxes.localenv`).
 URL query options: ``dir`` (state directory), ``scope`` (``project``, the default, or ``user``),
 ``channel`` (``socket``, the default, talks to the agent's socket directly; ``stdio`` and ``call``
 go through the agent CLI as remote sandboxes do), ``idle_timeout`` (seconds, 0 = never),
-``buffer_limit`` (bytes kept per stream per job), ``memory_budget`` (bytes the agent holds in all;
+``buffer_limit`` (bytes a job's stdin queue holds; output goes to disk), ``memory_budget`` (bytes
+the agent holds in all;
 default from the cgroup limit), ``disk_cap`` (bytes of each job output stream kept on disk, default
 1 GiB), ``log_budget`` (bytes of all jobs' logs on disk; default a quarter of the state dir's file
 system). The last five apply when this call starts the agent.
