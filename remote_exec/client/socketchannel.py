@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import AgentUnavailableError
 from ..protocol.ownership import check_peer, check_socket, check_state_dir
 from .channel import MAX_RESPONSE, ChannelBroken, PipeProcess, StdioChannel
+from .framesocket import FrameSocket
 
 __all__ = ["SocketChannel"]
 
@@ -27,43 +28,41 @@ class _StreamEnd:
     flight before it closes its own half.
     """
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
+    def __init__(self, sock: FrameSocket) -> None:
+        self._sock = sock
 
     def write(self, data: bytes) -> None:
-        self.writer.write(data)
+        self._sock.write(data)
 
     async def drain(self) -> None:
-        await self.writer.drain()
+        await self._sock.drain()
 
     def close(self) -> None:
-        with contextlib.suppress(OSError, RuntimeError):
-            if self.writer.can_write_eof() and not self.writer.is_closing():
-                self.writer.write_eof()
+        self._sock.write_eof()
 
 
 class _SocketReader:
     """The reading half of a socket as a :class:`PipeReader` that notes when the server is done."""
 
-    def __init__(self, reader: asyncio.StreamReader) -> None:
-        self._reader = reader
+    def __init__(self, sock: FrameSocket) -> None:
+        self._sock = sock
         self.done = asyncio.Event()
 
     async def readline(self) -> bytes:
-        line = await self._reader.readline()
+        line = await self._sock.readline()
         if not line:
             self.done.set()
         return line
 
     async def readexactly(self, n: int) -> bytes:
         try:
-            return await self._reader.readexactly(n)
+            return await self._sock.readexactly(n)
         except asyncio.IncompleteReadError:
             self.done.set()
             raise
 
     async def read(self, n: int = -1) -> bytes:
-        data = await self._reader.read(n)
+        data = await self._sock.read(n)
         if not data:
             self.done.set()
         return data
@@ -72,19 +71,19 @@ class _SocketReader:
 class _SocketPipe:
     """A connection to the agent's frame stream, shaped like a relay process (:class:`PipeProcess`)."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.stdin = _StreamEnd(writer)
-        self.stdout = _SocketReader(reader)
-        self._writer = writer
+    def __init__(self, sock: FrameSocket) -> None:
+        self.stdin = _StreamEnd(sock)
+        self.stdout = _SocketReader(sock)
+        self._sock = sock
 
     def kill(self) -> None:
-        self._writer.transport.abort()
+        self._sock.abort()
         self.stdout.done.set()
 
     async def wait(self) -> int:
         """Until the server has closed its half (a relay process's exit, for a socket)."""
         await self.stdout.done.wait()
-        self._writer.close()
+        self._sock.close()
         return 0
 
 
@@ -100,7 +99,7 @@ class SocketChannel(StdioChannel):
         self._path = path
         self._on_unavailable = on_unavailable
 
-    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open(self) -> FrameSocket:
         """Connect only to our own agent: the directory and the socket must be ours before the
         connect, the listening process ours after it (another local user may have made the
         state dir first); nothing is written before that.
@@ -111,21 +110,22 @@ class SocketChannel(StdioChannel):
         check_state_dir(self._path.parent)
         if not check_socket(self._path):
             raise FileNotFoundError(f"no agent socket at {self._path}")
-        reader, writer = await asyncio.open_unix_connection(os.fspath(self._path), limit=MAX_RESPONSE)
+        loop = asyncio.get_running_loop()
+        _, sock = await loop.create_unix_connection(lambda: FrameSocket(MAX_RESPONSE), os.fspath(self._path))
         try:
-            check_peer(writer.get_extra_info("socket"), self._path)
+            check_peer(sock.get_extra_info("socket"), self._path)
         except BaseException:
-            writer.transport.abort()
+            sock.abort()
             raise
-        return reader, writer
+        return sock
 
     async def _connect(self) -> PipeProcess:
         try:
-            reader, writer = await self._open()
+            conn = await self._open()
         except OSError:
             await self._on_unavailable()
             try:
-                reader, writer = await self._open()
+                conn = await self._open()
             except OSError as exc:
                 older = await asyncio.to_thread(  # (stats: not on the loop)
                     lambda: not self._path.exists() and (self._path.parent / "agent.sock").exists()
@@ -138,7 +138,7 @@ class SocketChannel(StdioChannel):
                         "stop it (`remote-exec-agent` exits after its idle timeout, or kill its pid) and retry"
                     ) from exc
                 raise ChannelBroken(f"agent stream {self._path}: {exc}") from exc
-        sock = writer.get_extra_info("socket")
+        raw = conn.get_extra_info("socket")
         with contextlib.suppress(OSError, AttributeError):  # big uploads cross in few sends
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
-        return _SocketPipe(reader, writer)
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+        return _SocketPipe(conn)

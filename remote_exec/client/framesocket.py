@@ -1,0 +1,194 @@
+"""The agent's socket read with one copy per byte: a payload goes from the kernel into its own buffer.
+
+asyncio's ``StreamReader`` copies every byte three times on the way to a frame's payload (into
+its buffer, out of it as ``bytes``, and again when the buffer's head is dropped), which held the
+host to about two thirds of what a plain pipe carries. :class:`FrameSocket` is a
+:class:`asyncio.BufferedProtocol`: while a payload is awaited (:meth:`readexactly`), the kernel
+writes straight into the payload's ``bytearray``; lines (a frame's JSON) go through a small
+buffer as before. It offers what :class:`~.channel.PipeReader` and the channel's writer need,
+and nothing else.
+
+Bounds: a line longer than ``limit`` is a :class:`ValueError` (as ``StreamReader``'s); at most
+:data:`HIGH_WATER` bytes are read ahead of the reader, then the socket is paused until it reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+__all__ = ["HIGH_WATER", "FrameSocket"]
+
+CHUNK = 256 * 1024  # the line buffer's size to start with, and what one receive asks for at least
+HIGH_WATER = 1 << 20  # bytes read ahead of the reader before the socket is paused
+
+
+class FrameSocket(asyncio.BufferedProtocol):
+    """One connection: its reading half (``readline``, ``readexactly``, ``read``) and its writing
+    half (``write``, ``drain``, ``write_eof``).
+
+    :param limit: the longest line accepted.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._buf = bytearray(CHUNK)
+        self._start = 0  # the unread bytes are _buf[_start:_end]
+        self._end = 0
+        self._payload: bytearray | None = None  # a readexactly's target, filled by the kernel
+        self._filled = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._eof = False
+        self._error: BaseException | None = None
+        self._read_paused = False
+        self._write_paused = False
+        self._drained: asyncio.Future[None] | None = None
+        self.transport: asyncio.Transport | None = None
+        self.closed = asyncio.Event()
+
+    # -- asyncio.BufferedProtocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._payload is not None:
+            return memoryview(self._payload)[self._filled :]
+        if len(self._buf) - self._end < CHUNK // 4:
+            unread = self._end - self._start
+            if self._start:  # move the unread bytes to the front
+                self._buf[:unread] = self._buf[self._start : self._end]
+                self._start, self._end = 0, unread
+            if len(self._buf) - self._end < CHUNK // 4:
+                self._buf.extend(bytes(len(self._buf)))  # a long line: grow (bounded by readline)
+        return memoryview(self._buf)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._payload is not None:
+            self._filled += nbytes
+            if self._filled >= len(self._payload):
+                self._payload = None  # complete (its reader holds it): what follows is lines again
+        else:
+            self._end += nbytes
+            if self._end - self._start >= HIGH_WATER and self._waiter is None and self.transport is not None:
+                self.transport.pause_reading()  # nobody reads: stop until someone does
+                self._read_paused = True
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return True  # keep our half open: the channel closes it when it is done
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._eof = True
+        self._error = exc
+        self._wake()
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+        self.closed.set()
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._drained is not None and not self._drained.done():
+            self._drained.set_result(None)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        if self._error is not None:
+            raise ConnectionResetError(str(self._error))
+        if self._read_paused and self.transport is not None:
+            self._read_paused = False
+            self.transport.resume_reading()
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    async def readline(self) -> bytes:
+        """One line with its newline; the rest of the stream at EOF (``b""``: nothing left)."""
+        scanned = 0  # bytes past _start known to hold no newline (_start moves when the buffer is compacted)
+        while True:
+            at = self._buf.find(b"\n", self._start + scanned, self._end)
+            if at >= 0:
+                line = bytes(self._buf[self._start : at + 1])
+                self._start = at + 1
+                return line
+            scanned = self._end - self._start
+            if self._end - self._start > self._limit:
+                raise ValueError(f"a line over {self._limit} bytes")
+            if self._eof:
+                rest = bytes(self._buf[self._start : self._end])
+                self._start = self._end
+                return rest
+            await self._wait()
+
+    async def readexactly(self, n: int) -> bytes:
+        """``n`` bytes (a ``bytearray``, the kernel's copy: nothing copies it again).
+
+        :raises asyncio.IncompleteReadError: EOF first.
+        """
+        payload = bytearray(n)
+        have = min(n, self._end - self._start)
+        payload[:have] = self._buf[self._start : self._start + have]
+        self._start += have
+        self._filled = have
+        self._payload = payload if have < n else None
+        try:
+            while self._filled < n:
+                if self._eof:
+                    raise asyncio.IncompleteReadError(bytes(payload[: self._filled]), n)
+                await self._wait()
+        finally:
+            self._payload = None
+        return payload  # type: ignore[return-value]  # (a bytearray reads as bytes)
+
+    async def read(self, n: int = -1) -> bytes:
+        """What is buffered (at most ``n``), waiting for some; ``b""`` at EOF."""
+        while self._end == self._start and not self._eof:
+            await self._wait()
+        stop = self._end if n < 0 else min(self._end, self._start + n)
+        data = bytes(self._buf[self._start : stop])
+        self._start = stop
+        return data
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def write(self, data: bytes) -> None:
+        if self.transport is not None:
+            self.transport.write(data)
+
+    async def drain(self) -> None:
+        """Until the transport takes more (its buffer below the high-water mark)."""
+        if self._error is not None or (self.transport is not None and self.transport.is_closing()):
+            raise ConnectionResetError("the connection is closed")
+        if self._write_paused:
+            self._drained = asyncio.get_running_loop().create_future()
+            await self._drained
+
+    def write_eof(self) -> None:
+        with contextlib.suppress(OSError, RuntimeError):
+            if self.transport is not None and not self.transport.is_closing() and self.transport.can_write_eof():
+                self.transport.write_eof()
+
+    def get_extra_info(self, name: str) -> Any:
+        return None if self.transport is None else self.transport.get_extra_info(name)
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()

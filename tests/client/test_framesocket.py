@@ -1,0 +1,74 @@
+"""The socket channel's reader: frames byte-exact however the bytes are cut, bounds kept."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from remote_exec.client.framesocket import HIGH_WATER, FrameSocket
+from remote_exec.protocol import frames
+
+pytestmark = pytest.mark.anyio
+
+Serve = Callable[[asyncio.StreamWriter], Awaitable[None]]
+
+
+@contextlib.asynccontextmanager
+async def connected(tmp_path: Path, serve: Serve, limit: int = 1 << 20) -> AsyncIterator[FrameSocket]:
+    async def handle(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await serve(writer)
+        writer.close()
+
+    path = os.fspath(tmp_path / "s")
+    server = await asyncio.start_unix_server(handle, path)
+    try:
+        _, sock = await asyncio.get_running_loop().create_unix_connection(lambda: FrameSocket(limit), path)
+        yield sock
+        sock.close()
+    finally:
+        server.close()
+
+
+async def test_frames_come_back_byte_exact_however_the_stream_is_cut(tmp_path: Path) -> None:
+    payloads = [os.urandom(n) for n in (0, 1, 4095, 3 * HIGH_WATER + 7, 100)]
+    stream = b"".join(frames.encode(b'{"n":%d}' % i, p) + b"\n" for i, p in enumerate(payloads)) + b'{"last":1}\n'
+
+    async def serve(writer: asyncio.StreamWriter) -> None:
+        for cut in range(0, len(stream), 65521):  # pieces that split headers, payloads and lines
+            writer.write(stream[cut : cut + 65521])
+            await writer.drain()
+
+    async with connected(tmp_path, serve) as sock:
+        for i, payload in enumerate(payloads):
+            frame = await frames.read_frame(sock, 1 << 30)
+            assert frame is not None and frame.message == b'{"n":%d}' % i
+            assert frame.payload is not None and bytes(frame.payload) == payload
+        last = await frames.read_frame(sock, 1 << 30)
+        assert last == frames.Frame(b'{"last":1}')
+        assert await frames.read_frame(sock, 1 << 30) is None  # EOF
+
+
+async def test_a_line_over_the_limit_is_refused(tmp_path: Path) -> None:
+    async def serve(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"x" * 5000)  # no newline: a line that never ends
+        await writer.drain()
+
+    async with connected(tmp_path, serve, limit=4096) as sock:
+        with pytest.raises(ValueError, match="over 4096 bytes"):
+            await sock.readline()
+
+
+async def test_eof_inside_a_payload_is_an_incomplete_read(tmp_path: Path) -> None:
+    async def serve(writer: asyncio.StreamWriter) -> None:
+        writer.write(frames.payload_header(1000) + b"y" * 600)
+        await writer.drain()
+
+    async with connected(tmp_path, serve) as sock:
+        with pytest.raises(asyncio.IncompleteReadError) as caught:
+            await frames.read_frame(sock, 1 << 20)
+        assert caught.value.partial == b"y" * 600 and caught.value.expected == 1000
