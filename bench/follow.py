@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -54,6 +55,18 @@ async def pipe_throughput(n: int) -> float:
     await proc.wait()
     assert got == _b64_len(n), got
     return got / (time.perf_counter() - t0) / MB
+
+
+async def file_throughput(n: int, where: str) -> float:
+    """The same command with its stdout on a file in ``where`` (the agent's filesystem): what any
+    design that keeps a job's output on disk (so that it outlives the agent) can reach at most."""
+    with tempfile.NamedTemporaryFile(dir=where) as out:
+        t0 = time.perf_counter()
+        proc = await asyncio.create_subprocess_exec(*_command(n), stdout=out)
+        await proc.wait()
+        took = time.perf_counter() - t0
+        assert os.fstat(out.fileno()).st_size == _b64_len(n)
+    return _b64_len(n) / took / MB
 
 
 async def ours_throughput(sb: rx.AsyncSandbox, n: int) -> float:
@@ -169,12 +182,13 @@ async def measure(quick: bool) -> dict[str, Any]:
         for channel in ("socket", "stdio"):
             url = f"local://?dir={state}/agent&channel={channel}"
             async with rx.open_sandbox(url) as sb:
-                ours, pipe = [], []
+                ours, pipe, file = [], [], []
                 await ours_throughput(sb, n // 10)  # warm
                 for _ in range(runs):
                     ours.append(await ours_throughput(sb, n))
                     pipe.append(await pipe_throughput(n))
-                results[f"throughput_{channel}"] = {"ours": ours, "pipe": pipe}
+                    file.append(await file_throughput(n, state))
+                results[f"throughput_{channel}"] = {"ours": ours, "pipe": pipe, "file": file}
                 fb_ours, fb_pipe = [], []
                 for _ in range(5 if quick else 30):
                     fb_ours.append(await ours_first_byte(sb))
@@ -201,7 +215,9 @@ def report(results: dict[str, Any], out: Path) -> None:
         f = results[f"first_byte_{channel}"]
         print(
             f"{channel}: throughput {med(t['ours']):.0f} MB/s vs pipe {med(t['pipe']):.0f} MB/s "
-            f"({100 * med(t['ours']) / med(t['pipe']):.0f} %); first byte {med(f['ours']):.2f} ms "
+            f"({100 * med(t['ours']) / med(t['pipe']):.0f} %), vs the job writing a file alone "
+            f"{med(t['file']):.0f} MB/s ({100 * med(t['ours']) / med(t['file']):.0f} %); "
+            f"first byte {med(f['ours']):.2f} ms "
             f"vs spawn {med(f['pipe']):.2f} ms ({med(f['ours']) / med(f['pipe']):.2f}x)"
         )
     fo = results["fan_out"]
