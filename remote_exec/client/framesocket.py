@@ -43,7 +43,7 @@ class FrameSocket(asyncio.BufferedProtocol):
         self._error: BaseException | None = None
         self._read_paused = False
         self._write_paused = False
-        self._drained: asyncio.Future[None] | None = None
+        self._drains: list[asyncio.Future[None]] = []  # writers waiting for room (several tasks write)
         self.transport: asyncio.Transport | None = None
         self.closed = asyncio.Event()
 
@@ -86,8 +86,7 @@ class FrameSocket(asyncio.BufferedProtocol):
         self._eof = True
         self._error = exc
         self._wake()
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
+        self._release_drains()
         self.closed.set()
 
     def pause_writing(self) -> None:
@@ -95,8 +94,13 @@ class FrameSocket(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
-        if self._drained is not None and not self._drained.done():
-            self._drained.set_result(None)
+        self._release_drains()
+
+    def _release_drains(self) -> None:
+        drains, self._drains = self._drains, []
+        for waiter in drains:
+            if not waiter.done():
+                waiter.set_result(None)
 
     # -- reading -----------------------------------------------------------------------------
 
@@ -174,8 +178,13 @@ class FrameSocket(asyncio.BufferedProtocol):
         if self._error is not None or (self.transport is not None and self.transport.is_closing()):
             raise ConnectionResetError("the connection is closed")
         if self._write_paused:
-            self._drained = asyncio.get_running_loop().create_future()
-            await self._drained
+            waiter = asyncio.get_running_loop().create_future()
+            self._drains.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._drains:  # cancelled: no longer waiting
+                    self._drains.remove(waiter)
 
     def write_eof(self) -> None:
         with contextlib.suppress(OSError, RuntimeError):

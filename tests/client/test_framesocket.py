@@ -72,3 +72,35 @@ async def test_eof_inside_a_payload_is_an_incomplete_read(tmp_path: Path) -> Non
         with pytest.raises(asyncio.IncompleteReadError) as caught:
             await frames.read_frame(sock, 1 << 20)
         assert caught.value.partial == b"y" * 600 and caught.value.expected == 1000
+
+
+async def test_every_writer_waiting_for_room_is_released(tmp_path: Path) -> None:
+    """The heartbeat and a request may both wait for room: neither may be forgotten."""
+    reading = asyncio.Event()
+    got = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal got
+        await reading.wait()  # the client's writes pile up first
+        while chunk := await reader.read(1 << 20):
+            got += len(chunk)
+        writer.close()
+
+    path = os.fspath(tmp_path / "s")
+    server = await asyncio.start_unix_server(handle, path)
+    try:
+        _, sock = await asyncio.get_running_loop().create_unix_connection(lambda: FrameSocket(1 << 20), path)
+        sock.write(b"x" * (32 << 20))  # past the kernel's and the transport's buffers: writing pauses
+        drains = [asyncio.ensure_future(sock.drain()) for _ in range(2)]
+        await asyncio.sleep(0)  # both are waiting (one step of the loop, not a wait for time)
+        assert not any(d.done() for d in drains)
+        reading.set()
+        async with asyncio.timeout(60):
+            await asyncio.gather(*drains)
+        sock.write_eof()
+        async with asyncio.timeout(60):
+            assert await sock.read() == b""  # the server read it all and closed its half
+        sock.close()
+        assert got == 32 << 20
+    finally:
+        server.close()
