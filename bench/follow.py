@@ -99,14 +99,20 @@ async def ours_first_byte(sb: rx.AsyncSandbox) -> float:
     return first
 
 
+async def _gated_job(sb: rx.AsyncSandbox, n: int) -> tuple[rx.ExecRemoteProcess, Path]:
+    """A job that writes ``n`` bytes (base64) once its gate file exists: every reader can be
+    following before the first byte."""
+    gate = Path(tempfile.mkdtemp()) / "go"
+    script = f"while [ ! -e {gate} ]; do sleep 0.01; done; head -c {n} /dev/zero | base64 -w 0"
+    return await sb.exec_remote(["sh", "-c", script], encoding="base64").started(), gate
+
+
 async def fan_out(url: str, followers: int, n: int) -> float:
     """Agent CPU seconds while ``followers`` handles (one connection each) read one job to its end."""
     sandboxes = [await rx.open_sandbox(url) for _ in range(followers)]
     try:
         agent = sandboxes[0].info.pid
-        gate = Path(tempfile.mkdtemp()) / "go"
-        script = f"while [ ! -e {gate} ]; do sleep 0.01; done; head -c {n} /dev/zero | base64 -w 0"
-        job = await sandboxes[0].exec_remote(["sh", "-c", script], encoding="base64").started()
+        job, gate = await _gated_job(sandboxes[0], n)
         assert job.job_id is not None
         handles = [job, *[await sb.attach(job.job_id) for sb in sandboxes[1:]]]
 
@@ -131,9 +137,7 @@ async def fan_out_views(url: str, views: int, n: int) -> float:
     dashboard's, attach's) show one job to its end: they share its :class:`JobFeed`."""
     async with rx.open_sandbox(url) as sb:
         agent = sb.info.pid
-        gate = Path(tempfile.mkdtemp()) / "go"
-        script = f"while [ ! -e {gate} ]; do sleep 0.01; done; head -c {n} /dev/zero | base64 -w 0"
-        job = await sb.exec_remote(["sh", "-c", script], encoding="base64").started()
+        job, gate = await _gated_job(sb, n)
         assert job.job_id is not None
         handles = [job, *[await sb.attach(job.job_id) for _ in range(views - 1)]]
         seen = [0] * views

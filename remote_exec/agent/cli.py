@@ -54,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
             "--buffer-limit",
             type=int,
             default=8 * 1024 * 1024,
-            help="bytes a job's stdin queue (and a port connection's buffer) holds",
+            help="bytes a job's stdin queue holds at most",
         )
         s.add_argument(
             "--memory-budget",

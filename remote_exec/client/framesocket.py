@@ -56,6 +56,9 @@ class FrameSocket(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._payload is not None:
             return memoryview(self._payload)[self._filled :]
+        if self._start == self._end and len(self._buf) > 4 * CHUNK:
+            self._buf = bytearray(CHUNK)  # a long line came and went: give its room back
+            self._start = self._end = 0
         if len(self._buf) - self._end < CHUNK // 4:
             unread = self._end - self._start
             if self._start:  # move the unread bytes to the front

@@ -94,7 +94,7 @@ class ShellOutput:
         files = self.files
         assert files is not None
         run_rec = run_record(run, frame.public, self._stray, files.pos)
-        run_rec["log"] = True  # (older agents kept some runs' output in memory only)
+        run_rec["log"] = True  # always now; an older agent reading this record still looks for it
         run_rec["stdin"] = run.feed is not None
         self.save(run_rec)  # before the line is sent: an agent killed after that finds the run on disk
         self._run_rec = run_rec
