@@ -110,7 +110,7 @@ def params() -> list[Any]:
 
 @pytest.fixture
 async def controller(shell: str, tmp_path: Path) -> AsyncIterator[ShellController]:
-    ctl = ShellController(jobs_in(tmp_path, "adv5"), ShellLimits(ttl=0, argv=("sh", "-i") if shell == "sh" else None))
+    ctl = ShellController(jobs_in(tmp_path), ShellLimits(ttl=0, argv=("sh", "-i") if shell == "sh" else None))
     yield ctl
     await ctl.aclose()
 

@@ -6,6 +6,7 @@ inotify instance is real, so waiting readers are woken as the agent's are.
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
 
 from remote_exec.agent.jobs.controller import JobController
@@ -24,6 +25,9 @@ def job_home(state: Path) -> JobHome:
     return JobHome(root, KeeperLink(state), inotify if inotify.available else None, 1 << 30)
 
 
-def jobs_in(state: Path, instance_id: str = "t") -> JobController:
-    """A job controller whose jobs live under ``state``."""
-    return JobController(instance_id, home=job_home(state))
+def jobs_in(state: Path) -> JobController:
+    """A job controller whose jobs live under ``state``, with an instance id of its own: its
+    jobs' processes carry it as their marker, and a controller's shutdown kills every process
+    whose marker starts with it, so a shared id would kill another test's jobs (on another
+    xdist worker, too)."""
+    return JobController(secrets.token_hex(4), home=job_home(state))

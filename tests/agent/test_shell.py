@@ -128,7 +128,7 @@ def test_scripts_quote_the_command_and_never_spell_a_sentinel() -> None:
 
 @pytest.fixture
 async def ctl(tmp_path: Path) -> AsyncIterator[ShellController]:
-    controller = ShellController(jobs_in(tmp_path, "feedf00d"), ShellLimits(ttl=0))
+    controller = ShellController(jobs_in(tmp_path), ShellLimits(ttl=0))
     yield controller
     await controller.aclose()
 
@@ -224,7 +224,7 @@ async def test_an_interrupted_run_that_ends_late_never_leaks_into_the_next_runs(
 
 
 async def test_a_long_session_keeps_only_its_recent_runs(tmp_path: Path) -> None:
-    ctl = ShellController(jobs_in(tmp_path, "feedf00d"), ShellLimits(ttl=0, retain_runs=2))
+    ctl = ShellController(jobs_in(tmp_path), ShellLimits(ttl=0, retain_runs=2))
     try:
         sid = (await ctl.open(ShellOpenParams())).session_id
         ids = []
@@ -251,7 +251,7 @@ async def test_one_run_at_a_time_and_retries_are_idempotent(ctl: ShellController
 
 async def test_idle_sessions_expire_and_busy_ones_do_not(tmp_path: Path) -> None:
     now = [1000.0]  # a fake monotonic clock: the TTL passes when the test says so
-    ctl = ShellController(jobs_in(tmp_path, "feedf00d"), ShellLimits(ttl=30), clock=lambda: now[0])
+    ctl = ShellController(jobs_in(tmp_path), ShellLimits(ttl=30), clock=lambda: now[0])
     try:
         idle = (await ctl.open(ShellOpenParams())).session_id
         busy = (await ctl.open(ShellOpenParams())).session_id
@@ -281,7 +281,7 @@ async def test_idle_sessions_expire_and_busy_ones_do_not(tmp_path: Path) -> None
 
 @pytest.mark.skipif(shutil.which("dash") is None and not os.path.exists("/bin/sh"), reason="no POSIX sh")
 async def test_falls_back_to_sh(tmp_path: Path) -> None:
-    ctl = ShellController(jobs_in(tmp_path, "feedf00d"), ShellLimits(ttl=0, argv=("sh", "-i")))
+    ctl = ShellController(jobs_in(tmp_path), ShellLimits(ttl=0, argv=("sh", "-i")))
     try:
         sid = (await ctl.open(ShellOpenParams())).session_id
         assert await run(ctl, sid, "cd /tmp; X=1; f() { echo f$X; }") == ("completed", 0, "", "")
