@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 import termios
+import time
 from pathlib import Path
 
 import pexpect
 
 from remote_exec.agent.jobs.proctable import group_members
 
-from .conftest import run_cli
+from .conftest import run_cli, wait_for
 
 TIMEOUT = 60  # generous: the machine is shared; an event that comes costs nothing
 
@@ -127,6 +129,28 @@ def test_logs_tail_counts_lines_by_name(fresh_agent_dir: Path) -> None:
     assert short.returncode == 0
     assert run_cli("-s", sb, "logs", "-n", "1", "short").stdout == "b"
     assert run_cli("-s", sb, "logs", "-n", "5", "short").stdout == "a\nb"
+
+
+def test_logs_since_a_time_and_follow_from_there(fresh_agent_dir: Path, tmp_path: Path) -> None:
+    sb = f"local://?dir={fresh_agent_dir}"
+    go = tmp_path / "go"
+    script = f"echo early; while [ ! -e {go} ]; do sleep 0.05; done; echo late; while :; do sleep 1; done"
+    run_cli("-s", sb, "run", "-d", "--name", "phases", "--", "sh", "-c", script)
+    wait_for(lambda: run_cli("-s", sb, "logs", "phases").stdout == "early\n")  # read: the agent noted when
+    since = time.time()
+    go.touch()  # everything written from here on is written after `since`
+    wait_for(lambda: run_cli("-s", sb, "logs", "phases").stdout == "early\nlate\n")
+    assert run_cli("-s", sb, "logs", "--since", f"{since:.3f}", "phases").stdout == "late\n"
+    assert run_cli("-s", sb, "logs", "--since", "1h", "phases").stdout == "early\nlate\n"
+    bad = run_cli("-s", sb, "logs", "--since", "yesterday", "phases")
+    assert bad.returncode != 0 and len(bad.stderr.splitlines()) == 1 and "--since" in bad.stderr
+    # -f from the time on: what it had written since, then pushed output until its end
+    argv = [sys.executable, "-m", "remote_exec.cli", "-s", sb, "logs", "-f", "--since", f"{since:.3f}", "phases"]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as follow:
+        assert follow.stdout is not None and follow.stdout.readline() == "late\n"
+        assert run_cli("-s", sb, "kill", "phases", "--grace", "0").returncode == 0
+        out, err = follow.communicate(timeout=TIMEOUT)
+    assert (follow.returncode, out) == (0, "") and "killed, exit -15" in err
 
 
 def test_kill_wait_by_name_say_what_happened(fresh_agent_dir: Path) -> None:

@@ -189,19 +189,29 @@ class Sandbox(BlockingSandboxFiles):
         """Running and retained jobs in this sandbox, started by any client."""
         return self._call(self.async_sandbox.jobs)
 
-    def attach(self, job_id: str, options: ExecRemoteOptions | None = None) -> BlockingExecRemoteProcess:
-        """A handle on a job started elsewhere; iterating replays retained output, then follows.
+    def attach(
+        self, job_id: str, options: ExecRemoteOptions | None = None, *, offsets: tuple[int, int] | None = None
+    ) -> BlockingExecRemoteProcess:
+        """A handle on a job started elsewhere; iterating replays retained output (or goes on
+        from ``offsets``), then follows (see the async twin).
 
         :raises JobNotFoundError: no such job.
         """
-        proc = self._call(self.async_sandbox.attach, job_id, options)
+        proc = self._call(functools.partial(self.async_sandbox.attach, offsets=offsets), job_id, options)
         return BlockingExecRemoteProcess(self._portal, proc, sandbox=self.async_sandbox)
 
     def read_output(
-        self, job_id: str, stream: Stream = "stdout", *, offset: int = 0, max_bytes: int = READ_BYTES
+        self,
+        job_id: str,
+        stream: Stream = "stdout",
+        *,
+        offset: int = 0,
+        max_bytes: int = READ_BYTES,
+        since: float | None = None,
     ) -> OutputSlice:
-        """Up to ``max_bytes`` of a job's ``stream`` from byte ``offset`` (see the async twin)."""
-        read = functools.partial(self.async_sandbox.read_output, offset=offset, max_bytes=max_bytes)
+        """Up to ``max_bytes`` of a job's ``stream`` from byte ``offset``, or from wall time
+        ``since`` (see the async twin)."""
+        read = functools.partial(self.async_sandbox.read_output, offset=offset, max_bytes=max_bytes, since=since)
         return self._call(read, job_id, stream)
 
     def tail_output(self, job_id: str, n_bytes: int, stream: Stream = "stdout") -> OutputSlice:

@@ -59,8 +59,11 @@ async def read_output(
     offset: int = 0,
     max_bytes: int = DEFAULT_MAX_BYTES,
     tail: int | None = None,
+    since: float | None = None,
 ) -> OutputSlice:
-    """Read ``stream`` of ``job_id`` from ``offset`` (at most ``max_bytes``), or its last ``tail`` bytes.
+    """Read ``stream`` of ``job_id`` from ``offset`` (at most ``max_bytes``), or its last ``tail``
+    bytes, or from where the bytes written at or after wall time ``since`` begin (to the second:
+    the agent looks at a running job's logs once a second, so up to a second's bytes more).
 
     Cancelling abandons the read; nothing on the agent changes.
 
@@ -68,12 +71,12 @@ async def read_output(
     :raises InvalidParamsError: ``offset`` is past the end of the stream.
     :raises ProtocolError: the agent answered with bytes or an offset that were not asked for.
     """
-    params = ReadParams(job_id=job_id, stream=stream, offset=offset, max_bytes=max_bytes, tail=tail)
+    params = ReadParams(job_id=job_id, stream=stream, offset=offset, max_bytes=max_bytes, tail=tail, since=since)
     limit = max_bytes if tail is None else min(tail, max_bytes)
     r, payload = await rpc.call_with_payload(Method.EXEC_REMOTE_READ, params, ReadResult, max_payload=limit)
     data = b"" if payload is None else bytes(payload)
     end = r.offset + len(data)
-    if tail is None and r.offset != offset + r.dropped:
+    if tail is None and since is None and r.offset != offset + r.dropped:
         raise ProtocolError(f"job {job_id}: asked {stream} at {offset}, the agent answered at {r.offset}")
     if tail is not None and (r.dropped or end != r.size):
         raise ProtocolError(f"job {job_id}: the {stream} tail [{r.offset}, {end}) does not end the stream ({r.size})")

@@ -581,10 +581,21 @@ def starting(
     return proc
 
 
-def attached(rpc: RpcClient, info: JobInfo, options: ExecRemoteOptions, margin: float) -> ExecRemoteProcess:
-    """A handle on the running or retained job ``info`` that someone else started."""
+def attached(
+    rpc: RpcClient,
+    info: JobInfo,
+    options: ExecRemoteOptions,
+    margin: float,
+    offsets: tuple[int, int] | None = None,
+) -> ExecRemoteProcess:
+    """A handle on the running or retained job ``info`` that someone else started, following
+    from ``offsets`` (stdout's, stderr's) or from the start."""
+    if offsets is not None and min(offsets) < 0:
+        raise ValueError(f"offsets are byte cursors >= 0, not {offsets}")
     proc = ExecRemoteProcess(rpc, options, response_margin=margin)
     proc._job_id, proc._pid = info.job_id, info.pid
+    if offsets is not None:
+        proc._offsets = list(offsets)
     proc.info = info
     # Our writes continue where the job's stdin is; at a terminal, a new typist's own bytes at 0.
     proc._stdin_offset = 0 if options.tty else info.stdin_bytes

@@ -227,10 +227,15 @@ class AsyncSandbox(SandboxFiles):
                 raise ProtocolError(f"{self.url}: a job listing that does not end ({len(jobs)} jobs so far)")
             after = page.next
 
-    async def attach(self, job_id: str, options: ExecRemoteOptions | None = None) -> ExecRemoteProcess:
+    async def attach(
+        self, job_id: str, options: ExecRemoteOptions | None = None, *, offsets: tuple[int, int] | None = None
+    ) -> ExecRemoteProcess:
         """A handle on a job started elsewhere (another client, a previous kernel).
 
-        Iterating it replays what the agent still retains from the start, then follows live.
+        Iterating it replays what the agent still retains from the start, then follows live;
+        with ``offsets`` (stdout's, stderr's: byte cursors, e.g. the ends of what
+        :meth:`read_output` gave) it goes on from there instead. Its output is text as the job's
+        encoding says, or bytes when ``options`` ask ``encoding="base64"``.
         Cancelling ``attach()`` leaves the job as it was (it only reads the job list).
 
         :raises JobNotFoundError: no such job (or it was released / expired).
@@ -240,19 +245,27 @@ class AsyncSandbox(SandboxFiles):
         for info in await self.jobs():
             if info.job_id == job_id:
                 size = None if info.tty_size is None else (info.tty_size.cols, info.tty_size.rows)
-                opts = (options or ExecRemoteOptions()).merged(
-                    {"encoding": info.encoding, "tty": info.tty, "tty_size": size}
-                )
+                encoding = "base64" if options is not None and options.encoding == "base64" else info.encoding
+                facts: OptionOverrides = {"encoding": encoding, "tty": info.tty, "tty_size": size}
+                opts = (options or ExecRemoteOptions()).merged(facts)
                 # Not tracked: closing this sandbox leaves a job it did not start alone.
-                return attached(self._core.rpc, info, opts, self._core.response_margin)
+                return attached(self._core.rpc, info, opts, self._core.response_margin, offsets)
         raise JobNotFoundError(f"no job {job_id} in {self.url}", job_id=job_id)
 
     # -- logs and retention (see client/logs.py) -------------------------------------------
 
     async def read_output(
-        self, job_id: str, stream: Stream = "stdout", *, offset: int = 0, max_bytes: int = DEFAULT_MAX_BYTES
+        self,
+        job_id: str,
+        stream: Stream = "stdout",
+        *,
+        offset: int = 0,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        since: float | None = None,
     ) -> OutputSlice:
-        """Up to ``max_bytes`` of a job's ``stream`` from byte ``offset``, moving no cursor.
+        """Up to ``max_bytes`` of a job's ``stream`` from byte ``offset``, moving no cursor; with
+        ``since`` (a wall-clock time, as :func:`time.time`), from where the bytes written at or
+        after it begin instead (to the second: up to a second's bytes before it come too).
 
         Cancelling abandons the read.
 
@@ -260,7 +273,8 @@ class AsyncSandbox(SandboxFiles):
         :raises InvalidParamsError: ``job_id`` is not of the job id form (no job has it).
         :raises InvalidParamsError: ``offset`` is past the end of the stream.
         """
-        return await read_output(self._core.rpc, asked_job_id(job_id), stream, offset=offset, max_bytes=max_bytes)
+        job_id = asked_job_id(job_id)
+        return await read_output(self._core.rpc, job_id, stream, offset=offset, max_bytes=max_bytes, since=since)
 
     async def tail_output(self, job_id: str, n_bytes: int, stream: Stream = "stdout") -> OutputSlice:
         """The last ``n_bytes`` (at most 64 MiB) of a job's ``stream``. Cancelling abandons the read.

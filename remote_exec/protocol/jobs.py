@@ -177,13 +177,16 @@ class PollResult(WireModel):
 
 class ReadParams(WireModel):
     """Params of ``exec_remote_read``: up to ``max_bytes`` of one stream from ``offset``, or, with
-    ``tail``, its last ``tail`` bytes (``offset`` is then ignored). It answers at once (no wait)
-    and moves no cursor: any number of readers may read a job's log at any offset."""
+    ``tail``, its last ``tail`` bytes, or, with ``since`` (wall-clock seconds since the epoch),
+    from where the bytes written at or after that time begin, to the second (``offset`` is then
+    ignored; ``tail`` and ``since`` exclude each other). It answers at once (no wait) and moves
+    no cursor: any number of readers may read a job's log at any offset."""
 
     job_id: JobId
     stream: Literal["stdout", "stderr"] = "stdout"
     offset: Offset = 0
     tail: Annotated[int, Field(ge=0, le=64 * 1024 * 1024)] | None = None
+    since: Annotated[float, Field(ge=0, allow_inf_nan=False)] | None = None
     max_bytes: Annotated[int, Field(ge=1, le=64 * 1024 * 1024)] = DEFAULT_MAX_BYTES
 
 

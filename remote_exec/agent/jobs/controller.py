@@ -191,13 +191,18 @@ class JobController(JobRegistry):
         return Empty()
 
     async def read(self, p: ReadParams) -> WithPayload:
-        """Bytes of one stream at an offset (or its tail), as the payload; moves no cursor."""
+        """Bytes of one stream at an offset (its tail, or from a time), as the payload; moves no cursor."""
         job = await self.held(p.job_id)
         stream = job.streams[1 if p.stream == "stdout" else 2]
         size = stream.end
+        if p.tail is not None and p.since is not None:
+            raise InvalidParamsError("tail and since exclude each other", data={"job_id": p.job_id})
         if p.tail is not None:
             n = min(p.tail, p.max_bytes)
             offset = max(0, size - n)
+        elif p.since is not None:  # the index is the job's file: its answer is clamped to the stream
+            at = 0 if stream.times is None else stream.times.offset_at(p.since)
+            n, offset = p.max_bytes, min(max(at, 0), size)
         else:
             n, offset = p.max_bytes, p.offset
         try:

@@ -71,7 +71,7 @@ class DiskJob(Job):
         self.home = home
         self.dir = home.root / (mark or job_id)
         cap = params.output_cap or home.cap
-        logs = {1: LogFile(os.fspath(self.dir / "stdout"), cap), 2: LogFile(os.fspath(self.dir / "stderr"), cap)}
+        logs = {fd: LogFile(os.fspath(self.dir / name), cap, timed=True) for fd, name in ((1, "stdout"), (2, "stderr"))}
         for stream in logs.values():
             stream.charge_to(home.logs)
         super().__init__(job_id, params, buffer_limit, on_done, logs, mark)

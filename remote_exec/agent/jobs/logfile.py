@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from ..buffer import Slice, utf8_safe_end
 from ..holepunch import BLOCK, data_start, punch_head
+from .timeindex import TimeIndex
 
 if TYPE_CHECKING:
     from .logbudget import LogBudget
@@ -70,9 +71,10 @@ class LogFile:
         "mtime",
         "path",
         "shift",
+        "times",
     )
 
-    def __init__(self, path: str, cap: int) -> None:
+    def __init__(self, path: str, cap: int, *, timed: bool = False) -> None:
         self.path = path
         self.cap = cap
         self.eof = False  # set when the job ended (the leader exited)
@@ -84,6 +86,8 @@ class LogFile:
         self.shift = 0  # the stream offset of the file's byte 0: moved by a truncation
         self.cuts: list[tuple[int, int]] = []  # stream ranges truncations took (the last MAX_CUTS)
         self.base = self._find_base()
+        # When its bytes were written, to the second (``logs --since``): a job's own logs only.
+        self.times = TimeIndex(path + ".times") if timed else None
 
     @property
     def held(self) -> int:
@@ -140,8 +144,11 @@ class LogFile:
                 self.mtime = st.st_mtime if size and 0 <= st.st_mtime < 1e11 else None
                 if size < self._size:
                     self._truncated(st)
+            grew = size > self._size
             if size != self._size or st.st_blocks * 512 != self._alloc:
                 self._moved(size, self.base, st)
+            if grew and self.times is not None:
+                self.times.note(self.shift + size)
         return self.shift + self._size
 
     def _truncated(self, st: os.stat_result) -> None:

@@ -84,7 +84,7 @@ class RunLog:
                 self.close()
                 raise OSError(errno.EPERM, str(exc)) from None
         for fd, name in ((1, "stdout"), (2, "stderr")):
-            self.files[fd] = LogFile(os.fspath(self.dir / name), self.cap)
+            self.files[fd] = LogFile(os.fspath(self.dir / name), self.cap, timed=True)
             self.files[fd].charge_to(self._home.logs)
         if spare is None and not create:  # the bytes an earlier agent wrote are re-derived: skip them
             self.skip = {fd: self.files[fd].end for fd in (1, 2)}
