@@ -54,6 +54,7 @@ __all__ = ["ServerConfig", "build_app", "serve"]
 log = logging.getLogger("remote_exec.agent")
 MAX_REQUEST = 96 * 1024 * 1024  # a 64 MiB stdin write, base64'd, plus the envelope
 SHUTDOWN_TIMEOUT = 2.0
+KEEPER_TELL_TIMEOUT = 2.0  # for telling the keeper we leave (it may be frozen: we leave anyway)
 WRITE_JOURNAL = "writes"  # in the state dir: one entry per open write (see files/journal.py)
 CAPABILITIES = ["exec_remote", "long_poll", "base64", "stdin_offset", "idempotent_start", "shell", "payload", "ports"]
 CAPABILITIES += ["files", "ping", "stats", "durable_jobs", "tty", "job_policy", "job_stats_many"]
@@ -335,6 +336,11 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> bool:
         await stop.wait()
     finally:
         idle.cancel()
+        # The keeper first: a ``start`` it gets from now on waits for our successor instead of
+        # being told that we are ready while our sockets go away.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(KEEPER_TELL_TIMEOUT):
+                await app[KEEPER].request({"op": "leaving"})
         streams.close()
         for path in (sock, stream_sock):
             with contextlib.suppress(OSError):

@@ -79,6 +79,7 @@ async def test_a_stranger_gets_nothing_from_the_keeper(fresh_agent_dir: Path, ad
                 ("cpu: the orphans' CPU ledger", {"op": "cpu", "keys": []}, None),
                 ("leads: the ledger of job leaders", {"op": "leads"}, None),
                 ("lead: plant a leader in the ledger", {"op": "lead", "key": "x-1", "pid": os.getpid()}, None),
+                ("leaving: hold every start until the agent exits", {"op": "leaving"}, None),
             ]
             for case, req, fd in cases:
                 answer, fds = await anyio.to_thread.run_sync(ask, d, req, fd)

@@ -33,7 +33,7 @@ from ..procfacts import proc_parent, proc_starttime
 
 __all__ = ["AGENT_OPS", "Leaders", "peer_of"]
 
-AGENT_OPS = frozenset({"exit", "cpu", "exits", "hold", "fd", "drop", "lead", "leads"})
+AGENT_OPS = frozenset({"exit", "cpu", "exits", "hold", "fd", "drop", "lead", "leads", "leaving"})
 MAX_LEADERS = 65536  # jobs a keeper remembers at most (an agent runs 4 096 at once by default)
 
 

@@ -131,7 +131,11 @@ class Control:
         elif op == "hello":
             send(conn, self._hello())
         elif op == "start":
+            self._reaper.reap()  # an agent that died since the last SIGCHLD is not "ready"
             self._agent.start(conn, req.get("argv"))
+        elif op == "leaving":
+            self._agent.leaving()
+            send(conn, {"ok": True})
         elif op == "exit":
             send(conn, {"exit": self._reaper.exit_of(req.get("pid"), req.get("start"))})
         elif op == "cpu":

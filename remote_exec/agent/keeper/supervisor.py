@@ -50,6 +50,7 @@ class Supervisor:
         self.ready_pipe: int | None = None
         self.quick_deaths = 0
         self.stopping = False
+        self.terminating = False  # the keeper was told to end (SIGTERM): no successor, whoever asks
         self.restart_at: float | None = None
         self.waiting: list[Any] = []  # ``start`` requests answered once the agent is ready
         self._sel = sel
@@ -87,8 +88,15 @@ class Supervisor:
         self.ready_pipe = read_fd
         self._sel.register(read_fd, selectors.EVENT_READ, "ready")
 
+    def leaving(self) -> None:
+        """The agent stops serving (a handover, a shutdown): from now on a ``start`` waits for
+        its exit and then a new agent, instead of being told "ready" by one whose sockets are
+        going away (the ``ensure`` that asked then found no socket to connect to)."""
+        self.ready = False
+
     def start(self, conn: Any, argv: object) -> None:
-        """A ``start`` request: answered now if an agent is ready, else once the one it starts is."""
+        """A ``start`` request: answered now if an agent is ready, else once the one it starts
+        is (or, while one is leaving, the one started after its exit)."""
         if not self.pid and isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv):
             self.argv = argv  # not while one runs: its restart after a crash is its own argv
         if self.pid and self.ready:
@@ -133,7 +141,14 @@ class Supervisor:
         if self.ready_pipe is not None:
             self.on_ready_pipe()  # its EOF: answers the waiters with the failure
         code = how.get("code")
-        if code in (0, -signal.SIGTERM, -signal.SIGINT):
+        if self.waiting and not self.terminating:
+            # ``start`` came while it was leaving (a handover, an idle exit): whatever it left
+            # for, its successor is wanted now.
+            self.stopping = False
+            self.restart_at = None
+            self.quick_deaths = 0
+            self.spawn()
+        elif code in (0, -signal.SIGTERM, -signal.SIGINT):
             # An explicit shutdown (or idle exit): everything ends, nothing is restarted. A
             # SIGTERM that arrived before the agent installed its handler killed it outright:
             # still a request to stop, not a crash to recover from.
@@ -155,6 +170,7 @@ class Supervisor:
     def terminate(self) -> None:
         """A SIGTERM for the keeper: passed on to the agent (which ends its jobs and exits 0),
         or, with no agent, the shutdown itself."""
+        self.terminating = True
         if self.pid:
             with contextlib.suppress(OSError):
                 os.kill(self.pid, signal.SIGTERM)
