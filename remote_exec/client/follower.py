@@ -46,6 +46,9 @@ class Follower:
     :param params: the next call's params (the handle's cursors, hits and chunk size now).
     :param apply: applies one push to the handle (raises :class:`ProtocolError` for a lie).
     :param ended: whether the handle has read the job's end.
+    :param backlog: the bytes its pushes brought that its consumer has not taken yet: a call
+        that ended at its budget is followed at once by the next while they are under one
+        budget (no round trip's pause in a fast stream; at most two budgets held).
     """
 
     def __init__(
@@ -56,8 +59,10 @@ class Follower:
         apply: Callable[[Push, memoryview | None], None],
         ended: Callable[[], bool],
         timeout: float,
+        backlog: Callable[[], int] = lambda: 0,
     ) -> None:
         self._rpc = rpc
+        self._backlog = backlog
         self._job_id = job_id
         self._params = params
         self._apply = apply
@@ -76,9 +81,15 @@ class Follower:
             self._task = None  # its budget or quiet wait ended it: a prefetch starts the next
         if self._task is None and not self._ended():
             self._task = asyncio.get_running_loop().create_task(self._follow())
-            # Seen here, kept for more(): a handle whose consumer stopped reading must not leave
-            # "Task exception was never retrieved" behind when its last call fails (a closed sandbox).
-            self._task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            self._task.add_done_callback(self._call_ended)
+
+    def _call_ended(self, task: asyncio.Task[None]) -> None:
+        # Seen here, kept for more(): a handle whose consumer stopped reading must not leave
+        # "Task exception was never retrieved" behind when its last call fails (a closed sandbox).
+        if task.cancelled() or task.exception() is not None:
+            return
+        if self._task is task and self._backlog() < FOLLOW_BUDGET:
+            self.start()  # it ended at its budget or a quiet wait: the next goes on at once
 
     async def more(self, queued: Callable[[], bool]) -> None:
         """Return once ``queued()`` (a push brought events) or the call under way ended; a call
@@ -100,7 +111,8 @@ class Follower:
             finally:
                 self._arrival = None
         if task is not None and task.done():
-            self._task = None
+            if self._task is task:  # (not the next one, which its end may have started)
+                self._task = None
             failure = None if task.cancelled() else task.exception()
             if failure is not None:
                 if queued():

@@ -162,10 +162,17 @@ class FrameSocket(asyncio.BufferedProtocol):
         return payload  # type: ignore[return-value]  # (a bytearray reads as bytes)
 
     async def read(self, n: int = -1) -> bytes:
-        """What is buffered (at most ``n``), waiting for some; ``b""`` at EOF."""
+        """What is buffered (at most ``n``), waiting for some; ``b""`` at EOF. ``n < 0``: all
+        of it up to EOF, as ``StreamReader.read`` (a check's whole answer; bounded by the
+        caller's process, not by this reader)."""
+        if n < 0:
+            parts = []
+            while chunk := await self.read(CHUNK):
+                parts.append(chunk)
+            return b"".join(parts)
         while self._end == self._start and not self._eof:
             await self._wait()
-        stop = self._end if n < 0 else min(self._end, self._start + n)
+        stop = min(self._end, self._start + n)
         data = bytes(self._buf[self._start : stop])
         self._start = stop
         return data

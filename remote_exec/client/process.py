@@ -87,6 +87,7 @@ class ExecRemoteProcess:
         empty = b"" if options.encoding == "base64" else ""
         self._tails = (Tail(options.output_limit, empty), Tail(options.output_limit, empty))
         self._queue: deque[ExecRemoteEvent] = deque()
+        self._queued = 0  # bytes (or characters) of the chunks in _queue
         self._final: PollResult | None = None
         self._timeout_error: ExecTimeoutError | None = None
         self._killed = False
@@ -180,7 +181,10 @@ class ExecRemoteProcess:
             if self._queue:
                 if len(self._queue) == 1 and self._follower is not None:
                     self._follower.start()  # the last one waiting: ask for more while it is used
-                return self._queue.popleft()
+                ev = self._queue.popleft()
+                if isinstance(ev, StdoutChunk | StderrChunk):
+                    self._queued -= len(ev.data)
+                return ev
             if self._timeout_error is not None:
                 err, self._timeout_error = self._timeout_error, None
                 self._ended = True
@@ -207,6 +211,7 @@ class ExecRemoteProcess:
                 self._apply,
                 lambda: self._final is not None,
                 self.options.poll_interval + self._margin,
+                lambda: self._queued,
             )
         await self._follower.more(lambda: bool(self._queue))
 
@@ -288,6 +293,7 @@ class ExecRemoteProcess:
             data: str | bytes = bytes(piece) if b64 else str(piece, "utf-8", "replace")
             tail.add(data)
             self._queue.append(event(data))
+            self._queued += len(data)
         self._offsets = [r.stdout_offset, r.stderr_offset]
         if r.hits > self._hits:  # a poll may bring hits without output: no event says so
             self._hits = r.hits
@@ -435,6 +441,7 @@ class ExecRemoteProcess:
                 return
             self._killed = True
             self._queue.clear()
+            self._queued = 0
             if self._follower is not None:
                 self._follower.cancel()
             self._kill_task = asyncio.get_running_loop().create_task(self._do_kill(grace))

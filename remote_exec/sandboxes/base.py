@@ -21,28 +21,28 @@ from ..client.channel import MAX_RESPONSE, Channel, PipeProcess, StdioChannel
 from ..client.transport import SandboxTransport
 from ..errors import AgentUnavailableError, SandboxError
 from ..protocol import PROTOCOL_VERSION
-from ..protocol.pipes import widen_pipe
+from .hostproc import spawn_host
 from .inject import inject_agent
 
-__all__ = ["ExecTransport", "spawn_local"]
+__all__ = ["ExecTransport", "spawn_checked", "spawn_local"]
 
 
-async def spawn_local(argv: Sequence[str], *, stderr_to_devnull: bool = True) -> asyncio.subprocess.Process:
-    """Start a host process (``docker exec ...``, ``nsenter ...``) with stdin/stdout pipes."""
-    proc = await asyncio.create_subprocess_exec(
+async def spawn_local(argv: Sequence[str]) -> PipeProcess:
+    """Start a host process (``docker exec ...``, ``nsenter ...``) with a stdin pipe and its
+    stdout read with one copy (see :mod:`.hostproc`); stderr discarded."""
+    return await spawn_host(argv)
+
+
+async def spawn_checked(argv: Sequence[str]) -> asyncio.subprocess.Process:
+    """Start a host process whose stdout and stderr are read whole (a check's words)."""
+    return await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL if stderr_to_devnull else asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         limit=MAX_RESPONSE,
-        start_new_session=True,  # a Ctrl-C meant for the host must not hit the channel process
+        start_new_session=True,
     )
-    out = proc.stdout._transport if proc.stdout is not None else None  # type: ignore[attr-defined]
-    for transport in (out, proc.stdin.transport if proc.stdin is not None else None):
-        pipe = transport.get_extra_info("pipe") if transport is not None else None
-        if pipe is not None:  # 1 MiB: big messages cross in few wakeups
-            widen_pipe(pipe)
-    return proc
 
 
 class ExecTransport(SandboxTransport):

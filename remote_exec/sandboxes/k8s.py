@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 from ..client.channel import Channel, PipeProcess
 from ..errors import SandboxError
-from .base import ExecTransport, spawn_local
+from .base import ExecTransport, spawn_checked, spawn_local
 from .hostcli import InjectMode, common_options, map_cli_errors, parse_query
 
 __all__ = ["K8sTransport"]
@@ -119,7 +119,7 @@ class K8sTransport(ExecTransport):
         :raises SandboxError: kubectl failed (no such pod or container, no access, no cluster).
         """
         with map_cli_errors(self.kubectl):
-            proc = await spawn_local(self.exec_argv(["true"]), stderr_to_devnull=False)
+            proc = await spawn_checked(self.exec_argv(["true"]))
         try:
             async with asyncio.timeout(120):
                 _, err = await proc.communicate()

@@ -31,13 +31,14 @@ from typing import Literal
 from urllib.parse import quote, urlsplit
 
 from ..client.callchannel import CallChannel
-from ..client.channel import MAX_RESPONSE, Channel, StdioChannel
+from ..client.channel import Channel, PipeProcess, StdioChannel
 from ..client.socketchannel import SocketChannel
 from ..client.transport import SandboxTransport
 from ..errors import AgentUnavailableError, SandboxError, error_from_wire
 from ..protocol import STREAM_SOCKET
 from ..protocol.ownership import check_peer, check_socket, check_state_dir
 from .hostcli import parse_query
+from .hostproc import spawn_host
 from .localenv import agent_environment
 from .localscope import Scope, scope_dir, secure_parent
 
@@ -185,15 +186,8 @@ class LocalTransport(SandboxTransport):
                 f"cannot start the local agent: {(err or out).decode(errors='replace').strip()}"
             )
 
-    async def _spawn(self, subcommand: str) -> asyncio.subprocess.Process:
-        return await asyncio.create_subprocess_exec(
-            *self.agent_argv(subcommand),
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.DEVNULL,
-            limit=MAX_RESPONSE,
-            env=agent_environment(os.environ),
-        )
+    async def _spawn(self, subcommand: str) -> PipeProcess:
+        return await spawn_host(self.agent_argv(subcommand), env=agent_environment(os.environ))
 
     async def open_channel(self) -> Channel:
         await self.ensure_agent()

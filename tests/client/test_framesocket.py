@@ -104,3 +104,32 @@ async def test_every_writer_waiting_for_room_is_released(tmp_path: Path) -> None
         assert got == 32 << 20
     finally:
         server.close()
+
+
+async def test_read_without_a_size_reads_to_eof(tmp_path: Path) -> None:
+    """As ``StreamReader.read()``: a probe's whole answer, however it arrives (it once gave the
+    first piece only, and a podman probe's answer was cut)."""
+    body = os.urandom(3 * HIGH_WATER + 11)
+
+    async def serve(writer: asyncio.StreamWriter) -> None:
+        for cut in range(0, len(body), 100_003):
+            writer.write(body[cut : cut + 100_003])
+            await writer.drain()
+
+    async with connected(tmp_path, serve) as sock:
+        assert await sock.read() == body
+        assert await sock.read() == b""
+
+
+async def test_a_host_process_stdout_is_a_socket_read_to_its_end() -> None:
+    """The channels' host processes (``docker exec``...): their stdout is a socket read by this
+    reader; every byte arrives, then EOF, and the exit status."""
+    from remote_exec.sandboxes.hostproc import spawn_host
+
+    script = "[ -S /proc/self/fd/1 ] && echo socket; head -c 5000000 /dev/zero | tr '\\0' x; cat; exit 3"
+    proc = await spawn_host(["sh", "-c", script])
+    assert proc.stdin is not None
+    proc.stdin.write(b"through stdin\n")
+    proc.stdin.close()
+    assert await proc.stdout.read() == b"socket\n" + b"x" * 5_000_000 + b"through stdin\n"
+    assert await proc.wait() == 3
