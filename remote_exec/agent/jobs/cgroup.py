@@ -192,6 +192,10 @@ class JobCgroup:
     def __init__(self, dirs: dict[str, str]) -> None:
         self.dirs = dirs
 
+    def procs_files(self) -> list[str]:
+        """Each hierarchy's ``cgroup.procs`` of the job (for :func:`~.spawn.trampoline`)."""
+        return [os.path.join(d, "cgroup.procs") for d in self.dirs.values()]
+
     def join_fds(self) -> list[int]:
         """Write ends of each ``cgroup.procs`` for the leader to join with (see :func:`join`);
         opened here, before the fork, with the agent's rights. The caller closes them."""
@@ -301,7 +305,8 @@ def join(fds: list[int]) -> None:
 def joining(cgroup: JobCgroup | None, popen_kwargs: dict[str, object]) -> list[int]:
     """Have the leader of a spawn with ``popen_kwargs`` (``subprocess.Popen``'s) join ``cgroup``
     before ``exec``, ahead of any ``preexec_fn`` already there; returns the fds to close after
-    the spawn (none without a cgroup)."""
+    the spawn (none without a cgroup). (:func:`~.spawn.trampoline` is the faster way, where
+    :func:`procs_for_trampoline` allows it.)"""
     fds = cgroup.join_fds() if cgroup is not None else []
     if fds:
         then = cast("Callable[[], None] | None", popen_kwargs.get("preexec_fn"))

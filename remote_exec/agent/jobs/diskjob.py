@@ -27,7 +27,7 @@ from typing import Any
 from ...errors import JobNotRunningError, SpawnError
 from ...protocol import JobInfo, KillResult, StartParams, WatchHit
 from ..procfacts import proc_starttime
-from .cgroup import JobCgroup, joining
+from .cgroup import JobCgroup
 from .exitwatch import LeaderWatch
 from .hitrecord import dump_hits, should_save
 from .home import JobHome
@@ -43,7 +43,7 @@ from .logfile import LogFile
 from .proctable import scan
 from .proctree import MARKER, Tree, end_tree, tree_members
 from .spare import SpareDir
-from .spawn import popen_session, spawn_error
+from .spawn import joined, popen_session, spawn_error
 from .stdin import StdinPipeProtocol
 
 __all__ = ["LOST_REASON", "DiskJob"]
@@ -186,24 +186,26 @@ class DiskJob(Job):
         stdin_input = self._decode_input(p.input) if p.input is not None else None
         self.stdin.reserve_input(len(stdin_input or b""))
         stdin_r, stdin_w = os.pipe2(os.O_CLOEXEC) if wants_stdin else (subprocess.DEVNULL, -1)
-        join_fds = self._join_cgroup(kwargs)
+        what = repr(argv[0])  # what errors name: the job's command, not the trampoline's sh
+        join_fds: list[int] = []
         try:
             # Not asyncio's subprocess: its child watcher reaps the job the moment it exits, and
             # an agent killed before it wrote that exit down lost it for good (nobody else can
             # wait() a reaped process). Here the agent watches a pidfd, writes the end into
             # job.json, and only then reaps (:mod:`.exitwatch`); dying in between leaves a
             # zombie the keeper (the subreaper) reaps and records instead.
+            argv, join_fds = self._join_cgroup(argv, kwargs, env)
             proc = popen_session(argv, stdin_r, out, err, p.cwd, env, **kwargs)
         except (OSError, ValueError) as exc:
             self.stdin.release()
             if stdin_w >= 0:
                 os.close(stdin_w)
-            raise spawn_error(exc, self.job_id, repr(argv[0])) from None
+            raise spawn_error(exc, self.job_id, what) from None
         except subprocess.SubprocessError as exc:
             self.stdin.release()
             if stdin_w >= 0:
                 os.close(stdin_w)
-            raise SpawnError(f"cannot start {argv[0]!r}: {exc}", job_id=self.job_id) from None
+            raise SpawnError(f"cannot start {what}: {exc}", job_id=self.job_id) from None
         finally:
             if stdin_r >= 0:
                 os.close(stdin_r)
@@ -220,11 +222,12 @@ class DiskJob(Job):
         self._watch_exit()
         self._arm_timeout()
 
-    def _join_cgroup(self, kwargs: dict[str, object]) -> list[int]:
-        """Make the job's cgroup if the agent can, and have the leader join it (see
-        :func:`.cgroup.joining`); the fds to close after the spawn."""
+    def _join_cgroup(
+        self, argv: list[str], kwargs: dict[str, object], env: dict[str, str]
+    ) -> tuple[list[str], list[int]]:
+        """The job's cgroup made if it can be; then :func:`.spawn.joined`'s argv and fds."""
         self.cgroup = self.home.cgroups.make(self.mark) if self.home.cgroups is not None else None
-        return joining(self.cgroup, kwargs)
+        return joined(self.cgroup, argv, kwargs, env, self.params.cwd)
 
     def tree(self) -> Tree:
         """The job's leader (while it runs), session, start time and cgroup (see :mod:`.proctree`)."""

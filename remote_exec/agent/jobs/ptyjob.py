@@ -166,7 +166,7 @@ class PtyJob(DiskJob):
         env, switch = self._environment()
         kwargs: dict[str, Any] = dict(switch)
         kwargs["preexec_fn"] = _take_terminal  # one ioctl between fork and exec: no lock taken
-        join_fds = self._join_cgroup(kwargs)  # and the job's cgroup (see .cgroup)
+        argv, join_fds = self._join_cgroup(argv, kwargs, env)  # and the job's cgroup (see .cgroup)
         env[MARKER] = self.mark
         if not (p.env and "TERM" in p.env):
             env["TERM"] = DEFAULT_TERM  # the agent's own TERM (often "dumb" or none) is not the job's
