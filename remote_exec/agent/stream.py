@@ -25,11 +25,13 @@ from dataclasses import dataclass, field
 from ..errors import RemoteExecError, ServerBusyError
 from ..protocol import frames
 from ..protocol.agentdir import SOCKET_BUFFER, STREAM_SOCKET
+from .filespan import FileSpan, send_span
 from .intake import Intake, LineTooLong, read_frame
 
 __all__ = ["CURRENT_PEER", "CURRENT_SEND", "STREAM_SOCKET", "Peer", "Peers", "serve_frames"]
 
 log = logging.getLogger("remote_exec.agent")
+_Part = bytes | FileSpan  # of a frame: its header, JSON and newline, and its payload's bytes or spans
 _WRITE_CHUNK = 1 << 20
 
 
@@ -108,18 +110,23 @@ class _Outbox:
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
-        self._small: deque[tuple[tuple[bytes, ...], asyncio.Future[None]]] = deque()
-        self._big: deque[tuple[tuple[bytes, ...], asyncio.Future[None]]] = deque()
+        self._small: deque[tuple[tuple[_Part, ...], asyncio.Future[None]]] = deque()
+        self._big: deque[tuple[tuple[_Part, ...], asyncio.Future[None]]] = deque()
         self._pumping = False
 
-    async def send(self, answer: bytes, payload: bytes | None = None) -> None:
+    async def send(self, answer: bytes, payload: bytes | tuple[FileSpan, ...] | None = None) -> None:
         """Queue ``answer`` (a frame, or with ``payload`` a message whose payload goes ahead of
-        it); return once it is written (the first caller writes for all)."""
+        it: bytes, or spans of files sent from the page cache); return once it is written (the
+        first caller writes for all)."""
         done = asyncio.get_running_loop().create_future()
-        parts: tuple[bytes, ...] = (
-            (answer,) if payload is None else (frames.payload_header(len(payload)), payload, answer)
-        )
-        size = sum(len(p) for p in parts)
+        parts: tuple[_Part, ...]
+        if payload is None:
+            parts = (answer,)
+        elif isinstance(payload, tuple):
+            parts = (frames.payload_header(sum(span.size for span in payload)), *payload, answer)
+        else:
+            parts = (frames.payload_header(len(payload)), payload, answer)
+        size = sum(p.size if isinstance(p, FileSpan) else len(p) for p in parts)
         (self._small if size <= self.SMALL else self._big).append((parts, done))
         if not self._pumping:
             self._pumping = True
@@ -129,7 +136,10 @@ class _Outbox:
                     try:
                         # The parts and the newline go separately: joining them would copy the payload again.
                         for part in parts:
-                            self._writer.write(part)
+                            if isinstance(part, FileSpan):
+                                await send_span(self._writer.transport, part)
+                            else:
+                                self._writer.write(part)
                         self._writer.write(b"\n")
                         await self._writer.drain()
                     except BaseException as exc:  # the connection is gone: so is every answer queued

@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import os
 import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from remote_exec.agent.filespan import FileSpan
 from remote_exec.agent.jobs.logfile import LogFile
 from remote_exec.protocol import FollowParams, PollResult, StartParams, frames
 
@@ -23,13 +25,23 @@ pytestmark = pytest.mark.anyio
 HEAD = b'{"jsonrpc":"2.0","method":"exec_remote_push","params":{"call":7,"job_id":"mine",'
 
 
+def _span_bytes(span: FileSpan) -> bytes:
+    fd = os.open(span.path, os.O_RDONLY)
+    try:
+        return os.pread(fd, span.size, span.offset)
+    finally:
+        os.close(fd)
+
+
 class Connection:
     """What a follower's pushes reach: each one parsed; a write takes a turn of the loop."""
 
     def __init__(self) -> None:
         self.pushes: list[tuple[dict[str, Any], bytes]] = []
 
-    async def send(self, message: bytes, payload: bytes | None = None) -> None:
+    async def send(self, message: bytes, payload: bytes | tuple[FileSpan, ...] | None = None) -> None:
+        if isinstance(payload, tuple):  # spans of the logs, as the connection would send them
+            payload = b"".join(_span_bytes(span) for span in payload)
         frame = frames.split(frames.encode(message, payload))
         self.pushes.append((json.loads(frame.message), bytes(frame.payload or b"")))
         await asyncio.sleep(0)
@@ -40,13 +52,13 @@ class Connection:
 
 async def test_twenty_followers_share_one_read_per_chunk(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     reads: collections.Counter[int] = collections.Counter()
-    real = LogFile.read
+    real = LogFile.span
 
     def counted(self: LogFile, *args: Any, **kwargs: Any) -> Any:
         reads[id(self)] += 1
         return real(self, *args, **kwargs)
 
-    monkeypatch.setattr(LogFile, "read", counted)
+    monkeypatch.setattr(LogFile, "span", counted)
     jobs = jobs_in(tmp_path)
     script = "for i in $(seq 1 40); do echo line $i; sleep 0.01; done; exit 3"
     try:

@@ -37,6 +37,7 @@ import struct
 from typing import TYPE_CHECKING
 
 from ..buffer import Slice, utf8_safe_end
+from ..filespan import FileSpan
 from ..holepunch import BLOCK, data_start, punch_head
 from .timeindex import TimeIndex
 
@@ -70,6 +71,7 @@ class LogFile:
         "ledger",
         "mtime",
         "path",
+        "pins",
         "shift",
         "times",
     )
@@ -85,6 +87,7 @@ class LogFile:
         self.ledger: LogBudget | None = None
         self.shift = 0  # the stream offset of the file's byte 0: moved by a truncation
         self.cuts: list[tuple[int, int]] = []  # stream ranges truncations took (the last MAX_CUTS)
+        self.pins: list[int] = []  # file offsets of spans being sent (see ..filespan): never punched
         self.base = self._find_base()
         # When its bytes were written, to the second (``logs --since``): a job's own logs only.
         self.times = TimeIndex(path + ".times") if timed else None
@@ -183,8 +186,22 @@ class LogFile:
         size = self.end - self.shift  # in the file
         return self._punch(min(-(-(self.base + n) // BLOCK) * BLOCK, size // BLOCK * BLOCK))
 
+    def pin(self, file_offset: int) -> bool:
+        """Keep the file from ``file_offset`` on out of every punch until :meth:`unpin`; False
+        (nothing pinned) if it was punched out already: a span of it can no longer be sent."""
+        if file_offset < self.base:
+            return False
+        self.pins.append(file_offset)
+        return True
+
+    def unpin(self, file_offset: int) -> None:
+        self.pins.remove(file_offset)
+
     def _punch(self, new_base: int) -> int:
-        """Punch ``[0, new_base)`` (block-aligned) out of the file; return the bytes newly dropped."""
+        """Punch ``[0, new_base)`` (block-aligned, never past a pin) out of the file; return the
+        bytes newly dropped."""
+        if self.pins:
+            new_base = min(new_base, min(self.pins) // BLOCK * BLOCK)
         if new_base <= self.base:
             return 0
         try:
@@ -241,6 +258,33 @@ class LogFile:
                 stop = start + cut
             data = chunk if raw else str(chunk, "utf-8", "replace")
         return Slice(data, start, stop, dropped, truncated)
+
+    def span(self, offset: int, max_bytes: int, encoding: str) -> tuple[Slice, FileSpan]:
+        """What :meth:`read` with ``raw`` would give (``data`` empty), and the file's bytes it
+        covers, to be sent by :func:`~..filespan.send_span`. Only the last three bytes of a
+        text job's span are read (where a character may be cut).
+
+        :raises ValueError: ``offset`` is past the end of the stream.
+        """
+        end = self.end
+        if offset > end:
+            raise ValueError(f"offset {offset} is past the end of the stream ({end} bytes)")
+        start = max(offset, self.shift + self.base)
+        truncated = self.lost_to_cuts(offset, start) if self.cuts else 0
+        stop = min(end, start + max_bytes)
+        if encoding != "base64" and stop > start and not (self.eof and stop == end):
+            n = min(3, stop - start)
+            try:
+                fd = _open_regular(self.path, os.O_RDONLY)
+            except OSError:
+                last = b""
+            else:
+                try:
+                    last = os.pread(fd, n, stop - n - self.shift)
+                finally:
+                    os.close(fd)
+            stop -= len(last) - utf8_safe_end(last, False)
+        return Slice(b"", start, stop, start - offset, truncated), FileSpan(self.path, start - self.shift, stop - start)
 
 
 def _open_regular(path: str, mode: int) -> int:

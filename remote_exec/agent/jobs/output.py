@@ -27,6 +27,7 @@ from ...protocol import (
     WatchHit,
 )
 from ..buffer import Slice
+from ..filespan import FileSpan
 from ..rpc import WithPayload, dump_json
 from .logfile import LogFile
 
@@ -34,8 +35,9 @@ __all__ = ["UNWATCHED_TICK", "JobOutput", "PushFn"]
 
 UNWATCHED_TICK = 0.1  # a waiting poll looks at a job's files this often when no inotify watch can tell it
 
-PushFn = Callable[[bytes, bytes], Awaitable[None]]
-"""Sends one push (its JSON and its payload) on the follower's connection; returns once written."""
+PushFn = Callable[[bytes, tuple[FileSpan, ...]], Awaitable[None]]
+"""Sends one push (its JSON, and its payload straight from the logs) on the follower's
+connection; returns once written."""
 
 
 class _Shared(NamedTuple):
@@ -43,7 +45,8 @@ class _Shared(NamedTuple):
 
     key: tuple[int, int, int]  # stdout cursor, stderr cursor, max_bytes
     body: bytes  # the push's JSON after its head
-    payload: bytes
+    spans: tuple[FileSpan, ...]  # its payload, in the logs: stdout's bytes, then stderr's
+    size: int  # the payload's bytes
     ends: tuple[int, int]  # the cursors after it
     finished: bool
     hits: int
@@ -133,18 +136,25 @@ class JobOutput:
                     ends = (self.streams[1].end, self.streams[2].end)
                     quiet = ends == cursors and not self._done.is_set() and self.hits_total <= seen
                     if not quiet:
-                        out, err, ends, finished = self._read_both(cursors[0], cursors[1], p.max_bytes, True)
-                        quiet = not (self._news(out, err, seen) or finished)
+                        out, err, spans, ends, finished = self._spans_both(cursors, p.max_bytes)
+                        quiet = not (out.end > out.start or err.end > err.start or out.dropped or err.dropped)
+                        quiet = quiet and not finished and self.hits_total <= seen
                     if quiet:
                         remaining = deadline - loop.time()
                         if remaining <= 0:
                             return FollowResult(pushes=pushes, ended=False)
                         await self._wait_for_change(ends, remaining)
                         continue
-                    shared = self._share((*cursors, p.max_bytes), out, err, finished)
-                await push(head + shared.body, shared.payload)
+                    shared = self._share((*cursors, p.max_bytes), out, err, spans, finished)
+                if not self._pin(shared.spans):  # punched out since it was made: look again
+                    self._shared = None
+                    continue
+                try:
+                    await push(head + shared.body, shared.spans)
+                finally:
+                    self._unpin(shared.spans)
                 pushes += 1
-                sent += len(shared.payload)
+                sent += shared.size
                 cursors, seen = shared.ends, max(seen, shared.hits)
                 if shared.finished or sent >= p.budget:
                     return FollowResult(pushes=pushes, ended=shared.finished)
@@ -154,15 +164,43 @@ class JobOutput:
             if self._followers <= 1:
                 self._shared = None  # one follower reads for itself: no copy held for nobody
 
-    def _share(self, key: tuple[int, int, int], out: Slice, err: Slice, finished: bool) -> _Shared:
+    def _share(
+        self, key: tuple[int, int, int], out: Slice, err: Slice, spans: tuple[FileSpan, ...], finished: bool
+    ) -> _Shared:
         """One push's encoding, kept for the other followers at the same cursors while there are any."""
-        answer = self._answer(out, err, finished, True)
-        assert isinstance(answer, WithPayload) and isinstance(answer.result, PollResult)
-        body = dump_json(answer.result)[1:]  # after the head's own fields: '"state":...}'
-        shared = _Shared(key, body + b"}", bytes(answer.payload), (out.end, err.end), finished, self.hits_total)
+        sizes = (out.end - out.start, err.end - err.start)
+        body = dump_json(self._result(out, err, finished, sizes))[1:]  # after the head's fields: '"state":...}'
+        shared = _Shared(key, body + b"}", spans, sum(sizes), (out.end, err.end), finished, self.hits_total)
         if self._followers > 1:
             self._shared = shared
         return shared
+
+    def _spans_both(
+        self, cursors: tuple[int, int], max_bytes: int
+    ) -> tuple[Slice, Slice, tuple[FileSpan, ...], tuple[int, int], bool]:
+        """Both streams after the cursors as spans of their logs (nothing read but where a
+        character may be cut); the ends before (a held-back character is no news: see
+        :meth:`_read_both`); whether they hold the job's last bytes."""
+        ends = (self.streams[1].end, self.streams[2].end)
+        out, out_span = self.streams[1].span(cursors[0], max_bytes, self.encoding)
+        err, err_span = self.streams[2].span(cursors[1], max_bytes, self.encoding)
+        finished = self._done.is_set() and out.end == ends[0] and err.end == ends[1]
+        spans = tuple(span for span in (out_span, err_span) if span.size)
+        return out, err, spans, ends, finished
+
+    def _pin(self, spans: tuple[FileSpan, ...]) -> bool:
+        """Pin each span's range in its log until it is sent; False (none pinned) if one was punched out."""
+        logs = {log.path: log for log in self.streams.values()}
+        for i, span in enumerate(spans):
+            if not logs[span.path].pin(span.offset):
+                self._unpin(spans[:i])
+                return False
+        return True
+
+    def _unpin(self, spans: tuple[FileSpan, ...]) -> None:
+        logs = {log.path: log for log in self.streams.values()}
+        for span in spans:
+            logs[span.path].unpin(span.offset)
 
     def _read_both(
         self, stdout_offset: int, stderr_offset: int, max_bytes: int, raw: bool
@@ -211,22 +249,26 @@ class JobOutput:
         """The poller stopped waiting."""
 
     def _answer(self, out: Slice, err: Slice, finished: bool, binary: bool) -> PollResult | WithPayload:
-        result = PollResult(
+        result = self._result(out, err, finished, (len(out.data), len(err.data)) if binary else None)
+        if not binary:
+            return result
+        assert isinstance(out.data, bytes) and isinstance(err.data, bytes)
+        return WithPayload(result, out.data + err.data if err.data else out.data)
+
+    def _result(self, out: Slice, err: Slice, finished: bool, sizes: tuple[int, int] | None) -> PollResult:
+        """The answer for these slices; ``sizes``: its payload's (a binary answer's), else text."""
+        return PollResult(
             state=self._state if finished else "running",
             exit_code=self.exit_code if finished else None,
-            stdout="" if binary else str(out.data),
-            stderr="" if binary else str(err.data),
+            stdout="" if sizes is not None else str(out.data),
+            stderr="" if sizes is not None else str(err.data),
             stdout_offset=out.end,
             stderr_offset=err.end,
             stdout_dropped=out.dropped,
             stderr_dropped=err.dropped,
             stdout_truncated=out.truncated,
             stderr_truncated=err.truncated,
-            payload_sizes=(len(out.data), len(err.data)) if binary else None,
+            payload_sizes=sizes,
             reason=self.reason if finished else None,
             hits=self.hits_total,
         )
-        if not binary:
-            return result
-        assert isinstance(out.data, bytes) and isinstance(err.data, bytes)
-        return WithPayload(result, out.data + err.data if err.data else out.data)
