@@ -85,8 +85,11 @@ async def logs(sb: AsyncSandbox, args: argparse.Namespace) -> int:
         got = await sb.read_output(args.job_id, stream, max_bytes=CHUNK, since=since)
         _print(got)
         while got.end < got.size:  # the rest of what is written now
+            before = got.end
             got = await sb.read_output(args.job_id, stream, offset=got.end, max_bytes=CHUNK)
             _print(got)
+            if got.end == before:  # no progress (a truncation, or an agent that lies): stop here
+                break
         offset = got.end
     out.flush()
     if not args.follow or (got is not None and got.complete):

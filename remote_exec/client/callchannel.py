@@ -11,7 +11,7 @@ from ..errors import ProtocolError
 from ..protocol import frames
 from .channel import MAX_RESPONSE, Channel, ChannelBroken, OnPush, PipeReader, SpawnFn
 
-__all__ = ["CallChannel"]
+__all__ = ["CallChannel", "read_bounded"]
 
 
 class CallChannel(Channel):
@@ -44,7 +44,7 @@ class CallChannel(Channel):
                 proc.stdin.write(body)
                 await proc.stdin.drain()
                 proc.stdin.close()
-                out = await _read_bounded(proc.stdout, 2 * MAX_RESPONSE)
+                out = await read_bounded(proc.stdout, 2 * MAX_RESPONSE)
                 code = await proc.wait()
         finally:
             with contextlib.suppress(ProcessLookupError):
@@ -58,11 +58,14 @@ class CallChannel(Channel):
             raise ProtocolError(f"malformed response frame from the agent: {exc}") from None
 
 
-async def _read_bounded(reader: PipeReader, limit: int) -> bytes:
-    """All of ``reader`` up to EOF, refusing more than ``limit`` bytes (a sandbox could send forever)."""
+async def read_bounded(reader: PipeReader, limit: int, what: str = "the agent call") -> bytes:
+    """All of ``reader`` up to EOF, refusing more than ``limit`` bytes (a sandbox could send forever).
+
+    :raises ProtocolError: more than ``limit`` bytes (``what`` names the sender).
+    """
     out = bytearray()
     while chunk := await reader.read(1 << 20):
         out += chunk
         if len(out) > limit:
-            raise ProtocolError(f"the agent call answered more than {limit} bytes")
+            raise ProtocolError(f"{what} answered more than {limit} bytes")
     return bytes(out)

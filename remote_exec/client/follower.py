@@ -59,7 +59,7 @@ class Follower:
         apply: Callable[[Push, memoryview | None], None],
         ended: Callable[[], bool],
         timeout: float,
-        backlog: Callable[[], int] = lambda: 0,
+        backlog: Callable[[], int],
     ) -> None:
         self._rpc = rpc
         self._backlog = backlog

@@ -163,8 +163,8 @@ class FrameSocket(asyncio.BufferedProtocol):
 
     async def read(self, n: int = -1) -> bytes:
         """What is buffered (at most ``n``), waiting for some; ``b""`` at EOF. ``n < 0``: all
-        of it up to EOF, as ``StreamReader.read`` (a check's whole answer; bounded by the
-        caller's process, not by this reader)."""
+        of it up to EOF, as ``StreamReader.read`` (unbounded: a caller that reads what a sandbox
+        sends reads in pieces, :func:`~.callchannel.read_bounded`)."""
         if n < 0:
             parts = []
             while chunk := await self.read(CHUNK):

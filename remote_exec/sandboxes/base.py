@@ -11,38 +11,23 @@ sandbox; the channel is simply re-spawned and polls resume from their cursors.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from abc import abstractmethod
 from collections.abc import Sequence
 from typing import Literal
 
-from ..client.channel import MAX_RESPONSE, Channel, PipeProcess, StdioChannel
+from ..client.callchannel import read_bounded
+from ..client.channel import Channel, PipeProcess, StdioChannel
 from ..client.transport import SandboxTransport
 from ..errors import AgentUnavailableError, SandboxError
 from ..protocol import PROTOCOL_VERSION
-from .hostproc import spawn_host
 from .inject import inject_agent
 
-__all__ = ["ExecTransport", "spawn_checked", "spawn_local"]
+__all__ = ["MAX_CAPTURE", "ExecTransport"]
 
-
-async def spawn_local(argv: Sequence[str]) -> PipeProcess:
-    """Start a host process (``docker exec ...``, ``nsenter ...``) with a stdin pipe and its
-    stdout read with one copy (see :mod:`.hostproc`); stderr discarded."""
-    return await spawn_host(argv)
-
-
-async def spawn_checked(argv: Sequence[str]) -> asyncio.subprocess.Process:
-    """Start a host process whose stdout and stderr are read whole (a check's words)."""
-    return await asyncio.create_subprocess_exec(
-        *argv,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        limit=MAX_RESPONSE,
-        start_new_session=True,
-    )
+MAX_CAPTURE = 256 * 1024 * 1024
+"""The most a probe, an upload's check or a read-back may print (the agent bundle read back is
+~14 MiB); more is a sandbox that prints forever."""
 
 
 class ExecTransport(SandboxTransport):
@@ -77,13 +62,17 @@ class ExecTransport(SandboxTransport):
                     proc.stdin.write(input)
                     await proc.stdin.drain()
                 proc.stdin.close()
-                out = await proc.stdout.read()
+                out = await read_bounded(proc.stdout, MAX_CAPTURE, f"{argv[0]} in {self.url}")
                 return await proc.wait(), out
         except TimeoutError:
             raise SandboxError(f"{' '.join(argv)[:200]} did not finish within {timeout} s in {self.url}") from None
         finally:
-            with contextlib.suppress(ProcessLookupError):
+            try:
                 proc.kill()
+            except ProcessLookupError:
+                pass  # it ended by itself (and was waited for)
+            else:
+                await proc.wait()  # reaped here: what a bound or a timeout cut short is not left running
 
     def _agent_args(self, subcommand: str) -> list[str]:
         assert self.agent_argv is not None

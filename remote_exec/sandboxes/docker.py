@@ -27,8 +27,9 @@ from collections.abc import Sequence
 
 from ..client.channel import Channel, PipeProcess
 from ..errors import AgentUnresponsiveError, RemoteExecError, SandboxError, SandboxLostError
-from .base import ExecTransport, spawn_local
+from .base import ExecTransport
 from .hostcli import CliError, InjectMode, common_options, map_cli_errors, parse_query, run_cli
+from .hostproc import spawn_host
 from .native_copy import ArchiveCopy
 
 __all__ = ["COMMON_OPTIONS", "ContainerTransport", "DockerTransport", "PodmanTransport"]
@@ -100,7 +101,7 @@ class ContainerTransport(ExecTransport):
         :raises SandboxError: the CLI is not installed.
         """
         with map_cli_errors(self.cli):
-            return await spawn_local(self.exec_argv(argv))
+            return await spawn_host(self.exec_argv(argv))
 
     def native_copy(self) -> ArchiveCopy:
         """Big files go in and out with ``<cli> cp`` (the engine's archive API), not ``exec`` pipes."""

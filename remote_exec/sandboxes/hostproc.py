@@ -20,7 +20,7 @@ from ..client.framesocket import FrameSocket
 from ..protocol.agentdir import SOCKET_BUFFER
 from ..protocol.pipes import widen_pipe
 
-__all__ = ["HostProcess", "spawn_host"]
+__all__ = ["HostProcess", "spawn_checked", "spawn_host"]
 
 
 class _Stdout(FrameSocket):
@@ -57,12 +57,30 @@ class HostProcess:
         return self._proc.returncode
 
     def kill(self) -> None:
-        """SIGKILL. :raises ProcessLookupError: it has exited already."""
+        """SIGKILL, and its stdout closed: whoever kills it reads no more (an EOF it never
+        reads would leave the socket open). One that exited by itself is left to its EOF.
+
+        :raises ProcessLookupError: it has exited already.
+        """
         self._proc.kill()
+        self._stdout.close()
 
     async def wait(self) -> int:
         """Its exit status, once it has exited; cancelling abandons the wait only."""
         return await self._proc.wait()
+
+
+async def spawn_checked(argv: Sequence[str]) -> asyncio.subprocess.Process:
+    """Start a host process whose stdout and stderr are read whole (a check's words: ``kubectl
+    exec ... true``), with pipes, in a session of its own."""
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        limit=MAX_RESPONSE,
+        start_new_session=True,
+    )
 
 
 async def spawn_host(argv: Sequence[str], env: Mapping[str, str] | None = None) -> HostProcess:

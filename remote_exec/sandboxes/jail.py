@@ -38,7 +38,8 @@ import anyio
 
 from ..client.channel import Channel, PipeProcess
 from ..errors import AgentUnavailableError, RemoteExecError, SandboxError, SandboxLostError
-from .base import ExecTransport, spawn_local
+from .base import ExecTransport
+from .hostproc import spawn_host
 from .jailbox import Bind, JailBox, JailConfig, exec_argv, prepare_work
 from .jailcgroup import procs_of
 from .jailcheck import check_box
@@ -121,7 +122,7 @@ class JailTransport(ExecTransport):
             procs = self.box.cgroup.procs() if self.box.cgroup is not None else []
         else:  # an attached box: its cgroup is wherever its init is (/proc reads: in a thread)
             procs = await asyncio.to_thread(procs_of, self.pid)
-        return await spawn_local(exec_argv(self.pid, argv, procs))
+        return await spawn_host(exec_argv(self.pid, argv, procs))
 
     async def _start_box(self) -> None:
         created = True

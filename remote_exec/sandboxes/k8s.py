@@ -30,8 +30,9 @@ from collections.abc import Sequence
 
 from ..client.channel import Channel, PipeProcess
 from ..errors import SandboxError
-from .base import ExecTransport, spawn_checked, spawn_local
+from .base import ExecTransport
 from .hostcli import InjectMode, common_options, map_cli_errors, parse_query
+from .hostproc import spawn_checked, spawn_host
 
 __all__ = ["K8sTransport"]
 
@@ -111,7 +112,7 @@ class K8sTransport(ExecTransport):
         :raises SandboxError: kubectl is not installed.
         """
         with map_cli_errors(self.kubectl):
-            return await spawn_local(self.exec_argv(argv))
+            return await spawn_host(self.exec_argv(argv))
 
     async def check_reachable(self) -> None:
         """Run ``true`` in the pod, so a missing pod or a refused exec fails with kubectl's words.

@@ -133,3 +133,29 @@ async def test_a_host_process_stdout_is_a_socket_read_to_its_end() -> None:
     proc.stdin.close()
     assert await proc.stdout.read() == b"socket\n" + b"x" * 5_000_000 + b"through stdin\n"
     assert await proc.wait() == 3
+
+
+async def test_what_a_sandbox_prints_for_a_probe_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A probe, an upload's check or a read-back (``exec_capture``) reads in pieces up to a bound:
+    a sandbox that prints forever is refused, not held in the host's memory."""
+    from collections.abc import Sequence
+
+    from remote_exec.client.channel import Channel, PipeProcess
+    from remote_exec.errors import ProtocolError
+    from remote_exec.sandboxes import base
+    from remote_exec.sandboxes.hostproc import spawn_host
+
+    class OnThisHost(base.ExecTransport):  # the processes are this host's: the bound is what is tested
+        url = "host://"
+
+        async def spawn(self, argv: Sequence[str]) -> PipeProcess:
+            return await spawn_host(argv)
+
+        async def open_channel(self) -> Channel:
+            raise NotImplementedError
+
+    monkeypatch.setattr(base, "MAX_CAPTURE", 1 << 20)
+    host = OnThisHost()
+    assert await host.exec_capture(["sh", "-c", "head -c 1048576 /dev/zero; exit 4"]) == (4, bytes(1 << 20))
+    with pytest.raises(ProtocolError, match="yes in host:// answered more than 1048576 bytes"):
+        await host.exec_capture(["yes"])

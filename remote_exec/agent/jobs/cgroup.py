@@ -305,8 +305,8 @@ def join(fds: list[int]) -> None:
 def joining(cgroup: JobCgroup | None, popen_kwargs: dict[str, object]) -> list[int]:
     """Have the leader of a spawn with ``popen_kwargs`` (``subprocess.Popen``'s) join ``cgroup``
     before ``exec``, ahead of any ``preexec_fn`` already there; returns the fds to close after
-    the spawn (none without a cgroup). (:func:`~.spawn.trampoline` is the faster way, where
-    :func:`procs_for_trampoline` allows it.)"""
+    the spawn (none without a cgroup). (:func:`~.spawn.joined` takes the faster way, the
+    trampoline, where it can.)"""
     fds = cgroup.join_fds() if cgroup is not None else []
     if fds:
         then = cast("Callable[[], None] | None", popen_kwargs.get("preexec_fn"))

@@ -229,13 +229,8 @@ class LogFile:
 
         :raises ValueError: ``offset`` is past the end of the stream.
         """
-        end = self.end
-        if offset > end:
-            raise ValueError(f"offset {offset} is past the end of the stream ({end} bytes)")
-        start = max(offset, self.shift + self.base)
+        end, start, truncated, stop = self._extent(offset, max_bytes)
         dropped = start - offset
-        truncated = self.lost_to_cuts(offset, start) if self.cuts else 0
-        stop = min(end, start + max_bytes)
         chunk = b""
         if stop > start:
             try:
@@ -259,10 +254,10 @@ class LogFile:
             data = chunk if raw else str(chunk, "utf-8", "replace")
         return Slice(data, start, stop, dropped, truncated)
 
-    def span(self, offset: int, max_bytes: int, encoding: str) -> tuple[Slice, FileSpan]:
-        """What :meth:`read` with ``raw`` would give (``data`` empty), and the file's bytes it
-        covers, to be sent by :func:`~..filespan.send_span`. Only the last three bytes of a
-        text job's span are read (where a character may be cut).
+    def _extent(self, offset: int, max_bytes: int) -> tuple[int, int, int, int]:
+        """What a read from ``offset`` covers: the stream's end, where the bytes still held
+        start (past what the cap or a truncation dropped), how many of the dropped a truncation
+        took, and where the read stops.
 
         :raises ValueError: ``offset`` is past the end of the stream.
         """
@@ -271,7 +266,16 @@ class LogFile:
             raise ValueError(f"offset {offset} is past the end of the stream ({end} bytes)")
         start = max(offset, self.shift + self.base)
         truncated = self.lost_to_cuts(offset, start) if self.cuts else 0
-        stop = min(end, start + max_bytes)
+        return end, start, truncated, min(end, start + max_bytes)
+
+    def span(self, offset: int, max_bytes: int, encoding: str) -> tuple[Slice, FileSpan]:
+        """What :meth:`read` with ``raw`` would give (``data`` empty), and the file's bytes it
+        covers, to be sent by :func:`~..filespan.send_span`. Only the last three bytes of a
+        text job's span are read (where a character may be cut).
+
+        :raises ValueError: ``offset`` is past the end of the stream.
+        """
+        end, start, truncated, stop = self._extent(offset, max_bytes)
         if encoding != "base64" and stop > start and not (self.eof and stop == end):
             n = min(3, stop - start)
             try:

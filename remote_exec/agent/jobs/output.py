@@ -46,7 +46,6 @@ class _Shared(NamedTuple):
     key: tuple[int, int, int]  # stdout cursor, stderr cursor, max_bytes
     body: bytes  # the push's JSON after its head
     spans: tuple[FileSpan, ...]  # its payload, in the logs: stdout's bytes, then stderr's
-    size: int  # the payload's bytes
     ends: tuple[int, int]  # the cursors after it
     finished: bool
     hits: int
@@ -61,6 +60,7 @@ class JobOutput:
         self.encoding = params.encoding
         self.exit_code: int | None = None
         self.streams = streams  # fd 1 and fd 2: stdout's and stderr's log
+        self._logs = {log.path: log for log in streams.values()}  # a push's spans name their log by path
         self._state: JobState = "running"
         self._done = asyncio.Event()
         self._changed = asyncio.Event()
@@ -154,7 +154,7 @@ class JobOutput:
                 finally:
                     self._unpin(shared.spans)
                 pushes += 1
-                sent += shared.size
+                sent += sum(span.size for span in shared.spans)
                 cursors, seen = shared.ends, max(seen, shared.hits)
                 if shared.finished or sent >= p.budget:
                     return FollowResult(pushes=pushes, ended=shared.finished)
@@ -170,7 +170,7 @@ class JobOutput:
         """One push's encoding, kept for the other followers at the same cursors while there are any."""
         sizes = (out.end - out.start, err.end - err.start)
         body = dump_json(self._result(out, err, finished, sizes))[1:]  # after the head's fields: '"state":...}'
-        shared = _Shared(key, body + b"}", spans, sum(sizes), (out.end, err.end), finished, self.hits_total)
+        shared = _Shared(key, body + b"}", spans, (out.end, err.end), finished, self.hits_total)
         if self._followers > 1:
             self._shared = shared
         return shared
@@ -190,17 +190,15 @@ class JobOutput:
 
     def _pin(self, spans: tuple[FileSpan, ...]) -> bool:
         """Pin each span's range in its log until it is sent; False (none pinned) if one was punched out."""
-        logs = {log.path: log for log in self.streams.values()}
         for i, span in enumerate(spans):
-            if not logs[span.path].pin(span.offset):
+            if not self._logs[span.path].pin(span.offset):
                 self._unpin(spans[:i])
                 return False
         return True
 
     def _unpin(self, spans: tuple[FileSpan, ...]) -> None:
-        logs = {log.path: log for log in self.streams.values()}
         for span in spans:
-            logs[span.path].unpin(span.offset)
+            self._logs[span.path].unpin(span.offset)
 
     def _read_both(
         self, stdout_offset: int, stderr_offset: int, max_bytes: int, raw: bool

@@ -102,8 +102,6 @@ def check_command(argv0: str, cwd: str | None, env: dict[str, str]) -> None:
 
 def spawn_error(exc: OSError | ValueError, job_id: str, what: str) -> Exception:
     """The error for a start that failed with ``exc``: a full disk is :class:`NoSpaceError`."""
-    import errno
-
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         name = errno.errorcode[exc.errno]
         return NoSpaceError(
