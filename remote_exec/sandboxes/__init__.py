@@ -15,6 +15,7 @@ from .docker import DockerTransport, PodmanTransport
 from .docker_image import DockerImageTransport
 from .jail import JailTransport
 from .k8s import K8sTransport
+from .k8s_image import K8sImageTransport
 from .local import LocalTransport
 from .ssh import SSHTransport
 
@@ -25,6 +26,7 @@ SCHEMES: dict[str, Callable[[str], SandboxTransport]] = {
     "docker+image": DockerImageTransport.from_url,
     "jail": JailTransport.from_url,
     "k8s": K8sTransport.from_url,
+    "k8s+image": K8sImageTransport.from_url,
     "local": LocalTransport.from_url,
     "podman": PodmanTransport.from_url,
     "ssh": SSHTransport.from_url,

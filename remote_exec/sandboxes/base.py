@@ -43,6 +43,8 @@ class ExecTransport(SandboxTransport):
 
     agent_argv: list[str] | None = None
     agent_state_dir: str | None = None
+    stdin_eof = True
+    """Whether closing a spawned command's stdin is an EOF it reads (not over a v4 exec WebSocket)."""
     inject: Literal["auto", "always", "never"] = "auto"
 
     @abstractmethod

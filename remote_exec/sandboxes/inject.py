@@ -63,12 +63,15 @@ for b in "$@"; do
 done
 """
 
-# $1 dir, $2 upload name. The directory is created private, or must be ours and not a symlink.
+# $1 dir, $2 upload name, $3 its size when stdin never ends (a v4 exec WebSocket cannot say
+# EOF: the size does), else "". The directory is created private, or must be ours and not a symlink.
 _UPLOAD = r"""
 umask 077
 [ -d "$1" ] || mkdir -m 700 "$1" || exit 3
 { [ -O "$1" ] && [ ! -L "$1" ]; } || { echo "unsafe $1"; exit 3; }
-chmod 700 "$1" && exec cat > "$1/$2"
+chmod 700 "$1" || exit 3
+if [ -n "$3" ]; then exec head -c "$3" > "$1/$2"; fi
+exec cat > "$1/$2"
 """
 
 # $1 dir, $2 full sha256, $3 upload name, $4 "1" to verify here with sha256sum.
@@ -97,6 +100,8 @@ class InjectTarget(Protocol):
 
     url: str
     agent_state_dir: str | None
+    stdin_eof: bool
+    """False where closing a command's stdin is no EOF it reads (a v4 exec WebSocket)."""
 
     async def exec_capture(
         self, argv: Sequence[str], input: bytes = b"", timeout: float = 120.0
@@ -172,7 +177,8 @@ async def upload(target: InjectTarget, found: Probe, bundle: AgentBundle) -> Non
         raise AgentUnavailableError(f"cannot inject the agent into {target.url}: it has no `tar`")
     part = f"upload-{secrets.token_hex(6)}.tar.gz"
     data = await asyncio.to_thread(bundle.read)
-    code, out = await target.exec_capture(["sh", "-c", _UPLOAD, "sh", found.dir, part], input=data, timeout=300.0)
+    size = "" if target.stdin_eof else str(len(data))
+    code, out = await target.exec_capture(["sh", "-c", _UPLOAD, "sh", found.dir, part, size], input=data, timeout=300.0)
     if code != 0:
         raise AgentUnavailableError(
             f"uploading the agent into {found.dir} in {target.url} failed (exit {code}): {out!r}"

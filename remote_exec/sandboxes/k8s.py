@@ -1,24 +1,29 @@
-"""``k8s://NAMESPACE/POD[/CONTAINER]``: a running Kubernetes pod, via ``kubectl exec -i``.
+"""``k8s://NAMESPACE/POD[/CONTAINER]``: a running Kubernetes pod, reached through the API server.
 
-Every :meth:`K8sTransport.spawn` is ``kubectl exec -i -n NAMESPACE POD [-c CONTAINER] --
-argv...``; kubectl brings the user's kubeconfig, context and credentials. As with Docker, the
-agent is found in the container or the bundled agent is injected into ``/tmp``
-(checksum-verified), and killing the host-side ``kubectl exec`` leaves jobs running in the pod.
+Every :meth:`K8sTransport.spawn` opens one WebSocket to the pod's ``exec`` subresource
+(``v5.channel.k8s.io``, or ``v4`` with uploads sized instead of ended: see
+:mod:`~remote_exec.sandboxes.k8sws`): no thread and no process per exec. The kubeconfig, its
+contexts and credentials (tokens, client certificates, exec plugins of the user's own
+kubeconfig) are read by kubernetes_asyncio (:mod:`~remote_exec.sandboxes.k8sapi`). As with
+Docker, the agent is found in the container or the bundled agent is injected into ``/tmp``
+(checksum-verified), and closing the exec socket leaves jobs running in the pod.
+
+One watch per namespace (:mod:`~remote_exec.sandboxes.k8swatch`) follows the pod: deleted,
+evicted, failed, its container OOM-killed, terminated or restarted, every waiter fails at once
+with :class:`~remote_exec.errors.SandboxLostError` naming the reason, not after a heartbeat.
 
 URL query options:
 
-- ``kubectl=/path``: the kubectl to run (default: ``kubectl`` on PATH).
-- ``context=NAME``, ``kubeconfig=/path``: passed to kubectl as ``--context`` / ``--kubeconfig``.
+- ``context=NAME``, ``kubeconfig=/path``: which cluster and credentials (default: the current
+  context of ``$KUBECONFIG`` or ``~/.kube/config``; inside a pod, its service account).
+- ``via=api|kubectl``: ``kubectl`` runs ``kubectl exec -i`` per channel instead (a fallback
+  for setups only kubectl reaches; a process per channel, ~50 MB each).
+- ``kubectl=/path``: the kubectl to run (implies ``via=kubectl``; default: ``kubectl`` on PATH).
 - ``dir=/path``: the agent's state directory in the pod.
 - ``inject=auto|always|never``: when to inject the bundled agent (default ``auto``).
 
-HOW THIS IS TESTED: no Kubernetes cluster can run on the machines this project is developed
-and tested on (no apiserver or kubelet packages, no downloads). The test suite runs this
-transport, unchanged, against a ``kubectl`` stand-in (``tests/sandboxes/kubectl``, passed
-with ``?kubectl=``) that turns ``kubectl exec -i -n NS POD -c C -- argv`` into ``docker exec
--i k8s_NS_POD_C argv`` against the test Docker engine. That checks the argv this transport
-builds and the whole agent path through a real exec pipe; it does not check a real
-apiserver's exec streaming (SPDY/WebSocket), its timeouts, or RBAC.
+A saved notebook record naming ``k8s://`` is never reconnected from the record alone: a
+kubeconfig's exec plugin and ``kubectl=`` are host programs (see docs/security.md).
 """
 
 from __future__ import annotations
@@ -27,26 +32,44 @@ import asyncio
 import contextlib
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
-from ..client.channel import Channel, PipeProcess
-from ..errors import SandboxError
+from ..client.channel import MAX_RESPONSE, Channel, PipeProcess
+from ..errors import RemoteExecError, SandboxError, SandboxLostError
 from .base import ExecTransport
 from .hostcli import InjectMode, common_options, map_cli_errors, parse_query
 from .hostproc import spawn_checked, spawn_host
+from .k8swatch import Subscription, pod_verdict
+
+if TYPE_CHECKING:  # aiohttp and kubernetes_asyncio are imported when a k8s:// sandbox opens, not before
+    from .k8sapi import KubeApi
+    from .k8sws import WsExecProcess
 
 __all__ = ["K8sTransport"]
 
-_OPTIONS = {"kubectl", "context", "kubeconfig", "dir", "inject"}
+_OPTIONS = {"kubectl", "context", "kubeconfig", "dir", "inject", "via"}
 # DNS-1123 labels/subdomains: what Kubernetes accepts as namespace, pod and container names.
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")
+Via = Literal["api", "kubectl"]
+
+
+def check_name(what: str, name: str) -> str:
+    """``name`` if Kubernetes accepts it as a ``what`` (namespace, pod, container) name.
+
+    :raises SandboxError: it does not.
+    """
+    if not _NAME.match(name):
+        raise SandboxError(f"bad Kubernetes {what} name {name!r}")
+    return name
 
 
 class K8sTransport(ExecTransport):
-    """A container of a running pod, reached with ``kubectl exec -i``.
+    """A container of a running pod, reached through the API server (or ``kubectl exec -i``).
 
     :param namespace: the pod's namespace.
     :param pod: the pod's name.
-    :param container: the container in the pod; None: kubectl's default (the first one).
+    :param container: the container in the pod; None: the pod's default container (its
+        ``kubectl.kubernetes.io/default-container`` annotation, else its first).
     """
 
     def __init__(
@@ -55,21 +78,27 @@ class K8sTransport(ExecTransport):
         pod: str,
         container: str | None = None,
         *,
+        via: Via = "api",
         kubectl: str | None = None,
         context: str | None = None,
         kubeconfig: str | None = None,
         state_dir: str | None = None,
         inject: InjectMode = "auto",
     ) -> None:
-        for what, name in (("namespace", namespace), ("pod", pod), ("container", container or "c")):
-            if not _NAME.match(name):
-                raise SandboxError(f"bad Kubernetes {what} name {name!r}")
-        self.namespace, self.pod, self.container = namespace, pod, container
+        self.namespace, self.pod = check_name("namespace", namespace), check_name("pod", pod)
+        self.container = check_name("container", container) if container else None
+        self.via: Via = via
         self.kubectl = kubectl or "kubectl"
         self.context, self.kubeconfig = context, kubeconfig
         self.agent_state_dir = state_dir
         self.inject = inject
         self.url = f"k8s://{namespace}/{pod}" + (f"/{container}" if container else "")
+        self._api: KubeApi | None = None
+        self._sub: Subscription | None = None
+        self._procs: set[WsExecProcess] = set()
+        # Uploads say their size rather than rely on stdin's EOF: v4 has no CLOSE, and not every
+        # server that negotiates v5 passes it on (kwok v0.8.0 never closes the command's stdin).
+        self.stdin_eof = via == "kubectl"
 
     @classmethod
     def from_url(cls, url: str) -> K8sTransport:
@@ -84,10 +113,14 @@ class K8sTransport(ExecTransport):
         opts = parse_query(url, query, _OPTIONS)
         _, _, state_dir, inject = common_options(url, opts)
         one = {k: v[-1] or None for k, v in opts.items()}
+        via = one.get("via") or ("kubectl" if one.get("kubectl") else "api")  # naming a kubectl means using it
+        if via not in ("api", "kubectl"):
+            raise SandboxError(f"k8s:// via= is api or kubectl, not {via!r}: {url!r}")
         transport = cls(
             parts[0],
             parts[1],
             parts[2] if len(parts) == 3 else None,
+            via="kubectl" if via == "kubectl" else "api",
             kubectl=one.get("kubectl"),
             context=one.get("context"),
             kubeconfig=one.get("kubeconfig"),
@@ -97,8 +130,123 @@ class K8sTransport(ExecTransport):
         transport.url = url
         return transport
 
+    # -- via the API server ----------------------------------------------------------------
+
+    async def _kube(self) -> KubeApi:
+        if self._api is None:
+            from .k8sapi import KubeApi
+
+            self._api = await KubeApi.acquire(self.kubeconfig, self.context)
+        return self._api
+
+    def _lost(self, reason: str) -> None:
+        """The watch's verdict: close every exec socket, so each waiter fails now (its
+        ``diagnose`` names the reason) instead of on a heartbeat's bound."""
+        for proc in list(self._procs):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+
+    async def read_pod(self) -> dict[str, Any]:
+        """The pod's JSON (and the watch told of it).
+
+        :raises SandboxLostError: there is no such pod (any more).
+        :raises ApiError: the server refused the read.
+        """
+        from .k8sapi import ApiError
+
+        api = await self._kube()
+        try:
+            pod: dict[str, Any] = await api.request("GET", f"/api/v1/namespaces/{self.namespace}/pods/{self.pod}")
+        except ApiError as exc:
+            if exc.status == 404:
+                raise SandboxLostError(f"{self.url}: pod {self.namespace}/{self.pod} not found") from None
+            raise
+        if self._sub is not None:
+            api.watch(self.namespace).update(pod)
+        return pod
+
+    async def check_reachable(self) -> None:
+        """Read the pod: it must exist and run; its default container is found, and the watch
+        of its namespace starts following it.
+
+        :raises SandboxError: no such pod or container, not running, or the API refused us.
+        """
+        if self.via == "kubectl":
+            return await self._check_kubectl()
+        api = await self._kube()
+        if self._sub is None:
+            self._sub = api.watch(self.namespace).subscribe(self.pod, self.container, self._lost)
+        try:
+            pod = await self.read_pod()
+        except SandboxLostError as exc:
+            raise SandboxError(str(exc)) from None
+        spec = pod.get("spec") or {}
+        names = [c.get("name") for c in spec.get("containers") or [] if isinstance(c, dict)]
+        if self.container is None:
+            annotations = (pod.get("metadata") or {}).get("annotations") or {}
+            default = annotations.get("kubectl.kubernetes.io/default-container")
+            self.container = default if default in names else (names[0] if names else None)
+            if self._sub is not None:
+                self._sub.container = self.container
+        elif self.container not in names:
+            raise SandboxError(f"{self.url}: pod {self.pod} has no container {self.container} (it has {names})")
+        verdict = pod_verdict(pod, self.container, None)
+        if verdict is not None:
+            raise SandboxError(f"{self.url}: {verdict}")
+        phase = (pod.get("status") or {}).get("phase")
+        if phase != "Running":
+            raise SandboxError(f"{self.url}: pod {self.namespace}/{self.pod} is {phase}, not Running")
+
+    async def spawn(self, argv: Sequence[str]) -> PipeProcess:
+        """Run ``argv`` in the pod's container: one exec WebSocket (or ``kubectl exec -i``).
+
+        :raises SandboxLostError: the pod is known gone (the watch said why).
+        :raises SandboxError: the API server refused the exec or did not answer.
+        """
+        if self.via == "kubectl":
+            with map_cli_errors(self.kubectl):
+                return await spawn_host(self.exec_argv(argv))
+        if self._sub is not None and self._sub.verdict is not None:
+            raise SandboxLostError(f"{self.url}: {self._sub.verdict}")
+        api = await self._kube()
+        proc = await api.exec(self.namespace, self.pod, self.container, argv, MAX_RESPONSE)
+        self._procs.add(proc)
+        proc.on_end = self._procs.discard
+        return proc
+
+    async def diagnose(self) -> RemoteExecError | None:
+        """What the watch (or, while it is down, a read of the pod) says of the pod."""
+        if self.via == "kubectl":
+            return None
+        if self._sub is not None and self._sub.verdict is not None:
+            return SandboxLostError(f"{self.url}: {self._sub.verdict}")
+        try:
+            pod = await self.read_pod()
+        except SandboxLostError as exc:
+            return exc
+        except SandboxError:
+            return None  # the API server is unreachable: that says nothing of the pod
+        verdict = pod_verdict(pod, self.container, self._sub.restarts if self._sub else None)
+        return SandboxLostError(f"{self.url}: {verdict}") if verdict else None
+
+    async def aclose(self) -> None:
+        """Close the exec sockets still open, stop following the pod, release the API."""
+        for proc in list(self._procs):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(proc.wait(), 5.0)
+        if self._api is not None:
+            if self._sub is not None:
+                self._api.watch(self.namespace).unsubscribe(self._sub)
+                self._sub = None
+            api, self._api = self._api, None
+            await api.release()
+
+    # -- via kubectl -----------------------------------------------------------------------
+
     def exec_argv(self, argv: Sequence[str]) -> list[str]:
-        """The host command line that runs ``argv`` in the pod's container."""
+        """The host command line that runs ``argv`` in the pod's container (``via=kubectl``)."""
         cmd = [self.kubectl]
         cmd += ["--kubeconfig", self.kubeconfig] if self.kubeconfig else []
         cmd += ["--context", self.context] if self.context else []
@@ -106,19 +254,7 @@ class K8sTransport(ExecTransport):
         cmd += ["-c", self.container] if self.container else []
         return [*cmd, "--", *argv]
 
-    async def spawn(self, argv: Sequence[str]) -> PipeProcess:
-        """``kubectl exec -i ... -- argv`` with stdin/stdout pipes (stderr discarded).
-
-        :raises SandboxError: kubectl is not installed.
-        """
-        with map_cli_errors(self.kubectl):
-            return await spawn_host(self.exec_argv(argv))
-
-    async def check_reachable(self) -> None:
-        """Run ``true`` in the pod, so a missing pod or a refused exec fails with kubectl's words.
-
-        :raises SandboxError: kubectl failed (no such pod or container, no access, no cluster).
-        """
+    async def _check_kubectl(self) -> None:
         with map_cli_errors(self.kubectl):
             proc = await spawn_checked(self.exec_argv(["true"]))
         try:
@@ -136,9 +272,9 @@ class K8sTransport(ExecTransport):
             raise SandboxError(f"{self.url}: kubectl exec failed (exit {proc.returncode}): {msg or '(no message)'}")
 
     async def open_channel(self) -> Channel:
-        """Check the pod answers, locate or inject the agent, open the persistent channel.
+        """Check the pod runs, locate or inject the agent, open the persistent channel.
 
-        :raises SandboxError: kubectl cannot exec into the pod.
+        :raises SandboxError: no such pod or container, or the exec is refused.
         :raises AgentUnavailableError: no agent could be found, injected or started.
         """
         if self.agent_argv is None:

@@ -1,0 +1,274 @@
+"""``KubeApi``: one Kubernetes cluster as a kubeconfig context names it, reached directly.
+
+kubernetes_asyncio reads the configuration (kubeconfig files and contexts, ``$KUBECONFIG``,
+in-cluster service accounts; tokens, client certificates, and exec/auth-provider plugins named
+by the user's own kubeconfig); the requests are ours, on one aiohttp session: a few plain JSON
+calls (pods get/create/delete/list/watch) and the exec WebSocket
+(:mod:`~remote_exec.sandboxes.k8sws`). No thread and no process per exec.
+
+Every ``k8s://`` transport of one event loop naming the same kubeconfig and context shares
+one :class:`KubeApi` (:meth:`KubeApi.acquire`; the last :meth:`KubeApi.release` closes it): one
+configuration load (an exec plugin runs once, not once per pod), one connection pool, one
+pod watch per namespace (:mod:`~remote_exec.sandboxes.k8swatch`). Five hundred sandboxes are
+five hundred sockets, not five hundred ``kubectl`` processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import ssl
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import aiohttp
+
+from ..errors import SandboxError
+from .k8swatch import PodWatch
+from .k8sws import CHANNEL_PROTOCOLS, WsExecProcess
+
+__all__ = ["ApiError", "KubeApi"]
+
+CONNECT_TIMEOUT = 30.0
+"""Seconds for one API request or exec handshake before it is an error (kubernetes#67457: an
+exec that never answers is bounded here; once open, the channel's own heartbeat watches it)."""
+MAX_BODY = 8 * 1024 * 1024
+"""The most one JSON answer may hold (a pod is a few KiB; a list of a namespace's pods more)."""
+
+
+class ApiError(SandboxError):
+    """The API server refused a request: ``status`` is its HTTP code, ``reason`` the Status's."""
+
+    def __init__(self, message: str, status: int, reason: str = "") -> None:
+        super().__init__(message)
+        self.status, self.reason = status, reason
+
+
+_shared: dict[tuple[int, str | None, str | None], KubeApi] = {}
+
+
+class KubeApi:
+    """A cluster's API server: configuration, session, watches. Use :meth:`acquire`.
+
+    :ivar host: the API server's URL (``https://...``).
+    :ivar label: what error messages call it (the context's name, or the host).
+    """
+
+    def __init__(self, key: tuple[int, str | None, str | None], config: Any) -> None:
+        self._key = key
+        self._config = config
+        self.host: str = config.host.rstrip("/")
+        self.label = key[2] or self.host
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, ssl=_ssl_context(config)),  # no pool cap: one socket per pod
+            trust_env=True,
+            read_bufsize=2**21,  # a watch event holds a whole pod (etcd's objects are at most 1.5 MiB)
+        )
+        self._users = 0
+        self._watches: dict[str, PodWatch] = {}
+
+    @classmethod
+    async def acquire(cls, kubeconfig: str | None, context: str | None) -> KubeApi:
+        """The loop's shared API of ``kubeconfig`` (None: ``$KUBECONFIG``, ``~/.kube/config``,
+        or the pod's service account) and ``context`` (None: the current one).
+
+        :raises SandboxError: no usable configuration (missing file, unknown context).
+        """
+        key = (id(asyncio.get_running_loop()), kubeconfig, context)
+        api = _shared.get(key)
+        if api is None:
+            api = cls(key, await _load_config(kubeconfig, context))
+            api = _shared.setdefault(key, api)  # two first acquires raced: one wins, the other is dropped
+        api._users += 1
+        return api
+
+    async def release(self) -> None:
+        """One user fewer; the last closes the session and stops the watches."""
+        self._users -= 1
+        if self._users > 0:
+            return
+        _shared.pop(self._key, None)
+        for watch in self._watches.values():
+            await watch.aclose()
+        self._watches.clear()
+        await self._session.close()
+
+    def watch(self, namespace: str) -> PodWatch:
+        """The namespace's pod watch (started on first use, shared by every pod in it)."""
+        watch = self._watches.get(namespace)
+        if watch is None:
+            watch = self._watches[namespace] = PodWatch(self, namespace)
+        return watch
+
+    async def headers(self) -> dict[str, str]:
+        """The request headers that authenticate us (a bearer token, basic auth), if any."""
+        config = self._config
+        token = await config.get_api_key_with_prefix("BearerToken", alias="authorization")
+        if token:
+            return {"Authorization": token}
+        if config.username and config.password:
+            return {"Authorization": config.get_basic_auth_token()}
+        return {}
+
+    def url(self, path: str, query: Sequence[tuple[str, str]] = ()) -> str:
+        """The API server's URL of ``path`` with ``query``."""
+        return self.host + path + (f"?{urlencode(list(query))}" if query else "")
+
+    async def request(self, method: str, path: str, body: Mapping[str, Any] | None = None, **query: str) -> Any:
+        """One JSON request; its decoded answer.
+
+        :raises ApiError: the server answered an error (its ``Status`` message kept).
+        :raises SandboxError: the server could not be reached in :data:`CONNECT_TIMEOUT`.
+        """
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                async with self._session.request(
+                    method,
+                    self.url(path, list(query.items())),
+                    json=body,
+                    headers=await self.headers(),
+                    proxy=self._config.proxy,
+                ) as resp:
+                    raw = await _read_body(resp.content, MAX_BODY + 1)
+                    status = resp.status
+        except TimeoutError:
+            raise SandboxError(f"{self.label}: {method} {path}: no answer within {CONNECT_TIMEOUT:.0f} s") from None
+        except aiohttp.ClientError as exc:
+            raise SandboxError(f"{self.label}: {method} {path}: {exc}") from exc
+        if len(raw) > MAX_BODY:
+            raise SandboxError(f"{self.label}: {method} {path}: an answer over {MAX_BODY} bytes")
+        if status >= 400:
+            raise status_error(f"{method} {path}", status, raw, self.label)
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise SandboxError(f"{self.label}: {method} {path}: an answer that is not JSON") from None
+
+    async def stream(self, path: str, **query: str) -> aiohttp.ClientResponse:
+        """A long GET (a watch): the open response, read by the caller (who closes it).
+
+        :raises ApiError: as :meth:`request`.
+        """
+        resp = await self._session.get(
+            self.url(path, list(query.items())),
+            headers=await self.headers(),
+            proxy=self._config.proxy,
+            timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT),
+        )
+        if resp.status >= 400:
+            raw = await _read_body(resp.content, 64 * 1024)
+            resp.release()
+            raise status_error(f"watch {path}", resp.status, raw, self.label)
+        return resp
+
+    async def exec(
+        self, namespace: str, pod: str, container: str | None, argv: Sequence[str], limit: int
+    ) -> WsExecProcess:
+        """Run ``argv`` in the pod's container over one WebSocket (stdin and stdout; stderr kept
+        only for messages), offering ``v5.channel.k8s.io`` then ``v4``.
+
+        :raises ApiError: the server refused the exec (no such pod or container, no right).
+        :raises SandboxError: no answer within :data:`CONNECT_TIMEOUT`.
+        """
+        query = [("command", arg) for arg in argv]
+        query += [("container", container)] if container else []
+        query += [("stdin", "true"), ("stdout", "true"), ("stderr", "true"), ("tty", "false")]
+        path = f"/api/v1/namespaces/{quote(namespace)}/pods/{quote(pod)}/exec"
+        url = self.url(path, query)
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                ws = await self._session.ws_connect(
+                    "wss" + url[5:] if url.startswith("https") else "ws" + url[4:],
+                    protocols=CHANNEL_PROTOCOLS,
+                    headers=await self.headers(),
+                    proxy=self._config.proxy,
+                    max_msg_size=limit + 1024,
+                    autoping=True,
+                    timeout=aiohttp.ClientWSTimeout(ws_close=2.0),
+                )
+        except TimeoutError:
+            raise SandboxError(
+                f"{self.label}: exec in {namespace}/{pod}: no answer within {CONNECT_TIMEOUT:.0f} s"
+            ) from None
+        except aiohttp.WSServerHandshakeError as exc:
+            raise ApiError(
+                f"{self.label}: exec in {namespace}/{pod} refused: HTTP {exc.status} {exc.message}", exc.status
+            ) from exc
+        except aiohttp.ClientError as exc:
+            raise SandboxError(f"{self.label}: exec in {namespace}/{pod}: {exc}") from exc
+        if ws.protocol not in CHANNEL_PROTOCOLS:
+            await ws.close()
+            raise SandboxError(
+                f"{self.label}: the API server offered no channel protocol we speak "
+                f"({ws.protocol or 'none'}; we speak {', '.join(CHANNEL_PROTOCOLS)}): try ?via=kubectl"
+            )
+        return WsExecProcess(ws, limit)
+
+
+async def _read_body(content: aiohttp.StreamReader, limit: int) -> bytes:
+    """The body up to its end or ``limit`` bytes, whichever comes first (``read(n)`` alone
+    returns what has arrived so far)."""
+    out = bytearray()
+    while len(out) < limit and (chunk := await content.read(limit - len(out))):
+        out += chunk
+    return bytes(out)
+
+
+def status_error(what: str, status: int, raw: bytes, label: str) -> ApiError:
+    """An error answer's ``Status`` (untrusted JSON) as an :class:`ApiError` with its message."""
+    message, reason = "", ""
+    try:
+        body = json.loads(raw[: 64 * 1024])
+        if isinstance(body, dict):
+            message, reason = str(body.get("message", ""))[:500], str(body.get("reason", ""))[:100]
+    except ValueError:
+        message = raw[:200].decode(errors="replace")
+    return ApiError(f"{label}: {what}: HTTP {status} {reason}: {message or '(no message)'}", status, reason)
+
+
+def _ssl_context(config: Any) -> ssl.SSLContext | bool:
+    """The TLS settings a kubeconfig gives (its CA, client certificate, insecure-skip-verify)."""
+    if not config.host.startswith("https"):
+        return False
+    context = ssl.create_default_context(cafile=config.ssl_ca_cert)
+    if config.cert_file:
+        context.load_cert_chain(config.cert_file, keyfile=config.key_file)
+    if not config.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _find_config(kubeconfig: str | None) -> tuple[str, bool]:
+    """The kubeconfig path(s) to read and whether any exists (in a thread: it touches the disk,
+    and kubernetes_asyncio's first import takes a second)."""
+    import kubernetes_asyncio.config  # noqa: F401  (imported here, off the loop)
+
+    paths = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
+    return paths, kubeconfig is not None or any(os.path.exists(p) for p in paths.split(os.pathsep))
+
+
+async def _load_config(kubeconfig: str | None, context: str | None) -> Any:
+    """kubernetes_asyncio's configuration of ``kubeconfig`` and ``context``: the kubeconfig file,
+    else (no file at all, inside a pod) the pod's service account."""
+    paths, exists = await asyncio.to_thread(_find_config, kubeconfig)
+    from kubernetes_asyncio import config as kube_config
+    from kubernetes_asyncio.client import Configuration
+
+    config = Configuration()
+    try:
+        if not exists:
+            if "KUBERNETES_SERVICE_HOST" in os.environ:
+                kube_config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
+                return config
+            raise SandboxError(f"no kubeconfig at {paths} (set KUBECONFIG, or ?kubeconfig=)")
+        await kube_config.load_kube_config(
+            config_file=paths, context=context, client_configuration=config, persist_config=False
+        )
+    except kube_config.ConfigException as exc:
+        raise SandboxError(f"kubeconfig {paths}: {exc}") from exc
+    except (OSError, ValueError, KeyError, AssertionError) as exc:
+        raise SandboxError(f"kubeconfig {paths}{f' context {context}' if context else ''}: {exc!r}") from exc
+    return config

@@ -1,0 +1,191 @@
+"""``PodWatch``: one watch of a namespace's pods, telling each ``k8s://`` sandbox when its pod is gone.
+
+An exec stream may hang rather than end when its pod goes (kubernetes#67457), and a channel
+would only notice after its heartbeat's bound. The watch notices at once: a pod deleted (or
+being deleted), evicted, failed, or whose container was OOM-killed, terminated or restarted is
+a *verdict*, the reason in the API server's words. Each subscriber's ``on_lost`` is called
+with it (the transport then closes its exec sockets, so every waiter fails now, and its
+``diagnose`` names the reason).
+
+One watch per namespace however many pods are followed in it (not a read before each
+operation). Events for pods nobody follows are dropped as they are parsed. The watch resumes
+from the last ``resourceVersion`` it saw after its stream ends, and from scratch after a
+``410 Gone``; a broken connection is retried with a growing pause (at most 5 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .k8sapi import KubeApi
+
+__all__ = ["PodWatch", "Subscription", "pod_verdict"]
+
+log = logging.getLogger(__name__)
+
+WATCH_SECONDS = 240  # the server ends a watch after this; it is started again from its cursor
+_MAX_PAUSE = 5.0
+
+
+def _container_status(pod: dict[str, Any], container: str | None) -> dict[str, Any] | None:
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    for status in statuses:
+        if isinstance(status, dict) and (container is None or status.get("name") == container):
+            return status
+    return None
+
+
+def _terminated(state: Any) -> str:
+    term = state.get("terminated") if isinstance(state, dict) else None
+    if not isinstance(term, dict):
+        return ""
+    reason = str(term.get("reason") or "terminated")[:80]
+    return f"{reason}, exit code {term.get('exitCode', '?')}"
+
+
+def pod_verdict(pod: dict[str, Any], container: str | None, restarts: int | None) -> str | None:
+    """Why ``pod`` (a Pod's JSON, untrusted) can no longer run our agent, or None while it can.
+
+    ``restarts``: the container's restart count when it was first seen (a higher one now is a
+    restart: its processes died with it).
+    """
+    meta = pod.get("metadata") or {}
+    name = f"pod {meta.get('namespace', '?')}/{meta.get('name', '?')}"
+    if meta.get("deletionTimestamp"):
+        return f"{name} is being deleted"
+    status = pod.get("status") or {}
+    phase = status.get("phase")
+    if phase in ("Failed", "Succeeded"):
+        why = ": ".join(str(s)[:200] for s in (status.get("reason"), status.get("message")) if s)
+        return f"{name} has {'failed' if phase == 'Failed' else 'ended'}" + (f" ({why})" if why else "")
+    cstatus = _container_status(pod, container)
+    if cstatus is None:
+        return None
+    cname = f"container {cstatus.get('name', '?')} of {name}"
+    count = cstatus.get("restartCount")
+    if restarts is not None and isinstance(count, int) and count > restarts:
+        last = _terminated(cstatus.get("lastState"))
+        return f"{cname} restarted ({last or 'no reason given'}); its processes died with it"
+    last = _terminated(cstatus.get("state"))
+    if last:
+        return f"{cname} terminated ({last})"
+    return None
+
+
+@dataclass(eq=False)
+class Subscription:
+    """One pod followed by one transport: ``verdict`` once it is gone."""
+
+    pod: str
+    container: str | None
+    on_lost: Callable[[str], None]
+    restarts: int | None = None
+    verdict: str | None = None
+    on_update: Callable[[dict[str, Any]], None] | None = field(default=None)
+    """Called with each state of the pod the watch sees (one waiting for it to run)."""
+
+
+class PodWatch:
+    """The pods of one namespace, watched by one long GET (started by the first subscriber)."""
+
+    def __init__(self, api: KubeApi, namespace: str) -> None:
+        self._api = api
+        self.namespace = namespace
+        self._subs: dict[str, set[Subscription]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()  # set while a watch stream is open (tests wait for it)
+
+    def subscribe(self, pod: str, container: str | None, on_lost: Callable[[str], None]) -> Subscription:
+        """Follow ``pod``; ``on_lost(reason)`` is called once, on the loop, when it is gone."""
+        sub = Subscription(pod, container, on_lost)
+        self._subs.setdefault(pod, set()).add(sub)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name=f"k8s watch {self.namespace}")
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        subs = self._subs.get(sub.pod)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self._subs[sub.pod]
+
+    def update(self, pod: dict[str, Any], deleted: bool = False) -> None:
+        """Take one pod's state (from the watch, or a read): judge it for each subscriber."""
+        name = (pod.get("metadata") or {}).get("name")
+        for sub in list(self._subs.get(name, ())) if isinstance(name, str) else ():
+            cstatus = _container_status(pod, sub.container)
+            if sub.restarts is None and cstatus is not None and isinstance(cstatus.get("restartCount"), int):
+                sub.restarts = cstatus["restartCount"]
+            verdict = (
+                f"pod {self.namespace}/{name} was deleted" if deleted else pod_verdict(pod, sub.container, sub.restarts)
+            )
+            if verdict is None:
+                if sub.on_update is not None:
+                    sub.on_update(pod)
+            elif sub.verdict is None:
+                sub.verdict = verdict
+                try:
+                    sub.on_lost(verdict)
+                except Exception:  # one subscriber's failure must not stop the watch for the others
+                    log.exception("k8s watch: on_lost of %s", name)
+
+    async def _run(self) -> None:
+        version = ""
+        pause = 0.25
+        while self._subs:
+            try:
+                version = await self._watch_once(version)
+                pause = 0.25
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the API server unreachable, a broken stream: try again
+                log.debug("k8s watch of %s: %r", self.namespace, exc)
+                self.connected.clear()
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, _MAX_PAUSE)
+        self.connected.clear()
+
+    async def _watch_once(self, version: str) -> str:
+        """One watch stream, from ``version`` ("": the current state first, as ADDED events);
+        the version to resume from when it ends ("" after a 410 Gone)."""
+        query = {"watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": str(WATCH_SECONDS)}
+        if version:
+            query["resourceVersion"] = version
+        resp = await self._api.stream(f"/api/v1/namespaces/{self.namespace}/pods", **query)
+        try:
+            self.connected.set()
+            while self._subs:
+                line = await resp.content.readline()
+                if not line:
+                    return version
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        return ""
+                    raise RuntimeError(f"watch error: {str(obj.get('message'))[:200]}")
+                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                if isinstance(rv, str) and len(rv) < 64:
+                    version = rv
+                if kind in ("ADDED", "MODIFIED", "DELETED"):
+                    self.update(obj, deleted=kind == "DELETED")
+            return version
+        finally:
+            self.connected.clear()
+            resp.close()  # a stream cut short: its connection is not reused
+
+    async def aclose(self) -> None:
+        """Stop watching (cancelling waits for the task's end)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
