@@ -63,15 +63,15 @@ for b in "$@"; do
 done
 """
 
-# $1 dir, $2 upload name, $3 its size when stdin never ends (a v4 exec WebSocket cannot say
-# EOF: the size does), else "". The directory is created private, or must be ours and not a symlink.
+# $1 dir, $2 the upload's size when stdin never ends (a v4 exec WebSocket cannot say EOF: the
+# size does), else "", $3 upload name. The directory is created private, or must be ours and not a symlink.
 _UPLOAD = r"""
 umask 077
 [ -d "$1" ] || mkdir -m 700 "$1" || exit 3
 { [ -O "$1" ] && [ ! -L "$1" ]; } || { echo "unsafe $1"; exit 3; }
 chmod 700 "$1" || exit 3
-if [ -n "$3" ]; then exec head -c "$3" > "$1/$2"; fi
-exec cat > "$1/$2"
+if [ -n "$2" ]; then exec head -c "$2" > "$1/$3"; fi
+exec cat > "$1/$3"
 """
 
 # $1 dir, $2 full sha256, $3 upload name, $4 "1" to verify here with sha256sum.
@@ -178,7 +178,7 @@ async def upload(target: InjectTarget, found: Probe, bundle: AgentBundle) -> Non
     part = f"upload-{secrets.token_hex(6)}.tar.gz"
     data = await asyncio.to_thread(bundle.read)
     size = "" if target.stdin_eof else str(len(data))
-    code, out = await target.exec_capture(["sh", "-c", _UPLOAD, "sh", found.dir, part, size], input=data, timeout=300.0)
+    code, out = await target.exec_capture(["sh", "-c", _UPLOAD, "sh", found.dir, size, part], input=data, timeout=300.0)
     if code != 0:
         raise AgentUnavailableError(
             f"uploading the agent into {found.dir} in {target.url} failed (exit {code}): {out!r}"

@@ -21,10 +21,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from .k8sapi import KubeApi
+from typing import Any, Protocol
 
 __all__ = ["PodWatch", "Subscription", "pod_verdict"]
 
@@ -32,6 +29,12 @@ log = logging.getLogger(__name__)
 
 WATCH_SECONDS = 240  # the server ends a watch after this; it is started again from its cursor
 _MAX_PAUSE = 5.0
+
+
+class _Api(Protocol):
+    """What a watch needs of :class:`~remote_exec.sandboxes.k8sapi.KubeApi`."""
+
+    async def stream(self, path: str, **query: str) -> Any: ...
 
 
 def _container_status(pod: dict[str, Any], container: str | None) -> dict[str, Any] | None:
@@ -95,7 +98,7 @@ class Subscription:
 class PodWatch:
     """The pods of one namespace, watched by one long GET (started by the first subscriber)."""
 
-    def __init__(self, api: KubeApi, namespace: str) -> None:
+    def __init__(self, api: _Api, namespace: str) -> None:
         self._api = api
         self.namespace = namespace
         self._subs: dict[str, set[Subscription]] = {}
