@@ -29,6 +29,10 @@ DELIBERATE: dict[tuple[str, str], str] = {
         "shutdown and handover remove the ready job dir (three empty files) on the loop: the worker "
         "pool may be stuck on a hung mount; it never waits for a fill in progress, which removes its own"
     ),
+    ("remote_exec/sandboxes/k8sapi.py", "_load_in_thread"): (
+        "k8s:// loads a kubeconfig with kubernetes_asyncio (file reads, embedded certificates written "
+        "to temporary files, an exec plugin) on a loop of its own in a worker thread: no other task waits on it"
+    ),
     ("remote_exec/sandboxes/jailbox.py", "launch"): (
         "jail:// forks bubblewrap from the event loop's thread on purpose: its --die-with-parent fires "
         "when the forking thread exits, and a worker thread may exit long before the box"

@@ -39,7 +39,7 @@ from ..errors import RemoteExecError, SandboxError, SandboxLostError
 from .base import ExecTransport
 from .hostcli import InjectMode, common_options, map_cli_errors, parse_query
 from .hostproc import spawn_checked, spawn_host
-from .k8swatch import Subscription, pod_verdict
+from .k8swatch import Subscription, obj, pod_verdict, text
 
 if TYPE_CHECKING:  # aiohttp and kubernetes_asyncio are imported when a k8s:// sandbox opens, not before
     from .k8sapi import KubeApi
@@ -156,11 +156,13 @@ class K8sTransport(ExecTransport):
 
         api = await self._kube()
         try:
-            pod: dict[str, Any] = await api.request("GET", f"/api/v1/namespaces/{self.namespace}/pods/{self.pod}")
+            pod = await api.request("GET", f"/api/v1/namespaces/{self.namespace}/pods/{self.pod}")
         except ApiError as exc:
             if exc.status == 404:
                 raise SandboxLostError(f"{self.url}: pod {self.namespace}/{self.pod} not found") from None
             raise
+        if not isinstance(pod, dict):
+            raise SandboxError(f"{self.url}: the API server answered a read of the pod with no object")
         if self._sub is not None:
             api.watch(self.namespace).update(pod)
         return pod
@@ -180,22 +182,22 @@ class K8sTransport(ExecTransport):
             pod = await self.read_pod()
         except SandboxLostError as exc:
             raise SandboxError(str(exc)) from None
-        spec = pod.get("spec") or {}
-        names = [c.get("name") for c in spec.get("containers") or [] if isinstance(c, dict)]
+        containers = obj(pod, "spec").get("containers")
+        names = [c.get("name") for c in containers if isinstance(c, dict)] if isinstance(containers, list) else []
+        names = [n for n in names if isinstance(n, str) and _NAME.match(n)]
         if self.container is None:
-            annotations = (pod.get("metadata") or {}).get("annotations") or {}
-            default = annotations.get("kubectl.kubernetes.io/default-container")
+            default = obj(obj(pod, "metadata"), "annotations").get("kubectl.kubernetes.io/default-container")
             self.container = default if default in names else (names[0] if names else None)
             if self._sub is not None:
                 self._sub.container = self.container
         elif self.container not in names:
-            raise SandboxError(f"{self.url}: pod {self.pod} has no container {self.container} (it has {names})")
+            raise SandboxError(f"{self.url}: pod {self.pod} has no container {self.container} (it has {names[:20]})")
         verdict = pod_verdict(pod, self.container, None)
         if verdict is not None:
             raise SandboxError(f"{self.url}: {verdict}")
-        phase = (pod.get("status") or {}).get("phase")
+        phase = obj(pod, "status").get("phase")
         if phase != "Running":
-            raise SandboxError(f"{self.url}: pod {self.namespace}/{self.pod} is {phase}, not Running")
+            raise SandboxError(f"{self.url}: pod {self.namespace}/{self.pod} is {text(phase, 40)}, not Running")
 
     async def spawn(self, argv: Sequence[str]) -> PipeProcess:
         """Run ``argv`` in the pod's container: one exec WebSocket (or ``kubectl exec -i``).

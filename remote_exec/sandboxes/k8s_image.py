@@ -38,6 +38,7 @@ from ..client.channel import Channel
 from ..errors import SandboxError
 from .hostcli import common_options, parse_query
 from .k8s import K8sTransport, check_name
+from .k8swatch import obj, text
 
 if TYPE_CHECKING:
     from .k8sapi import KubeApi
@@ -49,6 +50,7 @@ _OPTIONS |= {"node_selector", "node", "service_account", "keep", "ttl", "timeout
 MANAGED_BY = "app.kubernetes.io/managed-by"
 _CREATED = "remote-exec/created"
 _TTL = "remote-exec/ttl"
+_NAME_OK = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$")  # a pod name to put in a path
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|Ki|M|Mi|G|Gi|T|Ti)?$")
 # A container that cannot start for one of these reasons will not start by waiting.
 _FATAL_WAITING = {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
@@ -220,7 +222,7 @@ class K8sImageTransport(K8sTransport):
             if not (self._named and exc.status == 409):
                 raise SandboxError(f"cannot create a pod from {self.image}: {exc}") from exc
             pod = await self.read_pod()
-            if (pod.get("metadata", {}).get("labels") or {}).get(MANAGED_BY) != "remote-exec":
+            if obj(obj(pod, "metadata"), "labels").get(MANAGED_BY) != "remote-exec":
                 raise SandboxError(
                     f"pod {self.namespace}/{self.pod} exists and was not made by remote_exec: "
                     f"use k8s://{self.namespace}/{self.pod} to use it as it is"
@@ -244,22 +246,24 @@ class K8sImageTransport(K8sTransport):
         waiter = self._waiter
         if waiter is None or waiter.done():
             return
-        status = pod.get("status") or {}
-        for cond in status.get("conditions") or []:
+        status = obj(pod, "status")
+        conditions = status.get("conditions")
+        for cond in conditions if isinstance(conditions, list) else ():
             if isinstance(cond, dict) and cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                self._last_pending = f"{cond.get('reason', 'unschedulable')}: {str(cond.get('message', ''))[:300]}"
-        for cstatus in status.get("containerStatuses") or []:
-            if not isinstance(cstatus, dict):
-                continue
-            state = cstatus.get("state") or {}
-            waiting = state.get("waiting") if isinstance(state, dict) else None
-            if isinstance(waiting, dict) and waiting.get("reason") in _FATAL_WAITING:
-                message = f"{waiting.get('reason')}: {str(waiting.get('message', ''))[:300]}"
+                self._last_pending = (
+                    f"{text(cond.get('reason', 'unschedulable'), 60)}: {text(cond.get('message', ''), 300)}"
+                )
+        statuses = status.get("containerStatuses")
+        for cstatus in statuses if isinstance(statuses, list) else ():
+            state = obj(cstatus, "state")
+            waiting = obj(state, "waiting")
+            if waiting.get("reason") in _FATAL_WAITING:
+                message = f"{text(waiting.get('reason'), 60)}: {text(waiting.get('message', ''), 300)}"
                 waiter.set_exception(
                     SandboxError(f"pod {self.namespace}/{self.pod} cannot start {self.image}: {message}")
                 )
                 return
-            if isinstance(state, dict) and "running" in state and status.get("phase") == "Running":
+            if "running" in state and status.get("phase") == "Running":
                 waiter.set_result(None)
                 return
 
@@ -309,16 +313,21 @@ async def expired_pods(api: KubeApi, namespace: str, *, delete: bool, now: float
         "GET", f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"{MANAGED_BY}=remote-exec"
     )
     expired = []
-    for pod in listing.get("items") or []:
-        meta = pod.get("metadata") or {}
-        notes = meta.get("annotations") or {}
+    items = listing.get("items") if isinstance(listing, dict) else None
+    for pod in items if isinstance(items, list) else ():
+        meta = obj(pod, "metadata")
+        notes = obj(meta, "annotations")
         try:
             created = datetime.datetime.strptime(str(notes.get(_CREATED)), "%Y-%m-%dT%H:%M:%SZ")
             ttl = int(str(notes.get(_TTL)))
         except ValueError:
             continue
-        if created.replace(tzinfo=datetime.UTC).timestamp() + ttl < now:
-            name = str(meta.get("name"))
+        name = meta.get("name")
+        if (
+            created.replace(tzinfo=datetime.UTC).timestamp() + ttl < now
+            and isinstance(name, str)
+            and _NAME_OK.match(name)
+        ):
             expired.append(name)
             if delete:
                 with contextlib.suppress(ApiError):

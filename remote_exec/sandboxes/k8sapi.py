@@ -241,25 +241,26 @@ def _ssl_context(config: Any) -> ssl.SSLContext | bool:
     return context
 
 
-def _find_config(kubeconfig: str | None) -> tuple[str, bool]:
-    """The kubeconfig path(s) to read and whether any exists (in a thread: it touches the disk,
-    and kubernetes_asyncio's first import takes a second)."""
-    import kubernetes_asyncio.config  # noqa: F401  (imported here, off the loop)
-
-    paths = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")
-    return paths, kubeconfig is not None or any(os.path.exists(p) for p in paths.split(os.pathsep))
-
-
 async def _load_config(kubeconfig: str | None, context: str | None) -> Any:
     """kubernetes_asyncio's configuration of ``kubeconfig`` and ``context``: the kubeconfig file,
-    else (no file at all, inside a pod) the pod's service account."""
-    paths, exists = await asyncio.to_thread(_find_config, kubeconfig)
+    else (no file at all, inside a pod) the pod's service account.
+
+    Loaded on a loop of its own in a worker thread: the loader reads files, writes the
+    certificates a kubeconfig embeds to temporary files, and imports a second of modules, none
+    of which may stall the caller's loop. An exec plugin runs there too (as a subprocess).
+    """
+    return await asyncio.to_thread(asyncio.run, _load_in_thread(kubeconfig, context))
+
+
+async def _load_in_thread(kubeconfig: str | None, context: str | None) -> Any:
     from kubernetes_asyncio import config as kube_config
     from kubernetes_asyncio.client import Configuration
 
     config = Configuration()
+    # (On its own loop in a worker thread: blocking here stalls nobody; see loopguard.DELIBERATE.)
+    paths = kubeconfig or os.environ.get("KUBECONFIG") or os.path.expanduser("~/.kube/config")  # noqa: ASYNC240
     try:
-        if not exists:
+        if kubeconfig is None and not any(os.path.exists(p) for p in paths.split(os.pathsep)):  # noqa: ASYNC240
             if "KUBERNETES_SERVICE_HOST" in os.environ:
                 kube_config.load_incluster_config(client_configuration=config)  # type: ignore[no-untyped-call]
                 return config

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["PodWatch", "Subscription", "pod_verdict"]
+__all__ = ["PodWatch", "Subscription", "obj", "pod_verdict", "text"]
 
 log = logging.getLogger(__name__)
 
@@ -37,41 +37,51 @@ class _Api(Protocol):
     async def stream(self, path: str, **query: str) -> Any: ...
 
 
+def obj(value: Any, key: str) -> dict[str, Any]:
+    """``value[key]`` when both are JSON objects, else ``{}``: the server's JSON is untrusted."""
+    got = value.get(key) if isinstance(value, dict) else None
+    return got if isinstance(got, dict) else {}
+
+
+def text(value: Any, limit: int = 200) -> str:
+    """A server's string for a message: bounded, with no control characters (no terminal escapes)."""
+    return "".join(c if c.isprintable() else "?" for c in str(value)[:limit])
+
+
 def _container_status(pod: dict[str, Any], container: str | None) -> dict[str, Any] | None:
-    statuses = pod.get("status", {}).get("containerStatuses") or []
-    for status in statuses:
+    statuses = obj(pod, "status").get("containerStatuses")
+    for status in statuses if isinstance(statuses, list) else ():
         if isinstance(status, dict) and (container is None or status.get("name") == container):
             return status
     return None
 
 
 def _terminated(state: Any) -> str:
-    term = state.get("terminated") if isinstance(state, dict) else None
-    if not isinstance(term, dict):
+    term = obj(state, "terminated")
+    if not term:
         return ""
-    reason = str(term.get("reason") or "terminated")[:80]
-    return f"{reason}, exit code {term.get('exitCode', '?')}"
+    return f"{text(term.get('reason') or 'terminated', 80)}, exit code {text(term.get('exitCode', '?'), 12)}"
 
 
-def pod_verdict(pod: dict[str, Any], container: str | None, restarts: int | None) -> str | None:
+def pod_verdict(pod: Any, container: str | None, restarts: int | None) -> str | None:
     """Why ``pod`` (a Pod's JSON, untrusted) can no longer run our agent, or None while it can.
 
     ``restarts``: the container's restart count when it was first seen (a higher one now is a
     restart: its processes died with it).
     """
-    meta = pod.get("metadata") or {}
-    name = f"pod {meta.get('namespace', '?')}/{meta.get('name', '?')}"
+    meta = obj(pod, "metadata")
+    name = f"pod {text(meta.get('namespace', '?'), 63)}/{text(meta.get('name', '?'), 253)}"
     if meta.get("deletionTimestamp"):
         return f"{name} is being deleted"
-    status = pod.get("status") or {}
+    status = obj(pod, "status")
     phase = status.get("phase")
     if phase in ("Failed", "Succeeded"):
-        why = ": ".join(str(s)[:200] for s in (status.get("reason"), status.get("message")) if s)
+        why = ": ".join(text(s) for s in (status.get("reason"), status.get("message")) if s)
         return f"{name} has {'failed' if phase == 'Failed' else 'ended'}" + (f" ({why})" if why else "")
-    cstatus = _container_status(pod, container)
+    cstatus = _container_status(pod, container) if isinstance(pod, dict) else None
     if cstatus is None:
         return None
-    cname = f"container {cstatus.get('name', '?')} of {name}"
+    cname = f"container {text(cstatus.get('name', '?'), 63)} of {name}"
     count = cstatus.get("restartCount")
     if restarts is not None and isinstance(count, int) and count > restarts:
         last = _terminated(cstatus.get("lastState"))
@@ -122,13 +132,15 @@ class PodWatch:
 
     def update(self, pod: dict[str, Any], deleted: bool = False) -> None:
         """Take one pod's state (from the watch, or a read): judge it for each subscriber."""
-        name = (pod.get("metadata") or {}).get("name")
+        name = obj(pod, "metadata").get("name")
         for sub in list(self._subs.get(name, ())) if isinstance(name, str) else ():
             cstatus = _container_status(pod, sub.container)
             if sub.restarts is None and cstatus is not None and isinstance(cstatus.get("restartCount"), int):
                 sub.restarts = cstatus["restartCount"]
             verdict = (
-                f"pod {self.namespace}/{name} was deleted" if deleted else pod_verdict(pod, sub.container, sub.restarts)
+                f"pod {self.namespace}/{text(name, 253)} was deleted"
+                if deleted
+                else pod_verdict(pod, sub.container, sub.restarts)
             )
             if verdict is None:
                 if sub.on_update is not None:
@@ -170,16 +182,16 @@ class PodWatch:
                 if not line:
                     return version
                 event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
+                kind, pod = event.get("type") if isinstance(event, dict) else None, obj(event, "object")
                 if kind == "ERROR":
-                    if obj.get("code") == 410:
+                    if pod.get("code") == 410:
                         return ""
-                    raise RuntimeError(f"watch error: {str(obj.get('message'))[:200]}")
-                rv = (obj.get("metadata") or {}).get("resourceVersion")
+                    raise RuntimeError(f"watch error: {text(pod.get('message'))}")
+                rv = obj(pod, "metadata").get("resourceVersion")
                 if isinstance(rv, str) and len(rv) < 64:
                     version = rv
                 if kind in ("ADDED", "MODIFIED", "DELETED"):
-                    self.update(obj, deleted=kind == "DELETED")
+                    self.update(pod, deleted=kind == "DELETED")
             return version
         finally:
             self.connected.clear()
