@@ -13,6 +13,7 @@
                                                 side (see cp.py)
 ``remote-exec logs JOB [-f] [-n LINES]``       a job's log from disk, raw (see logs.py)
 ``remote-exec prune [--older-than S] [--keep N] [JOB_ID...]``  forget ended jobs and their logs
+``remote-exec gc [-n NAMESPACE] [--dry-run]``  delete expired pods k8s+image:// left (see gc.py)
 
 JOB is a job id, a ``--name`` or a label (see jobref.py). Every failure is one line on stderr
 and a non-zero status; ``--debug`` adds the whole chain.
@@ -42,6 +43,7 @@ from ..protocol import JobInfo
 from ..sandboxes import open_sandbox
 from ..termsafe import terminal_safe
 from .cp import add_cp_parser, copy
+from .gc import add_gc_parser, gc
 from .health import QUIET_AFTER, report_health
 from .interrupt import ctrl_c_interrupts
 from .jobref import resolve_job
@@ -133,6 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     add_shell_parser(sub)
     add_cp_parser(sub)
     add_top_parser(sub)
+    add_gc_parser(sub)
     add_logs_parsers(sub)
     return p
 
@@ -198,6 +201,8 @@ def _env(pairs: list[str]) -> dict[str, str] | None:
 async def _main(args: argparse.Namespace) -> int:
     if args.cmd == "run" and not [a for a in args.command if a != "--"][:1]:  # before connecting anywhere
         raise SystemExit("remote-exec run: no command (use: remote-exec run -- CMD ARGS...)")
+    if args.cmd == "gc":  # no sandbox: the cluster's API
+        return await gc(args)
     if args.liveness is not None and not (args.liveness == 0 or 0.5 <= args.liveness < math.inf):
         raise SystemExit(f"remote-exec: --liveness takes 0 (off) or seconds >= 0.5, not {args.liveness:g}")
     async with open_sandbox(args.sandbox, liveness=args.liveness) as sb:
