@@ -259,13 +259,13 @@ class RealCluster:
         )
         return self
 
-    def request(self, method: str, path: str, body: object = None) -> object:
+    def request(self, method: str, path: str, body: object = None, content_type: str = "application/json") -> object:
         """One admin request to the API server; its JSON answer."""
         context = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
         context.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(f"{self.server}{path}", data=data, method=method)
-        req.add_header("Content-Type", "application/json")
+        req.add_header("Content-Type", content_type)
         with urllib.request.urlopen(req, timeout=30, context=context) as r:
             return json.load(r)
 

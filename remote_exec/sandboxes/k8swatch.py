@@ -75,10 +75,15 @@ def pod_verdict(pod: Any, container: str | None, restarts: int | None) -> str | 
         return f"{name} is being deleted"
     status = obj(pod, "status")
     phase = status.get("phase")
-    if phase in ("Failed", "Succeeded"):
-        why = ": ".join(text(s) for s in (status.get("reason"), status.get("message")) if s)
-        return f"{name} has {'failed' if phase == 'Failed' else 'ended'}" + (f" ({why})" if why else "")
     cstatus = _container_status(pod, container) if isinstance(pod, dict) else None
+    if phase in ("Failed", "Succeeded"):
+        why = [text(s) for s in (status.get("reason"), status.get("message")) if s]
+        why += (
+            [f"container {text(cstatus.get('name', '?'), 63)}: {_terminated(cstatus.get('state'))}"]
+            if cstatus and _terminated(cstatus.get("state"))
+            else []
+        )
+        return f"{name} has {'failed' if phase == 'Failed' else 'ended'}" + (f" ({'; '.join(why)})" if why else "")
     if cstatus is None:
         return None
     cname = f"container {text(cstatus.get('name', '?'), 63)} of {name}"

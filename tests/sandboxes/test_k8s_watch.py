@@ -1,0 +1,132 @@
+"""A pod that goes away mid-stream: every waiter learns why within seconds (the pod watch).
+
+Against the real tier (a real kube-apiserver and a kwok node, tests/k8sreal.py): kwok runs the
+agent as a local process, so deleting the pod leaves the agent and its job running on and the
+exec streams open. Without the watch nothing would ever fail; with it, the pod's deletion (or
+its status turning OOMKilled or restarted, as a kubelet reports them) closes the sandbox's exec
+sockets and each waiter gets :class:`SandboxLostError` naming the reason. The elapsed time is
+printed for the record (the bound is the issue's 5 s; a hang fails at the guard's 20 s).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+import urllib.error
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+import remote_exec as rx
+
+from ..k8sreal import RealCluster, bed_bin, shared_real_cluster
+
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.skipif(bed_bin() is None, reason="the real tier is not built here (make k8s-bed)"),
+]
+
+STREAM = "while :; do echo tick; sleep 0.05; done"
+
+
+@pytest.fixture
+def cluster() -> RealCluster:
+    c = shared_real_cluster()
+    assert c is not None
+    return c
+
+
+async def _lost_waiters(sb: rx.AsyncSandbox, act: Callable[[], None], what: str) -> list[str]:
+    """Two waiters (a streaming job, a blocking run), then ``act``; each one's error text."""
+    errors: list[str] = []
+    both = anyio.Event()
+    proc = sb.exec_remote(["sh", "-c", STREAM])
+    async for ev in proc:
+        if isinstance(ev, rx.StdoutChunk):
+            break  # streaming
+    waiting = sb.exec_remote(["sleep", "60"])
+    await waiting.started()
+
+    async def wait_on(events: AsyncIterator[object]) -> None:
+        with pytest.raises(rx.SandboxLostError) as caught:
+            async for _ in events:
+                pass
+        errors.append(str(caught.value))
+        if len(errors) == 2:
+            both.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(wait_on, proc.__aiter__())
+        tg.start_soon(wait_on, waiting.__aiter__())
+        t0 = time.monotonic()
+        with anyio.fail_after(20):  # a guard against a hang, not the bound (printed below)
+            await anyio.to_thread.run_sync(act)
+            await both.wait()
+    print(f"\n{what}: both waiters failed {time.monotonic() - t0:.2f} s after: {errors[0]}")
+    return errors
+
+
+@pytest.fixture
+async def pod(cluster: RealCluster, tmp_path: Path) -> AsyncIterator[tuple[rx.AsyncSandbox, str]]:
+    name = f"rx-watch-{next(_names)}"
+    cluster.pod(name)
+    url = f"k8s://default/{name}?kubeconfig={cluster.kubeconfig}&dir={tmp_path / 'agent'}"
+    async with rx.open_sandbox(url) as sb:
+        yield sb, name
+    with contextlib.suppress(urllib.error.HTTPError):
+        cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
+
+
+_names = itertools.count()
+
+
+def _status(cluster: RealCluster, name: str, container_status: dict[str, object], phase: str = "Running") -> None:
+    """What a kubelet would report of the pod (a merge patch of its status)."""
+    cluster.request(
+        "PATCH",
+        f"/api/v1/namespaces/default/pods/{name}/status",
+        {
+            "status": {
+                "phase": phase,
+                "containerStatuses": [
+                    {"name": "main", "image": "fake", "imageID": "", "ready": False, **container_status}
+                ],
+            }
+        },
+        content_type="application/strategic-merge-patch+json",
+    )
+
+
+async def test_a_deleted_pod_fails_every_waiter_with_the_reason(
+    cluster: RealCluster, pod: tuple[rx.AsyncSandbox, str]
+) -> None:
+    sb, name = pod
+    errors = await _lost_waiters(
+        sb, lambda: cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}") and None, "pod deleted"
+    )
+    assert all(f"pod default/{name}" in e and "delet" in e for e in errors), errors
+
+
+async def test_an_oom_killed_container_fails_every_waiter_with_the_reason(
+    cluster: RealCluster, pod: tuple[rx.AsyncSandbox, str]
+) -> None:
+    sb, name = pod
+    killed = {"restartCount": 0, "state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}
+    errors = await _lost_waiters(sb, lambda: _status(cluster, name, killed, phase="Failed"), "OOMKilled")
+    assert all("has failed (container main: OOMKilled, exit code 137)" in e for e in errors), errors
+
+
+async def test_a_restarted_container_fails_every_waiter_with_the_reason(
+    cluster: RealCluster, pod: tuple[rx.AsyncSandbox, str]
+) -> None:
+    sb, name = pod
+    restarted = {
+        "restartCount": 1,
+        "state": {"running": {"startedAt": "2026-11-29T00:00:00Z"}},
+        "lastState": {"terminated": {"reason": "Error", "exitCode": 2}},
+    }
+    errors = await _lost_waiters(sb, lambda: _status(cluster, name, restarted), "restarted")
+    assert all("restarted (Error, exit code 2)" in e for e in errors), errors
