@@ -39,7 +39,7 @@ def cluster() -> RealCluster:
     return c
 
 
-async def _lost_waiters(sb: rx.AsyncSandbox, act: Callable[[], None], what: str) -> list[str]:
+async def _lost_waiters(sb: rx.AsyncSandbox, act: Callable[[], object], what: str) -> list[str]:
     """Two waiters (a streaming job, a blocking run), then ``act``; each one's error text."""
     errors: list[str] = []
     both = anyio.Event()
@@ -105,7 +105,7 @@ async def test_a_deleted_pod_fails_every_waiter_with_the_reason(
 ) -> None:
     sb, name = pod
     errors = await _lost_waiters(
-        sb, lambda: cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}") and None, "pod deleted"
+        sb, lambda: cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}"), "pod deleted"
     )
     assert all(f"pod default/{name}" in e and "delet" in e for e in errors), errors
 
