@@ -46,7 +46,7 @@ class ApiError(SandboxError):
         self.status, self.reason = status, reason
 
 
-_shared: dict[tuple[int, str | None, str | None], KubeApi] = {}
+_shared: dict[tuple[int, str | None, str | None], KubeApi | asyncio.Future[KubeApi]] = {}
 
 
 class KubeApi:
@@ -74,15 +74,38 @@ class KubeApi:
         """The loop's shared API of ``kubeconfig`` (None: ``$KUBECONFIG``, ``~/.kube/config``,
         or the pod's service account) and ``context`` (None: the current one).
 
+        The first caller loads the configuration; callers meanwhile wait for that one load (a
+        hundred sandboxes opened at once load it once, and make one session).
+
         :raises SandboxError: no usable configuration (missing file, unknown context).
         """
         key = (id(asyncio.get_running_loop()), kubeconfig, context)
-        api = _shared.get(key)
-        if api is None:
-            api = cls(key, await _load_config(kubeconfig, context))
-            api = _shared.setdefault(key, api)  # two first acquires raced: one wins, the other is dropped
-        api._users += 1
-        return api
+        while True:
+            shared = _shared.get(key)
+            if shared is None:
+                loading: asyncio.Future[KubeApi] = asyncio.get_running_loop().create_future()
+                _shared[key] = loading
+                try:
+                    api = cls(key, await _load_config(kubeconfig, context))
+                except BaseException as exc:
+                    del _shared[key]
+                    loading.set_exception(exc if isinstance(exc, Exception) else RuntimeError("the load was cancelled"))
+                    loading.exception()  # (seen: the waiters get it)
+                    raise
+                loading.set_result(api)
+                _shared[key] = api
+            elif isinstance(shared, asyncio.Future):
+                try:
+                    api = await asyncio.shield(shared)
+                except SandboxError:
+                    raise
+                except Exception:
+                    continue  # that load was cancelled (or failed oddly): load it ourselves
+            else:
+                api = shared
+            if _shared.get(key) is api:  # not released to nothing while we waited
+                api._users += 1
+                return api
 
     async def release(self) -> None:
         """One user fewer; the last closes the session and stops the watches."""
