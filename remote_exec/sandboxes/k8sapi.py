@@ -276,8 +276,11 @@ async def _load_config(kubeconfig: str | None, context: str | None) -> Any:
 
 
 async def _load_in_thread(kubeconfig: str | None, context: str | None) -> Any:
-    from kubernetes_asyncio import config as kube_config
-    from kubernetes_asyncio.client import Configuration
+    try:
+        from kubernetes_asyncio import config as kube_config
+        from kubernetes_asyncio.client import Configuration
+    except ImportError:
+        raise SandboxError("k8s:// needs kubernetes_asyncio: pip install 'remote-exec-sandbox[k8s]'") from None
 
     config = Configuration()
     # (On its own loop in a worker thread: blocking here stalls nobody; see loopguard.DELIBERATE.)
