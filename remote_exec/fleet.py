@@ -82,11 +82,27 @@ class Fleet:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the sandboxes the fleet opened (shielded from cancellation)."""
+        """Close the sandboxes the fleet opened, concurrently (shielded from cancellation): a
+        hundred closes take as long as the slowest, not their sum (each may wait a grace for
+        its channel's relay, or delete a pod).
+
+        :raises ExceptionGroup: closing some sandboxes failed (the others were still closed).
+        """
+        errors: list[Exception] = []
+
+        async def close(sb: AsyncSandbox) -> None:
+            try:
+                await sb.aclose()
+            except Exception as exc:
+                errors.append(exc)
+
         with anyio.CancelScope(shield=True):
             owned, self._owned = self._owned, []
-            for sb in owned:
-                await sb.aclose()
+            async with anyio.create_task_group() as tg:
+                for sb in owned:
+                    tg.start_soon(close, sb)
+        if errors:
+            raise ExceptionGroup(f"closing {len(errors)} sandbox(es) of the fleet failed", errors)
 
     async def run(
         self, command: list[str] | str, options: ExecRemoteOptions | None = None, **overrides: Unpack[OptionOverrides]

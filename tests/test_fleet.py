@@ -58,3 +58,29 @@ async def test_leaving_stream_early_kills_the_rest(agent_dir: Path) -> None:
             async with rx.open_sandbox(urls[0]) as sb:
                 await sb.run(["sh", "-c", f"while kill -0 {' '.join(map(str, pids))} 2>/dev/null; do sleep 0.02; done"])
     assert all(group_members(p) == [] for p in pids)
+
+
+async def test_the_fleet_closes_its_sandboxes_together(agent_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each close waits until all three have begun: closed one after another, the first would
+    wait for ever (a hundred pods closed in turn took their sum: 20 s for 20 on the real tier)."""
+    started = 0
+    all_started = anyio.Event()
+    close = rx.AsyncSandbox.aclose
+
+    async def closing_together(self: rx.AsyncSandbox) -> None:
+        nonlocal started
+        started += 1
+        if started == 3:
+            all_started.set()
+        try:
+            with anyio.fail_after(10):  # (inside the fleet's shielded close: its own deadline)
+                await all_started.wait()
+        finally:
+            await close(self)
+
+    urls = [f"local://?dir={agent_dir}"] * 3
+    with anyio.fail_after(60):
+        async with Fleet(urls) as fleet:
+            monkeypatch.setattr(rx.AsyncSandbox, "aclose", closing_together)
+            assert [r.returncode for r in await fleet.run(["true"]) if isinstance(r, rx.ExecResult)] == [0] * 3
+    assert started == 3
