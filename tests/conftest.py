@@ -114,16 +114,43 @@ def _or_called_by_a_test(allowed: Callable[..., bool]) -> Callable[..., bool]:
     return predicate
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> Iterator[None]:
     """Groups for pytest-xdist's ``--dist loadgroup`` (``make test XDIST=...``): tests that share
     a daemon run in one worker, so it starts once there. Without xdist the marks do nothing.
-    And the ``backend`` mark, which ``make check`` leaves out (see :func:`_needs_a_backend`)."""
+    And the ``backend`` mark, which ``make check`` leaves out (see :func:`_needs_a_backend`).
+
+    A wrapper: the marks are set before any other plugin's hook looks (xdist's reads the group
+    marks, ``-m`` the backend mark), and the group is checked in each test's id after them all
+    (:func:`_group_in_node_id`)."""
     for item in items:
         group = _xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
         if _needs_a_backend(item):
             item.add_marker(pytest.mark.backend)
+    result = yield
+    if getattr(config.option, "loadgroup", False):  # an xdist worker under --dist loadgroup
+        for item in items:
+            _group_in_node_id(item)
+    return result
+
+
+def _group_in_node_id(item: pytest.Item) -> None:
+    """Put the test's ``xdist_group`` in its id as pytest-xdist does (``<id>@<group>``): the
+    ``@`` suffix is all its scheduler groups by. xdist 3.8 writes it to ``item._nodeid``, which
+    pytest 9.2 no longer reads (its ids are structured: pytest-dev/pytest-xdist#1386), so every
+    group was silently spread over all the workers: a browser module's tests each started a
+    JupyterLab of their own in three workers, a backend's session fixture was set up in each.
+    Where xdist's own write took (older pytest), this does nothing."""
+    names = sorted(
+        {str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")}
+    )
+    suffix = "@" + "_".join(names)
+    if names and not item.nodeid.endswith(suffix):
+        from _pytest.nodeid import NodeId  # pytest >= 9.2, the only one where xdist's write is lost
+
+        item._id = NodeId.parse(item.nodeid + suffix)
 
 
 # What needs more than a local agent: a container engine, sshd or bubblewrap (the backend dirs),
