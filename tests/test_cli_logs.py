@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import remote_exec as rx
+
 from .conftest import run_cli
 
 SEQ = "".join(f"{i}\n" for i in range(1, 20001))
@@ -42,11 +44,17 @@ def test_logs_follow_prints_live_output_then_the_end(fresh_agent_dir: Path) -> N
 
 def test_prune_by_count_and_by_name(fresh_agent_dir: Path) -> None:
     sb = f"local://?dir={fresh_agent_dir}"
-    ids = [run_cli("-s", sb, "run", "--detach", "--", "true").stdout.strip() for _ in range(3)]
-    for job_id in ids:  # wait for each to end (logs -f returns at its end)
-        assert run_cli("-s", sb, "logs", "-f", job_id).returncode == 0
+    # Three ended jobs, in this order: what prune acts on (run -d and logs -f are tested above
+    # and in test_cli_habits; started here in one client, not six CLI processes).
+    with rx.connect(sb) as client:
+        ids = []
+        for _ in range(3):
+            job = client.exec_remote(["true"])
+            assert job.wait().returncode == 0
+            ids.append(job.job_id or "")
     assert run_cli("-s", sb, "prune", ids[0]).stdout.split() == [ids[0]]
     assert run_cli("-s", sb, "prune", "--keep", "1").stdout.split() == [ids[1]]
-    assert ids[0] not in run_cli("-s", sb, "ps", "-a").stdout and ids[2] in run_cli("-s", sb, "ps", "-a").stdout
+    listed = run_cli("-s", sb, "ps", "-a").stdout
+    assert ids[0] not in listed and ids[1] not in listed and ids[2] in listed
     usage = run_cli("-s", sb, "prune")
     assert usage.returncode != 0 and "--older-than" in usage.stderr
