@@ -18,13 +18,15 @@ import pytest
 import remote_exec as rx
 from remote_exec.client.channel import DEFAULT_LIVENESS
 
-from ..client.test_liveness import EXPECTED, JOB, as_bytes, frozen_then_thawed
+from ..client.test_liveness import EXPECTED, JOB, SHORT_LIVENESS, as_bytes, frozen_then_thawed
 from .backend_docker import docker_or_skip, image_or_skip
 from .dockerd import Dockerd
 from .sshd import SSHServer, SSHServerUnavailable, running_sshd
 
 pytestmark = pytest.mark.anyio
-BOUND = DEFAULT_LIVENESS.bound
+# The freezes are noticed by the heartbeat within SHORT_LIVENESS's bound, the sandboxes opened
+# with it as a user would (tests/client/test_liveness.py waits out the default on local://).
+BOUND = SHORT_LIVENESS.bound
 
 
 @pytest.fixture
@@ -54,7 +56,7 @@ async def _rest(proc: rx.ExecRemoteProcess, got: bytearray) -> None:
 
 async def test_docker_pause_is_unresponsive_then_unpause_resumes(usr_container: tuple[Dockerd, str]) -> None:
     engine, name = usr_container
-    async with rx.open_sandbox(f"docker://{name}") as sb:
+    async with rx.open_sandbox(f"docker://{name}", liveness=SHORT_LIVENESS) as sb:
         proc = sb.exec_remote(["sh", "-c", JOB])
         got = bytearray()
         await _first_chunk(proc, got)
@@ -84,10 +86,11 @@ async def test_killed_container_is_sandbox_lost(usr_container: tuple[Dockerd, st
         assert await anext(aiter(proc)) == rx.StdoutChunk("up\n")
         engine.docker("kill", name)
         t0 = time.monotonic()
-        with anyio.fail_after(BOUND + 15), pytest.raises(rx.SandboxLostError, match=name) as caught:
+        bound = DEFAULT_LIVENESS.bound  # (opened with the default)
+        with anyio.fail_after(bound + 15), pytest.raises(rx.SandboxLostError, match=name) as caught:
             await anext(aiter(proc))
         elapsed = time.monotonic() - t0
-        print(f"\ndocker kill: {type(caught.value).__name__} after {elapsed:.2f} s (bound {BOUND:g} s): {caught.value}")
+        print(f"\ndocker kill: {type(caught.value).__name__} after {elapsed:.2f} s (bound {bound:g} s): {caught.value}")
         assert sb.link.state == "gone" and name in sb.link.status.reason  # the views: "sandbox gone"
 
 
@@ -99,7 +102,7 @@ async def test_sigstopped_agent_in_a_jail(tmp_path: Path) -> None:
     why = jail_unavailable_reason(tmp_path / "probe")
     if why:
         unavailable(why)
-    async with rx.open_sandbox("jail://") as sb:
+    async with rx.open_sandbox("jail://", liveness=SHORT_LIVENESS) as sb:
         await frozen_then_thawed(sb, [_host_pid_of_agent(sb)], "jail: SIGSTOP agent")
 
 
@@ -179,6 +182,8 @@ async def test_silent_ssh_link_is_unresponsive_then_resumes(sshd: SSHServer, tmp
     """A link that goes silent without closing (sshd's per-connection processes stopped): the
     precise error within the bound; the next read resumes over a new connection."""
     listener = int((tmp_path / "sshd" / "sshd.pid").read_text())
+    # The default bound: a liveness= given is not yet the first connection's on ssh:// (its
+    # agent probe's request comes before it is set), so a shorter one would not be waited out.
     async with rx.open_sandbox(sshd.url()) as sb:
         await frozen_then_thawed(sb, _connection_processes(listener), "ssh: silent link (sshd SIGSTOP)")
 
@@ -206,5 +211,5 @@ async def test_sigstopped_agent_in_a_container(usr_container: tuple[Dockerd, str
     """The agent alone frozen (the container runs on): the precise error within the bound,
     then SIGCONT and the stream resumes from its cursors, every byte there."""
     engine, name = usr_container
-    async with rx.open_sandbox(f"docker://{name}") as sb:
+    async with rx.open_sandbox(f"docker://{name}", liveness=SHORT_LIVENESS) as sb:
         await frozen_then_thawed(sb, [_host_pid(engine, name, sb.info.pid)], "docker: SIGSTOP agent")
