@@ -48,7 +48,8 @@
     ├── RemoteCommandError          a notebook cell's remote command failed (exit code, timeout)
     └── SandboxError                bad sandbox URL, unsupported scheme, setup failure
         ├── SandboxClosedError      the sandbox (or the one a handle belongs to) is closed (also ``RuntimeError``)
-        └── CliError                a host CLI (docker, podman, kubectl) exited non-zero
+        ├── CliError                a host CLI (docker, podman, kubectl) exited non-zero
+        └── KubeApiError            the Kubernetes API server refused a request (its HTTP status and reason)
 
     KeyboardInterrupt
     └── JobInterrupted              a cell was interrupted and its job stopped; a ``KeyboardInterrupt``
@@ -70,6 +71,7 @@ __all__ = [
     "AgentUnresponsiveError",
     "ChannelBroken",
     "CliError",
+    "KubeApiError",
     "ExecTimeoutError",
     "FileEncodingError",
     "FileError",
@@ -517,6 +519,21 @@ class CliError(SandboxError):
         super().__init__(message)
         self.returncode = returncode
         self.stderr = stderr
+
+
+class KubeApiError(SandboxError):
+    """The Kubernetes API server refused a request (``k8s://``, ``k8s+image://``).
+
+    :ivar status: the HTTP status (404: no such pod, 403: RBAC said no, 409: it exists).
+    :ivar reason: the ``Status`` object's reason (``NotFound``, ``Forbidden``...), if any.
+    """
+
+    code = -32033
+
+    def __init__(self, message: str, status: int, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
 
 
 class JobInterrupted(KeyboardInterrupt):

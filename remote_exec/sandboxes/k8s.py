@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..client.channel import MAX_RESPONSE, Channel, PipeProcess
-from ..errors import RemoteExecError, SandboxError, SandboxLostError
+from ..errors import KubeApiError, RemoteExecError, SandboxError, SandboxLostError
 from .base import ExecTransport
 from .hostcli import InjectMode, common_options, map_cli_errors, parse_query
 from .hostproc import spawn_checked, spawn_host
@@ -150,14 +150,12 @@ class K8sTransport(ExecTransport):
         """The pod's JSON (and the watch told of it).
 
         :raises SandboxLostError: there is no such pod (any more).
-        :raises ApiError: the server refused the read.
+        :raises KubeApiError: the server refused the read.
         """
-        from .k8sapi import ApiError
-
         api = await self._kube()
         try:
             pod = await api.request("GET", f"/api/v1/namespaces/{self.namespace}/pods/{self.pod}")
-        except ApiError as exc:
+        except KubeApiError as exc:
             if exc.status == 404:
                 raise SandboxLostError(f"{self.url}: pod {self.namespace}/{self.pod} not found") from None
             raise

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..client.channel import Channel
-from ..errors import SandboxError
+from ..errors import KubeApiError, SandboxError
 from .hostcli import common_options, parse_query
 from .k8s import K8sTransport, check_name
 from .k8swatch import obj, text
@@ -208,8 +208,6 @@ class K8sImageTransport(K8sTransport):
         :raises SandboxError: it cannot be created, its image cannot be pulled, it cannot be
             scheduled, or it did not run within ``timeout`` (each said in the server's words).
         """
-        from .k8sapi import ApiError
-
         api = await self._kube()
         self._waiter = asyncio.get_running_loop().create_future()
         self._sub = api.watch(self.namespace).subscribe(self.pod, self.container, self._lost)
@@ -218,7 +216,7 @@ class K8sImageTransport(K8sTransport):
         try:
             pod = await api.request("POST", path, self.pod_spec())
             self._created = True
-        except ApiError as exc:
+        except KubeApiError as exc:
             if not (self._named and exc.status == 409):
                 raise SandboxError(f"cannot create a pod from {self.image}: {exc}") from exc
             pod = await self.read_pod()
@@ -290,10 +288,8 @@ class K8sImageTransport(K8sTransport):
     async def aclose(self) -> None:
         """Delete the pod if this handle created it (and ``keep`` is off); then as ``k8s://``."""
         if self._created and not self.keep and self._api is not None:
-            from .k8sapi import ApiError
-
             self._created = False
-            with contextlib.suppress(ApiError):  # already gone: nothing to delete
+            with contextlib.suppress(KubeApiError):  # already gone: nothing to delete
                 await self._api.request(
                     "DELETE", f"/api/v1/namespaces/{self.namespace}/pods/{self.pod}", gracePeriodSeconds="0"
                 )
@@ -306,8 +302,6 @@ async def expired_pods(api: KubeApi, namespace: str, *, delete: bool, now: float
     Only pods labelled ``app.kubernetes.io/managed-by=remote-exec`` are looked at; one whose
     annotations are missing or unreadable is left alone (it is not known to be expired).
     """
-    from .k8sapi import ApiError
-
     now = now if now is not None else datetime.datetime.now(datetime.UTC).timestamp()
     listing = await api.request(
         "GET", f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"{MANAGED_BY}=remote-exec"
@@ -330,6 +324,6 @@ async def expired_pods(api: KubeApi, namespace: str, *, delete: bool, now: float
         ):
             expired.append(name)
             if delete:
-                with contextlib.suppress(ApiError):
+                with contextlib.suppress(KubeApiError):
                     await api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", gracePeriodSeconds="0")
     return expired

@@ -25,25 +25,17 @@ from urllib.parse import quote, urlencode
 
 import aiohttp
 
-from ..errors import SandboxError
+from ..errors import KubeApiError, SandboxError
 from .k8swatch import PodWatch
 from .k8sws import CHANNEL_PROTOCOLS, WsExecProcess
 
-__all__ = ["ApiError", "KubeApi"]
+__all__ = ["KubeApi"]
 
 CONNECT_TIMEOUT = 30.0
 """Seconds for one API request or exec handshake before it is an error (kubernetes#67457: an
 exec that never answers is bounded here; once open, the channel's own heartbeat watches it)."""
 MAX_BODY = 8 * 1024 * 1024
 """The most one JSON answer may hold (a pod is a few KiB; a list of a namespace's pods more)."""
-
-
-class ApiError(SandboxError):
-    """The API server refused a request: ``status`` is its HTTP code, ``reason`` the Status's."""
-
-    def __init__(self, message: str, status: int, reason: str = "") -> None:
-        super().__init__(message)
-        self.status, self.reason = status, reason
 
 
 _shared: dict[tuple[int, str | None, str | None], KubeApi | asyncio.Future[KubeApi]] = {}
@@ -142,7 +134,7 @@ class KubeApi:
     async def request(self, method: str, path: str, body: Mapping[str, Any] | None = None, **query: str) -> Any:
         """One JSON request; its decoded answer.
 
-        :raises ApiError: the server answered an error (its ``Status`` message kept).
+        :raises KubeApiError: the server answered an error (its ``Status`` message kept).
         :raises SandboxError: the server could not be reached in :data:`CONNECT_TIMEOUT`.
         """
         try:
@@ -172,7 +164,7 @@ class KubeApi:
     async def stream(self, path: str, **query: str) -> aiohttp.ClientResponse:
         """A long GET (a watch): the open response, read by the caller (who closes it).
 
-        :raises ApiError: as :meth:`request`.
+        :raises KubeApiError: as :meth:`request`.
         """
         resp = await self._session.get(
             self.url(path, list(query.items())),
@@ -192,7 +184,7 @@ class KubeApi:
         """Run ``argv`` in the pod's container over one WebSocket (stdin and stdout; stderr kept
         only for messages), offering ``v5.channel.k8s.io`` then ``v4``.
 
-        :raises ApiError: the server refused the exec (no such pod or container, no right).
+        :raises KubeApiError: the server refused the exec (no such pod or container, no right).
         :raises SandboxError: no answer within :data:`CONNECT_TIMEOUT`.
         """
         query = [("command", arg) for arg in argv]
@@ -216,7 +208,7 @@ class KubeApi:
                 f"{self.label}: exec in {namespace}/{pod}: no answer within {CONNECT_TIMEOUT:.0f} s"
             ) from None
         except aiohttp.WSServerHandshakeError as exc:
-            raise ApiError(
+            raise KubeApiError(
                 f"{self.label}: exec in {namespace}/{pod} refused: HTTP {exc.status} {exc.message}", exc.status
             ) from exc
         except aiohttp.ClientError as exc:
@@ -239,8 +231,8 @@ async def _read_body(content: aiohttp.StreamReader, limit: int) -> bytes:
     return bytes(out)
 
 
-def status_error(what: str, status: int, raw: bytes, label: str) -> ApiError:
-    """An error answer's ``Status`` (untrusted JSON) as an :class:`ApiError` with its message."""
+def status_error(what: str, status: int, raw: bytes, label: str) -> KubeApiError:
+    """An error answer's ``Status`` (untrusted JSON) as an :class:`KubeApiError` with its message."""
     message, reason = "", ""
     try:
         body = json.loads(raw[: 64 * 1024])
@@ -248,7 +240,7 @@ def status_error(what: str, status: int, raw: bytes, label: str) -> ApiError:
             message, reason = str(body.get("message", ""))[:500], str(body.get("reason", ""))[:100]
     except ValueError:
         message = raw[:200].decode(errors="replace")
-    return ApiError(f"{label}: {what}: HTTP {status} {reason}: {message or '(no message)'}", status, reason)
+    return KubeApiError(f"{label}: {what}: HTTP {status} {reason}: {message or '(no message)'}", status, reason)
 
 
 def _ssl_context(config: Any) -> ssl.SSLContext | bool:

@@ -7,23 +7,23 @@ One private dockerd serves the whole session (see :mod:`.dockerd`); images are b
 - ``docker-image``: ``docker+image://`` of the Python-less image, hardened; named and kept so
   the contract's reopening of the same URL finds the same container (``keep=0`` removal on
   close is tested in test_docker.py).
-- ``k8s``: ``k8s://`` through the kubectl stand-in (``tests/sandboxes/kubectl``), into another
-  container of the Python-less image.
+- ``k8s``: ``k8s://`` through the fast-tier API server (tests/k8sapi: a loopback API server
+  of ours whose pods are containers of this engine, validated against the real kubectl and the
+  official clients), over the transport's exec WebSocket, into a pod of the Python-less image.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
+import atexit
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from ..k8sapi.fixture import ApiRequestError, FastApiServer
 from .conftest import backend, unavailable
 from .dockerd import Dockerd, DockerUnavailable, nopy_image, shared_dockerd, usr_image
-
-STANDIN = Path(__file__).parent / "kubectl"
 
 
 def docker_or_skip() -> Dockerd:
@@ -44,12 +44,17 @@ def image_or_skip(d: Dockerd, which: str) -> str:
         raise AssertionError("unreachable") from None
 
 
-def kubectl_standin(tmp: Path) -> str:
-    """The stand-in copied to ``tmp`` and made executable (the checkout's mode bits may be lost)."""
-    dest = tmp / "kubectl"
-    shutil.copy(STANDIN, dest)
-    dest.chmod(0o755)
-    return os.fspath(dest)
+_fast_api: FastApiServer | None = None
+
+
+def fast_api_or_skip(tmp: Path) -> FastApiServer:
+    """The process's fast-tier API server on the session's engine, started on first use."""
+    global _fast_api
+    d = docker_or_skip()
+    if _fast_api is None:
+        _fast_api = FastApiServer.start(tmp, d.host)
+        atexit.register(_fast_api.stop)
+    return _fast_api
 
 
 @backend("docker")
@@ -71,6 +76,8 @@ def _docker_image(tmp: pytest.TempPathFactory) -> Iterator[str]:
 @backend("k8s")
 def _k8s(tmp: pytest.TempPathFactory) -> Iterator[str]:
     d = docker_or_skip()
-    name = d.run("k8s_rxtest_pod1_main", image_or_skip(d, "nopy"))
-    yield f"k8s://rxtest/pod1/main?kubectl={kubectl_standin(tmp.mktemp('kubectl'))}"
-    d.docker("rm", "-f", name, check=False)
+    api = fast_api_or_skip(tmp.mktemp("fast-api"))
+    api.create_pod("rxtest", "pod1", image_or_skip(d, "nopy"), ["sleep", "infinity"])
+    yield f"k8s://rxtest/pod1/main?kubeconfig={api.kubeconfig}"
+    with contextlib.suppress(ApiRequestError):
+        api.delete_pod("rxtest", "pod1")

