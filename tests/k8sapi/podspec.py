@@ -59,7 +59,7 @@ class PodPlan:
 
 
 def container_name(namespace: str, pod: str, container: str) -> str:
-    """The Docker name of a pod's container (tests/sandboxes/kubectl uses the same)."""
+    """The Docker name of a pod's container."""
     return f"k8s_{namespace}_{pod}_{container}"
 
 
