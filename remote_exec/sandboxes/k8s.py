@@ -96,6 +96,8 @@ class K8sTransport(ExecTransport):
         self._api: KubeApi | None = None
         self._sub: Subscription | None = None
         self._procs: set[WsExecProcess] = set()
+        self._kube_lock = asyncio.Lock()
+        self._closed = False
         # Uploads say their size rather than rely on stdin's EOF: v4 has no CLOSE, and not every
         # server that negotiates v5 passes it on (kwok v0.8.0 never closes the command's stdin).
         self.stdin_eof = via == "kubectl"
@@ -133,11 +135,16 @@ class K8sTransport(ExecTransport):
     # -- via the API server ----------------------------------------------------------------
 
     async def _kube(self) -> KubeApi:
-        if self._api is None:
-            from .k8sapi import KubeApi
+        """The shared API, acquired once (under a lock: two first callers acquire it once);
+        never again after :meth:`aclose` (a diagnose racing the close must not hold it)."""
+        async with self._kube_lock:
+            if self._closed:
+                raise SandboxError(f"{self.url}: the sandbox is closed")
+            if self._api is None:
+                from .k8sapi import KubeApi
 
-            self._api = await KubeApi.acquire(self.kubeconfig, self.context)
-        return self._api
+                self._api = await KubeApi.acquire(self.kubeconfig, self.context)
+            return self._api
 
     def _lost(self, reason: str) -> None:
         """The watch's verdict: close every exec socket, so each waiter fails now (its
@@ -174,8 +181,6 @@ class K8sTransport(ExecTransport):
         if self.via == "kubectl":
             return await self._check_kubectl()
         api = await self._kube()
-        if self._sub is None:
-            self._sub = api.watch(self.namespace).subscribe(self.pod, self.container, self._lost)
         try:
             pod = await self.read_pod()
         except SandboxLostError as exc:
@@ -186,8 +191,6 @@ class K8sTransport(ExecTransport):
         if self.container is None:
             default = obj(obj(pod, "metadata"), "annotations").get("kubectl.kubernetes.io/default-container")
             self.container = default if default in names else (names[0] if names else None)
-            if self._sub is not None:
-                self._sub.container = self.container
         elif self.container not in names:
             raise SandboxError(f"{self.url}: pod {self.pod} has no container {self.container} (it has {names[:20]})")
         verdict = pod_verdict(pod, self.container, None)
@@ -196,6 +199,10 @@ class K8sTransport(ExecTransport):
         phase = obj(pod, "status").get("phase")
         if phase != "Running":
             raise SandboxError(f"{self.url}: pod {self.namespace}/{self.pod} is {text(phase, 40)}, not Running")
+        if self._sub is None:  # followed once its container is known: a sidecar's restarts are not ours
+            watch = api.watch(self.namespace)
+            self._sub = watch.subscribe(self.pod, self.container, self._lost)
+            watch.update(pod)  # the restart count it starts from
 
     async def spawn(self, argv: Sequence[str]) -> PipeProcess:
         """Run ``argv`` in the pod's container: one exec WebSocket (or ``kubectl exec -i``).
@@ -209,9 +216,17 @@ class K8sTransport(ExecTransport):
         if self._sub is not None and self._sub.verdict is not None:
             raise SandboxLostError(f"{self.url}: {self._sub.verdict}")
         api = await self._kube()
-        proc = await api.exec(self.namespace, self.pod, self.container, argv, MAX_RESPONSE)
+        try:
+            proc = await api.exec(self.namespace, self.pod, self.container, argv, MAX_RESPONSE)
+        except KubeApiError as exc:
+            if exc.status != 401 or not await api.reauthenticate():  # (a token that expired: once more)
+                raise
+            proc = await api.exec(self.namespace, self.pod, self.container, argv, MAX_RESPONSE)
         self._procs.add(proc)
         proc.on_end = self._procs.discard
+        if self._sub is not None and self._sub.verdict is not None:  # gone while it connected
+            proc.kill()
+            raise SandboxLostError(f"{self.url}: {self._sub.verdict}")
         return proc
 
     async def diagnose(self) -> RemoteExecError | None:
@@ -230,18 +245,22 @@ class K8sTransport(ExecTransport):
         return SandboxLostError(f"{self.url}: {verdict}") if verdict else None
 
     async def aclose(self) -> None:
-        """Close the exec sockets still open, stop following the pod, release the API."""
-        for proc in list(self._procs):
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(proc.wait(), 5.0)
-        if self._api is not None:
-            if self._sub is not None:
-                self._api.watch(self.namespace).unsubscribe(self._sub)
-                self._sub = None
-            api, self._api = self._api, None
-            await api.release()
+        """Close the exec sockets still open, stop following the pod, release the API (that
+        last even when a wait on the way is cancelled or fails: the shared session is counted)."""
+        self._closed = True
+        try:
+            for proc in list(self._procs):
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(proc.wait(), 5.0)
+        finally:
+            if self._api is not None:
+                if self._sub is not None:
+                    self._api.watch(self.namespace).unsubscribe(self._sub)
+                    self._sub = None
+                api, self._api = self._api, None
+                await api.release()
 
     # -- via kubectl -----------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import datetime
 import getpass
+import logging
 import re
 import secrets
 from typing import TYPE_CHECKING, Any
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from .k8sapi import KubeApi
 
 __all__ = ["MANAGED_BY", "K8sImageTransport", "expired_pods"]
+
+log = logging.getLogger(__name__)
 
 _OPTIONS = {"context", "kubeconfig", "dir", "inject", "namespace", "name", "cpu", "memory", "gpu"}
 _OPTIONS |= {"node_selector", "node", "service_account", "keep", "ttl", "timeout"}
@@ -213,12 +216,15 @@ class K8sImageTransport(K8sTransport):
         self._sub = api.watch(self.namespace).subscribe(self.pod, self.container, self._lost)
         self._sub.on_update = self._judge_start
         path = f"/api/v1/namespaces/{self.namespace}/pods"
+        # Marked created before the request: a POST cancelled or timed out on its way may still
+        # have made the pod, and the close must delete it (a 404 then is ignored).
+        self._created = True
         try:
             pod = await api.request("POST", path, self.pod_spec())
-            self._created = True
         except KubeApiError as exc:
             if not (self._named and exc.status == 409):
                 raise SandboxError(f"cannot create a pod from {self.image}: {exc}") from exc
+            self._created = False  # someone else's (or an earlier handle's) pod: never deleted by us
             pod = await self.read_pod()
             if obj(obj(pod, "metadata"), "labels").get(MANAGED_BY) != "remote-exec":
                 raise SandboxError(
@@ -287,13 +293,20 @@ class K8sImageTransport(K8sTransport):
 
     async def aclose(self) -> None:
         """Delete the pod if this handle created it (and ``keep`` is off); then as ``k8s://``."""
-        if self._created and not self.keep and self._api is not None:
-            self._created = False
-            with contextlib.suppress(KubeApiError):  # already gone: nothing to delete
-                await self._api.request(
-                    "DELETE", f"/api/v1/namespaces/{self.namespace}/pods/{self.pod}", gracePeriodSeconds="0"
-                )
-        await super().aclose()
+        try:
+            if self._created and not self.keep and self._api is not None:
+                self._created = False
+                try:
+                    await self._api.request(
+                        "DELETE", f"/api/v1/namespaces/{self.namespace}/pods/{self.pod}", gracePeriodSeconds="0"
+                    )
+                except KubeApiError as exc:
+                    if exc.status != 404:  # (404: already gone, or never made)
+                        log.warning("%s: deleting pod %s/%s: %s", self.url, self.namespace, self.pod, exc)
+                except SandboxError as exc:  # unreachable: `remote-exec gc` finds it by its TTL
+                    log.warning("%s: pod %s/%s left behind: %s", self.url, self.namespace, self.pod, exc)
+        finally:
+            await super().aclose()
 
 
 async def expired_pods(api: KubeApi, namespace: str, *, delete: bool, now: float | None = None) -> list[str]:

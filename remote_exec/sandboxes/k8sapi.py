@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 import os
 import ssl
 from collections.abc import Mapping, Sequence
@@ -26,10 +28,12 @@ from urllib.parse import quote, urlencode
 import aiohttp
 
 from ..errors import KubeApiError, SandboxError
-from .k8swatch import PodWatch
-from .k8sws import CHANNEL_PROTOCOLS, WsExecProcess
+from .k8swatch import WATCH_SECONDS, PodWatch, text
+from .k8sws import CHANNEL_PROTOCOLS, CLOSING, WsExecProcess
 
 __all__ = ["KubeApi"]
+
+log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT = 30.0
 """Seconds for one API request or exec handshake before it is an error (kubernetes#67457: an
@@ -41,6 +45,10 @@ MAX_BODY = 8 * 1024 * 1024
 _shared: dict[tuple[int, str | None, str | None], KubeApi | asyncio.Future[KubeApi]] = {}
 
 
+class _LoadCancelled(Exception):
+    """The caller loading a shared configuration was cancelled: a waiter loads it itself."""
+
+
 class KubeApi:
     """A cluster's API server: configuration, session, watches. Use :meth:`acquire`.
 
@@ -49,6 +57,7 @@ class KubeApi:
     """
 
     def __init__(self, key: tuple[int, str | None, str | None], config: Any) -> None:
+        # (Made on the loop that uses it: its session is bound to that loop.)
         self._key = key
         self._config = config
         self.host: str = config.host.rstrip("/")
@@ -60,6 +69,9 @@ class KubeApi:
         )
         self._users = 0
         self._watches: dict[str, PodWatch] = {}
+        self._loop = asyncio.get_running_loop()
+        self._reauth_lock = asyncio.Lock()
+        self._reauthed_at = -math.inf
 
     @classmethod
     async def acquire(cls, kubeconfig: str | None, context: str | None) -> KubeApi:
@@ -81,7 +93,7 @@ class KubeApi:
                     api = cls(key, await _load_config(kubeconfig, context))
                 except BaseException as exc:
                     del _shared[key]
-                    loading.set_exception(exc if isinstance(exc, Exception) else RuntimeError("the load was cancelled"))
+                    loading.set_exception(exc if isinstance(exc, Exception) else _LoadCancelled())
                     loading.exception()  # (seen: the waiters get it)
                     raise
                 loading.set_result(api)
@@ -89,10 +101,11 @@ class KubeApi:
             elif isinstance(shared, asyncio.Future):
                 try:
                     api = await asyncio.shield(shared)
-                except SandboxError:
-                    raise
-                except Exception:
-                    continue  # that load was cancelled (or failed oddly): load it ourselves
+                except _LoadCancelled:
+                    continue  # that caller gave up: load it ourselves
+            elif shared._loop is not asyncio.get_running_loop():  # a dead loop's, whose id was reused
+                del _shared[key]
+                continue
             else:
                 api = shared
             if _shared.get(key) is api:  # not released to nothing while we waited
@@ -105,10 +118,15 @@ class KubeApi:
         if self._users > 0:
             return
         _shared.pop(self._key, None)
-        for watch in self._watches.values():
-            await watch.aclose()
-        self._watches.clear()
-        await self._session.close()
+        try:
+            for watch in self._watches.values():
+                await watch.aclose()
+        finally:  # closed even when a watch's end is cancelled: nobody else can reach the session
+            self._watches.clear()
+            closing = [t for t in CLOSING if t.get_loop() is self._loop]
+            if closing:  # exec sockets still saying goodbye: an upgraded connection is not the pool's
+                await asyncio.shield(asyncio.wait(closing, timeout=5.0))
+            await asyncio.shield(self._session.close())
 
     def watch(self, namespace: str) -> PodWatch:
         """The namespace's pod watch (started on first use, shared by every pod in it)."""
@@ -127,16 +145,43 @@ class KubeApi:
             return {"Authorization": config.get_basic_auth_token()}
         return {}
 
+    async def reauthenticate(self) -> bool:
+        """After a 401: load the configuration again (an exec plugin's or OIDC token expired:
+        EKS tokens last 15 minutes), once for every user of this API, at most every 10 s.
+        True if the credentials may have changed (the caller asks once more)."""
+        async with self._reauth_lock:
+            now = self._loop.time()
+            if now - self._reauthed_at < 10.0:
+                return now - self._reauthed_at < 1.0  # another caller just did it: try with theirs
+            self._reauthed_at = now
+            try:
+                fresh = await _load_config(self._key[1], self._key[2])
+            except SandboxError as exc:
+                log.warning("%s: reloading the kubeconfig after a 401: %s", self.label, exc)
+                return False
+            self._config.api_key = fresh.api_key
+            self._config.username, self._config.password = fresh.username, fresh.password
+            return True
+
     def url(self, path: str, query: Sequence[tuple[str, str]] = ()) -> str:
         """The API server's URL of ``path`` with ``query``."""
         return self.host + path + (f"?{urlencode(list(query))}" if query else "")
 
     async def request(self, method: str, path: str, body: Mapping[str, Any] | None = None, **query: str) -> Any:
-        """One JSON request; its decoded answer.
+        """One JSON request; its decoded answer (asked once more after a 401 and a reload of
+        the credentials).
 
         :raises KubeApiError: the server answered an error (its ``Status`` message kept).
         :raises SandboxError: the server could not be reached in :data:`CONNECT_TIMEOUT`.
         """
+        try:
+            return await self._request(method, path, body, query)
+        except KubeApiError as exc:
+            if exc.status != 401 or not await self.reauthenticate():
+                raise
+        return await self._request(method, path, body, query)
+
+    async def _request(self, method: str, path: str, body: Mapping[str, Any] | None, query: Mapping[str, str]) -> Any:
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
                 async with self._session.request(
@@ -158,23 +203,35 @@ class KubeApi:
             raise status_error(f"{method} {path}", status, raw, self.label)
         try:
             return json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):
             raise SandboxError(f"{self.label}: {method} {path}: an answer that is not JSON") from None
 
     async def stream(self, path: str, **query: str) -> aiohttp.ClientResponse:
         """A long GET (a watch): the open response, read by the caller (who closes it).
 
-        :raises KubeApiError: as :meth:`request`.
+        :raises KubeApiError: as :meth:`request` (a 401 too, after one reload of the credentials).
         """
+        try:
+            return await self._stream(path, query)
+        except KubeApiError as exc:
+            if exc.status != 401 or not await self.reauthenticate():
+                raise
+        return await self._stream(path, query)
+
+    async def _stream(self, path: str, query: Mapping[str, str]) -> aiohttp.ClientResponse:
         resp = await self._session.get(
             self.url(path, list(query.items())),
             headers=await self.headers(),
             proxy=self._config.proxy,
-            timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT),
+            # The server ends a watch after WATCH_SECONDS; a read silent far past that is a
+            # half-open connection (a NAT dropped it, the server failed over): start again.
+            timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=WATCH_SECONDS + 60),
         )
         if resp.status >= 400:
-            raw = await _read_body(resp.content, 64 * 1024)
-            resp.release()
+            try:
+                raw = await _read_body(resp.content, 64 * 1024)
+            finally:
+                resp.close()  # (cancelled while reading it too)
             raise status_error(f"watch {path}", resp.status, raw, self.label)
         return resp
 
@@ -237,9 +294,9 @@ def status_error(what: str, status: int, raw: bytes, label: str) -> KubeApiError
     try:
         body = json.loads(raw[: 64 * 1024])
         if isinstance(body, dict):
-            message, reason = str(body.get("message", ""))[:500], str(body.get("reason", ""))[:100]
-    except ValueError:
-        message = raw[:200].decode(errors="replace")
+            message, reason = text(body.get("message", ""), 500), text(body.get("reason", ""), 100)
+    except (ValueError, RecursionError):
+        message = text(raw[:200].decode(errors="replace"))
     return KubeApiError(f"{label}: {what}: HTTP {status} {reason}: {message or '(no message)'}", status, reason)
 
 
@@ -288,6 +345,8 @@ async def _load_in_thread(kubeconfig: str | None, context: str | None) -> Any:
         )
     except kube_config.ConfigException as exc:
         raise SandboxError(f"kubeconfig {paths}: {exc}") from exc
-    except (OSError, ValueError, KeyError, AssertionError) as exc:
+    except SandboxError:
+        raise
+    except Exception as exc:  # a malformed file, a plugin that failed, an OIDC refresh refused...
         raise SandboxError(f"kubeconfig {paths}{f' context {context}' if context else ''}: {exc!r}") from exc
     return config

@@ -200,7 +200,13 @@ class PodWatch:
             return version
         finally:
             self.connected.clear()
-            resp.close()  # a stream cut short: its connection is not reused
+            # A stream cut short: its connection is not reused, and is aborted rather than shut
+            # down (a TLS close waits for the server's close_notify: a loop that ends meanwhile
+            # would leave the socket open).
+            connection = resp.connection
+            if connection is not None and connection.transport is not None:
+                connection.transport.abort()
+            resp.close()
 
     async def aclose(self) -> None:
         """Stop watching (cancelling waits for the task's end)."""

@@ -24,6 +24,8 @@ from collections.abc import Callable
 
 import aiohttp
 
+from .k8swatch import obj, text
+
 __all__ = ["CHANNEL_PROTOCOLS", "WsExecProcess", "exit_status"]
 
 V5 = "v5.channel.k8s.io"
@@ -38,6 +40,11 @@ _STDIN_CHUNK = 256 * 1024  # one message per chunk: a stdin write of MiBs is man
 _MAX_STATUS = 64 * 1024  # a Status on the error channel is a few hundred bytes
 _STDERR_KEPT = 2048
 KILLED = -9
+# CLOSING too: what a receive gets while our own close() is under way (a kill during a read).
+_ENDS = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR)
+CLOSING: set[asyncio.Task[None]] = set()
+"""Every exec socket's close still in progress (see :meth:`WsExecProcess._close_socket`);
+:meth:`~remote_exec.sandboxes.k8sapi.KubeApi.release` waits for them before its session closes."""
 
 
 def exit_status(status: bytes) -> tuple[int, str]:
@@ -50,19 +57,18 @@ def exit_status(status: bytes) -> tuple[int, str]:
     """
     try:
         body = json.loads(status[:_MAX_STATUS])
-    except ValueError:
-        return 126, f"an unreadable status from the API server: {status[:200]!r}"
+    except (ValueError, RecursionError):  # (RecursionError: JSON nested too deep)
+        return 126, f"an unreadable status from the API server: {text(status[:200])}"
     if not isinstance(body, dict):
         return 126, "an unreadable status from the API server"
     if body.get("status") == "Success":
         return 0, ""
-    message = str(body.get("message") or body.get("reason") or "exec failed")[:500]
-    details = body.get("details")
-    causes = details.get("causes") if isinstance(details, dict) else None
+    message = text(body.get("message") or body.get("reason") or "exec failed", 500)
+    causes = obj(body, "details").get("causes")
     for cause in causes if isinstance(causes, list) else ():
         if isinstance(cause, dict) and cause.get("reason") == "ExitCode":
-            code = str(cause.get("message", ""))
-            if code.isdigit() and int(code) <= 255:
+            code = cause.get("message", "")
+            if isinstance(code, str) and code.isascii() and code.isdecimal() and len(code) <= 3 and int(code) <= 255:
                 return int(code), message
     return 126, message
 
@@ -78,7 +84,10 @@ class _Stdout:
         proc = self._proc
         out = bytes(proc.buf[proc.pos : proc.pos + n])
         proc.pos += len(out)
-        if proc.pos > 1 << 20 and proc.pos * 2 > len(proc.buf):  # compact now and then, not per read
+        if proc.pos == len(proc.buf):  # all read: an idle channel holds nothing (500 of them, 0 bytes)
+            proc.buf.clear()
+            proc.pos = 0
+        elif proc.pos > 1 << 16 and proc.pos * 2 > len(proc.buf):  # compact now and then, not per read
             del proc.buf[: proc.pos]
             proc.pos = 0
         return out
@@ -218,7 +227,7 @@ class WsExecProcess:
                 msg = await self.ws.receive()
                 if msg.type is aiohttp.WSMsgType.BINARY and msg.data:
                     self._take_message(msg.data)
-                elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+                elif msg.type in _ENDS:
                     self._end()
             return True
 
@@ -242,7 +251,11 @@ class WsExecProcess:
 
     def _close_socket(self) -> None:
         if self._closer is None:
-            self._closer = asyncio.get_running_loop().create_task(self._close_ws())
+            self._closer = closer = asyncio.get_running_loop().create_task(self._close_ws())
+            # The loop keeps only a weak reference to a task: a closer whose process nobody holds
+            # any more would be collected half-way, its socket left open. Held here until done.
+            CLOSING.add(closer)
+            closer.add_done_callback(CLOSING.discard)
 
     async def _close_ws(self) -> None:
         with contextlib.suppress(Exception):  # a socket already broken has nothing left to close
@@ -259,7 +272,8 @@ class WsExecProcess:
         """
         if self._ended.is_set():
             raise ProcessLookupError("the exec has ended")
-        self._code = KILLED
+        if self._code is None:  # a Status already read (its close not yet) stays the truth
+            self._code = KILLED
         self._ended.set()
         self._close_socket()
 
@@ -270,9 +284,12 @@ class WsExecProcess:
         reader's bound; past it, stdout must be read first (as with a pipe). Cancelling
         abandons the wait only."""
         while not self._ended.is_set():
-            if self._read_lock.locked() or self.available > self._limit:
+            if self.available > self._limit:
                 await self._ended.wait()
                 break
+            if self._read_lock.locked():  # a reader is at it: wait for its turn to end, then look again
+                async with self._read_lock:
+                    continue
             if not await self.fill():
                 break
         if self._closer is not None:

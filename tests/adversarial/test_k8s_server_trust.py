@@ -29,6 +29,8 @@ from .conftest import Adversary
 
 pytestmark = pytest.mark.anyio
 
+TOKEN = web.AppKey("token", list[str])  # [the one the server accepts] (tests rotate it)
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
@@ -57,6 +59,16 @@ def test_hostile_statuses(adversary: Adversary) -> None:
         "not JSON": (b"\x1b]0;owned\x07", 126),
         "a 10 MB message": (b'{"status":"Failure","message":"' + b"x" * 10_000_000 + b'"}', 126),
         "a real exit 3": (b'{"status":"Failure","details":{"causes":[{"reason":"ExitCode","message":"3"}]}}', 3),
+        "a superscript digit": (
+            b'{"status":"Failure","details":{"causes":[{"reason":"ExitCode","message":"\xc2\xb2"}]}}',
+            126,
+        ),
+        "5000 digits": (
+            b'{"status":"Failure","details":{"causes":[{"reason":"ExitCode","message":"' + b"9" * 5000 + b'"}]}}',
+            126,
+        ),
+        "JSON nested 100000 deep": (b"[" * 100_000, 126),
+        "escapes in the message": (rb'{"status":"Failure","message":"\u001b]0;owned\u0007 \u001b[2J"}', 126),
     }
     for case, (raw, want) in cases.items():
         code, message = exit_status(raw)
@@ -108,6 +120,8 @@ async def _exec_no_protocol(request: web.Request) -> web.WebSocketResponse:
 
 async def _pod(request: web.Request) -> web.Response:
     name = request.match_info["pod"]
+    if request.headers.get("Authorization") != f"Bearer {request.app[TOKEN][0]}":
+        return web.json_response({"kind": "Status", "reason": "Unauthorized", "code": 401}, status=401)
     if name == "listy":
         return web.json_response([1, 2, 3])  # not an object
     return web.json_response(
@@ -123,6 +137,7 @@ async def _pod(request: web.Request) -> web.Response:
 async def hostile_server(tmp_path: Path) -> AsyncIterator[Path]:
     """A plain-HTTP hostile API server on loopback and a kubeconfig naming it."""
     app = web.Application()
+    app[TOKEN] = ["t"]
     app.router.add_get("/api/v1/namespaces/{ns}/pods/{pod}", _pod)
     app.router.add_get("/api/v1/namespaces/{ns}/pods/flood/exec", _exec_flood_line)
     app.router.add_get("/api/v1/namespaces/{ns}/pods/nostatus/exec", _exec_no_status)
@@ -145,8 +160,12 @@ async def hostile_server(tmp_path: Path) -> AsyncIterator[Path]:
             }
         )
     )
+    hostile_apps.append(app)
     yield config
     await runner.cleanup()
+
+
+hostile_apps: list[web.Application] = []
 
 
 async def _run(config: Path, pod: str, argv: list[str]) -> tuple[int, bytes]:
@@ -194,3 +213,18 @@ async def test_a_pod_read_that_is_no_object_or_names_bad_containers(tmp_path: Pa
             finally:
                 await transport.aclose()
     adversary.tried("k8s API server", "a pod read that is a list / names a path as a container", refused=True)
+
+
+async def test_an_expired_token_is_reloaded_once_and_the_request_asked_again(tmp_path: Path) -> None:
+    """The server starts refusing the token it accepted (an exec plugin's token expired); the
+    kubeconfig now gives a new one: one reload, the request asked once more, no error."""
+    async with hostile_server(tmp_path) as hostile:
+        transport = K8sTransport("ns", "mixed", "main", kubeconfig=str(hostile))
+        try:
+            await transport.check_reachable()  # token "t" accepted
+            hostile_apps[-1][TOKEN][0] = "t2"  # rotated on the server...
+            hostile.write_text(hostile.read_text().replace('"token": "t"', '"token": "t2"'))  # ...and in the kubeconfig
+            pod = await transport.read_pod()
+            assert pod["metadata"]["name"] == "mixed"
+        finally:
+            await transport.aclose()
