@@ -178,16 +178,16 @@ def _xdist_group(item: pytest.Item) -> str | None:
         return f"module-{item.path.stem}"  # module-scoped containers, sshd, boxes
     stem = item.path.stem
     if item.path.parent.name == "jupyter" and (stem.startswith("test_browser") or stem == "test_kernel"):
-        # What a module's tests share and a worker builds once: a browser module's pages and
-        # notebooks; test_kernel's ipykernel 6.29 venv. JupyterLab and Chromium themselves are
-        # per worker (session fixtures), so the browser modules spread over the workers.
+        # What a module's tests share and a worker builds once: a browser module's Chromium and
+        # notebooks; test_kernel's ipykernel 6.29 venv. JupyterLab itself is per worker (a session
+        # fixture: tests/jupyter/labserver.py), so the browser modules spread over the workers.
         return f"module-{stem}"
     return None
 
 
 # Jupyter modules whose tests share something costly that a worker builds once: a browser
-# module's page and notebook set-up; test_kernel's ipykernel 6.29 venv. JupyterLab and Chromium
-# themselves are per worker (session fixtures), so browser modules spread over the workers.
+# module's Chromium and notebook set-up; test_kernel's ipykernel 6.29 venv. JupyterLab itself is
+# per worker (a session fixture), so browser modules spread over the workers.
 SHARED_PER_MODULE = {
     "test_kernel",
     "test_browser",

@@ -1,17 +1,11 @@
 """Fixtures for the notebook face: the shared real agent, an IPython shell with the magics, and
 a headless front end that records what widgets send; and for the browser tests, JupyterLab and
-Chromium (``lab``, ``browser``, ``page``; their helpers are in ``lab_page.py``)."""
+Chromium (``lab``, ``browser``, ``page``; the server is in ``labserver.py``, the helpers that
+drive a page in ``lab_page.py``)."""
 
 from __future__ import annotations
 
-import json
-import os
-import secrets
-import shutil
-import subprocess
-import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,9 +20,8 @@ from remote_exec.jupyter import terminal_view
 from remote_exec.jupyter.headless import HeadlessFrontEnd
 
 from ..conftest import wait_for as wait_for  # re-exported: the jupyter tests import it from here
-from .lab_page import BASE_URL, BROWSER_ARGS, CHROMIUM, LABEXTENSION, free_port, unavailable
-
-ROOT = Path(__file__).resolve().parents[2]
+from .lab_page import BROWSER_ARGS, CHROMIUM, unavailable
+from .labserver import LabServer, running_lab
 
 
 @pytest.fixture
@@ -96,13 +89,11 @@ def gone(pid: int | None, timeout: float = 10.0) -> bool:
     return True
 
 
-# -- the browser tests: JupyterLab + Chromium (one server and browser per test module) ----------
+# -- the browser tests: JupyterLab (one server per worker) + Chromium (one per test module) -------
 
 
-@pytest.fixture(scope="module")
-def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """JupyterLab on 127.0.0.1 under a base URL (as JupyterHub serves one: ``/user/<name>/``), with a
-    token, a temp notebook dir and temp Jupyter dirs; jupyter-server-proxy is enabled in it."""
+def require_browser() -> None:
+    """Skip (fail, with the backends required) where the browser tests cannot run."""
     if not CHROMIUM.exists():
         unavailable(f"{CHROMIUM} is missing (run .ci/setup-browser.sh)")
     try:
@@ -110,79 +101,22 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
         import playwright  # noqa: F401
     except ImportError as exc:
         unavailable(f"{exc.name} is not installed (pip install -e '.[test]')")
-    root = tmp_path_factory.mktemp("lab")
-    notebooks = root / "notebooks"
-    notebooks.mkdir()
-    # The checkout's prebuilt JupyterLab extension (labextension/built), found before any copy an
-    # install left in the environment: what is tested is what is committed.
-    ext = root / "jupyter" / "labextensions" / "remote-exec"
-    ext.parent.mkdir(parents=True)
-    ext.symlink_to(LABEXTENSION)
-    port, token = free_port(), secrets.token_hex(16)
-    env = {
-        **os.environ,
-        "JUPYTER_CONFIG_DIR": str(root / "config"),
-        "JUPYTER_PATH": os.pathsep.join(p for p in (str(root / "jupyter"), os.environ.get("JUPYTER_PATH")) if p),
-        "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
-        "IPYTHONDIR": str(root / "ipython"),
-        "JUPYTERLAB_SETTINGS_DIR": str(root / "settings"),
-        "JUPYTERLAB_WORKSPACES_DIR": str(root / "workspaces"),
-    }
-    env.pop("REMOTE_EXEC_NONINTERACTIVE", None)  # the kernel detects its front end itself
-    # The checkout's server extensions that the venv's install may predate (what is tested is committed).
-    server_config = root / "config" / "jupyter_server_config.d"
-    server_config.mkdir(parents=True)
-    for name in ("remote_exec_controls.json",):
-        shutil.copy(ROOT / "jupyter-config" / "server-config" / name, server_config / name)
-    news = root / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-    news.parent.mkdir(parents=True)
-    news.write_text('{"fetchNews": "false", "checkForUpdates": false}')  # no pop-up over the cells
-    log = (root / "lab.log").open("wb")
-    server = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "jupyterlab",
-            "--no-browser",
-            "--allow-root",
-            "--LabApp.extension_manager=readonly",
-            "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}",
-            f"--ServerApp.base_url={BASE_URL}",
-            "--ServerApp.port_retries=0",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={notebooks}",
-            "--LabApp.news_url=",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        ],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}{BASE_URL.rstrip('/')}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
-                    json.load(r)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(
-                        "JupyterLab did not start: " + (root / "lab.log").read_text()[-3000:]
-                    ) from None
-                time.sleep(0.3)
-        # One workspace per notebook: a fresh page must not restore another test's open tabs.
-        yield f"{base}/lab/workspaces/{{workspace}}/tree/{{name}}?token={token}", notebooks
-    finally:
-        server.terminate()
-        try:
-            server.wait(15)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
+
+
+@pytest.fixture(scope="session")
+def lab_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabServer]:
+    """JupyterLab (see ``labserver.py``), one per worker: the browser modules it runs share it."""
+    require_browser()
+    with running_lab(tmp_path_factory.mktemp("lab")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def lab(lab_server: LabServer, request: pytest.FixtureRequest) -> Iterator[tuple[str, Path]]:
+    """This module's JupyterLab: a URL template (``{workspace}``, ``{name}``) and its notebook
+    folder, of its own in the worker's server; its kernels and terminals end with the module."""
+    with lab_server.folder(request.module.__name__.rsplit(".", 1)[-1]) as folder:
+        yield folder
 
 
 @pytest.fixture(scope="module")

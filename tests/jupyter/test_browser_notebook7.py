@@ -28,8 +28,9 @@ def open_in_notebook7(page: Any, lab: tuple[str, Path], name: str, cells: list[s
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in cells])
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     nbformat.write(nb, notebooks / name)
-    base, token = url.split("/lab/")[0], url.split("?token=")[1]
-    page.goto(f"{base}/notebooks/{name}?token={token}")
+    lab_url = url.format(workspace="unused", name=name)  # JupyterLab's: .../lab/workspaces/W/tree/PATH?token=T
+    base, path, token = lab_url.split("/lab/")[0], lab_url.split("/tree/")[1].split("?")[0], lab_url.split("?token=")[1]
+    page.goto(f"{base}/notebooks/{path}?token={token}")
     page.locator(CELLS).first.wait_for()
     notebook7_idle(page)
 

@@ -22,6 +22,7 @@ import remote_exec as rx
 
 from .conftest import wait_for
 from .lab_page import failure_shot, open_and_run, open_notebook, run_cell, run_first_cell, setup_cell, shot, wait_done
+from .labserver import LabServer
 
 pytestmark = pytest.mark.slow
 
@@ -63,7 +64,7 @@ def type_line(page: Any, text: str) -> None:
 
 
 def test_the_terminal_widget_runs_colours_a_prompt_vim_top_and_resizes(
-    lab: tuple[str, Path], page: Any, agent_dir: Path, tmp_path: Path
+    lab: tuple[str, Path], lab_server: LabServer, page: Any, agent_dir: Path, tmp_path: Path
 ) -> None:
     listing = tmp_path / "listing"
     (listing / "subdir").mkdir(parents=True)
@@ -187,7 +188,7 @@ def test_the_terminal_widget_runs_colours_a_prompt_vim_top_and_resizes(
         cell.locator(".rx-badge", has_text="completed").wait_for()
         assert cell.locator(".rx-job-stdin").is_hidden()
     # the server extension the wheel enables (kernel websockets without Nagle's ~40 ms wait)
-    assert "kernel websockets send small messages at once" in (lab[1].parent / "lab.log").read_text()
+    assert "kernel websockets send small messages at once" in lab_server.log.read_text()
 
 
 def test_a_tty_cell_keeps_its_terminal_and_focus_while_it_runs(

@@ -29,7 +29,9 @@ import pytest
 from remote_exec.jupyter.record import JobRecord
 from remote_exec.jupyter.saving import RECORD_META, RECORD_MIME, saved_record
 
+from .conftest import require_browser
 from .lab_page import CELLS, failure_shot, kernel_idle, shot, wait_done
+from .labserver import running_lab
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +49,16 @@ def docker_host() -> Iterator[str | None]:
         yield None
         return
     yield engine.host
+
+
+@pytest.fixture(scope="module")
+def lab(docker_host: str | None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A JupyterLab of this module's own, started after ``docker_host``: its kernels inherit
+    ``DOCKER_HOST`` from the server's start, which the worker's shared one (``lab_server``) may
+    have been started without."""
+    require_browser()
+    with running_lab(tmp_path_factory.mktemp("lab")) as server, server.folder("untrusted") as folder:
+        yield folder
 
 
 def created_since(host: str, since: float) -> list[str]:
