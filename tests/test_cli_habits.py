@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pexpect
 
+import remote_exec as rx
 from remote_exec.agent.jobs.proctable import group_members
 
 from .conftest import run_cli, wait_for
@@ -31,6 +32,23 @@ def ended(child: pexpect.spawn[bytes]) -> int:
     child.close()
     assert child.exitstatus is not None
     return child.exitstatus
+
+
+def started(agent_dir: Path, *command: str, name: str | None = None, label: str | None = None) -> str:
+    """The id of a job started as ``remote-exec run -d [--name NAME] [--label LABEL] -- COMMAND``
+    starts one, from this process: the set-up of a test of another command (``run -d`` itself
+    is tested in test_cli.py and test_cli_logs.py), without a cold CLI process for it."""
+    with rx.connect(f"local://?dir={agent_dir}") as sb:
+        job_id = sb.exec_remote(list(command), label=label, tags={"name": name} if name else None).detach()
+    assert job_id
+    return job_id
+
+
+def killed(agent_dir: Path, *job_ids: str) -> None:
+    """``remote-exec kill JOB --grace 0`` for each job, from this process (set-up or clean-up)."""
+    with rx.connect(f"local://?dir={agent_dir}") as sb:
+        for job_id in job_ids:
+            sb.attach(job_id).kill(0)
 
 
 def jobs(agent_dir: Path, *args: str) -> list[dict[str, object]]:
@@ -68,8 +86,7 @@ def test_second_ctrl_c_kills_at_once(fresh_agent_dir: Path) -> None:
 
 def test_ctrl_c_on_attach_detaches_and_the_job_goes_on(fresh_agent_dir: Path) -> None:
     sb = f"local://?dir={fresh_agent_dir}"
-    r = run_cli("-s", sb, "run", "-d", "--name", "train", "--", "sh", "-c", "echo step1; exec sleep 300")
-    job_id = r.stdout.strip()
+    job_id = started(fresh_agent_dir, "sh", "-c", "echo step1; exec sleep 300", name="train")
     child = cli(fresh_agent_dir, "attach", "train")
     child.expect_exact("step1")
     child.sendintr()
@@ -83,8 +100,8 @@ def test_ps_running_newest_first_all_filters_and_json(fresh_agent_dir: Path) -> 
     sb = f"local://?dir={fresh_agent_dir}"
     done = run_cli("-s", sb, "run", "--label", "once", "--", "sh", "-c", "exit 3")
     assert done.returncode == 3
-    older = run_cli("-s", sb, "run", "-d", "--name", "a", "--", "sleep", "300").stdout.strip()
-    newer = run_cli("-s", sb, "run", "-d", "--name", "b", "--label", "tr", "--", "sleep", "300").stdout.strip()
+    older = started(fresh_agent_dir, "sleep", "300", name="a")
+    newer = started(fresh_agent_dir, "sleep", "300", name="b", label="tr")
     rows = run_cli("-s", sb, "ps").stdout.splitlines()
     assert rows[0].startswith("JOB ID") and [r.split()[0] for r in rows[1:]] == [newer, older]
     every = [r.split()[0] for r in run_cli("-s", sb, "ps", "-a").stdout.splitlines()[1:]]
@@ -96,14 +113,12 @@ def test_ps_running_newest_first_all_filters_and_json(fresh_agent_dir: Path) -> 
     assert (ended_job["label"], ended_job["exit_code"]) == ("once", 3)
     bad = run_cli("-s", sb, "ps", "--filter", "colour=red")
     assert bad.returncode != 0 and "--filter" in bad.stderr
-    for job_id in (older, newer):
-        run_cli("-s", sb, "kill", job_id, "--grace", "0")
+    killed(fresh_agent_dir, older, newer)
 
 
 def test_ps_fits_a_100_column_terminal_one_line_per_job(fresh_agent_dir: Path) -> None:
-    sb = f"local://?dir={fresh_agent_dir}"
     script = "set -e\necho " + "x" * 150 + "\nexec sleep 300"
-    job_id = run_cli("-s", sb, "run", "-d", "--", "sh", "-c", script).stdout.strip()
+    job_id = started(fresh_agent_dir, "sh", "-c", script)
     child = cli(fresh_agent_dir, "ps", cols=100)
     assert ended(child) == 0
     lines = (child.before or b"").decode().splitlines()
@@ -115,7 +130,7 @@ def test_ps_fits_a_100_column_terminal_one_line_per_job(fresh_agent_dir: Path) -
     assert ended(child) == 0
     whole = (child.before or b"").decode().splitlines()
     assert len(whole) == 2 and whole[1].endswith("\u23ceexec sleep 300")
-    run_cli("-s", sb, "kill", job_id, "--grace", "0")
+    killed(fresh_agent_dir, job_id)
 
 
 def test_logs_tail_counts_lines_by_name(fresh_agent_dir: Path) -> None:
@@ -135,7 +150,7 @@ def test_logs_since_a_time_and_follow_from_there(fresh_agent_dir: Path, tmp_path
     sb = f"local://?dir={fresh_agent_dir}"
     go = tmp_path / "go"
     script = f"echo early; while [ ! -e {go} ]; do sleep 0.05; done; echo late; while :; do sleep 1; done"
-    run_cli("-s", sb, "run", "-d", "--name", "phases", "--", "sh", "-c", script)
+    started(fresh_agent_dir, "sh", "-c", script, name="phases")
     wait_for(lambda: run_cli("-s", sb, "logs", "phases").stdout == "early\n")  # read: the agent noted when
     since = time.time()
     go.touch()  # everything written from here on is written after `since`
@@ -155,32 +170,32 @@ def test_logs_since_a_time_and_follow_from_there(fresh_agent_dir: Path, tmp_path
 
 def test_kill_wait_by_name_say_what_happened(fresh_agent_dir: Path) -> None:
     sb = f"local://?dir={fresh_agent_dir}"
-    job_id = run_cli("-s", sb, "run", "-d", "--name", "train", "--", "sleep", "300").stdout.strip()
-    killed = run_cli("-s", sb, "kill", "train", "--grace", "0")
-    assert (killed.returncode, killed.stdout) == (0, f"killed {job_id} (SIGTERM)\n")
+    job_id = started(fresh_agent_dir, "sleep", "300", name="train")
+    kill = run_cli("-s", sb, "kill", "train", "--grace", "0")
+    assert (kill.returncode, kill.stdout) == (0, f"killed {job_id} (SIGTERM)\n")
     again = run_cli("-s", sb, "kill", job_id)
     assert (again.returncode, again.stdout) == (0, f"{job_id} had already ended (exit -15)\n")
-    three = run_cli("-s", sb, "run", "-d", "--label", "three", "--", "sh", "-c", "exit 3").stdout.strip()
+    three = started(fresh_agent_dir, "sh", "-c", "exit 3", label="three")
     assert run_cli("-s", sb, "wait", "three").returncode == 3
     assert run_cli("-s", sb, "kill", "three").stdout == f"{three} had already ended (exit 3)\n"
 
 
 def test_a_shared_name_is_ambiguous_and_lists_the_candidates(fresh_agent_dir: Path) -> None:
     sb = f"local://?dir={fresh_agent_dir}"
-    ids = [run_cli("-s", sb, "run", "-d", "--name", "twin", "--", "sleep", "300").stdout.strip() for _ in range(2)]
+    ids = [started(fresh_agent_dir, "sleep", "300", name="twin") for _ in range(2)]
     for command in ("attach", "kill", "logs", "wait"):
         r = run_cli("-s", sb, command, "twin")
         assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
         assert "names 2 jobs" in r.stderr and all(i in r.stderr for i in ids)
     assert [j["state"] for j in jobs(fresh_agent_dir)] == ["running", "running"]  # neither was killed
-    run_cli("-s", sb, "kill", ids[0], "--grace", "0")
+    killed(fresh_agent_dir, ids[0])
     one = run_cli("-s", sb, "kill", "twin", "--grace", "0")  # the one still running, now
     assert one.stdout == f"killed {ids[1]} (SIGTERM)\n"
 
 
 def test_top_redraws_in_place_and_quits_on_q(fresh_agent_dir: Path) -> None:
     sb = f"local://?dir={fresh_agent_dir}"
-    job_id = run_cli("-s", sb, "run", "-d", "--name", "busy", "--label", "lbl", "--", "sleep", "300").stdout.strip()
+    job_id = started(fresh_agent_dir, "sleep", "300", name="busy", label="lbl")
     child = cli(fresh_agent_dir, "top", "--interval", "0.2", cols=120)
     for _ in range(2):  # two screens, each drawn over the last
         child.expect_exact("\x1b[H\x1b[2J")
@@ -192,7 +207,7 @@ def test_top_redraws_in_place_and_quits_on_q(fresh_agent_dir: Path) -> None:
     assert ended(child) == 0
     plain = run_cli("-s", sb, "top", "--interval", "0.1", "--count", "2")  # not a tty: tables one after another
     assert plain.returncode == 0 and "\x1b" not in plain.stdout and plain.stdout.count("JOB ID") == 2
-    run_cli("-s", sb, "kill", job_id, "--grace", "0")
+    killed(fresh_agent_dir, job_id)
 
 
 def test_shell_is_a_terminal(fresh_agent_dir: Path) -> None:
