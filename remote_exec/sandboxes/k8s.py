@@ -217,11 +217,19 @@ class K8sTransport(ExecTransport):
             raise SandboxLostError(f"{self.url}: {self._sub.verdict}")
         api = await self._kube()
         try:
-            proc = await api.exec(self.namespace, self.pod, self.container, argv, MAX_RESPONSE)
+            try:
+                proc = await api.exec(self.namespace, self.pod, self.container, argv, MAX_RESPONSE)
+            except KubeApiError as exc:
+                if exc.status != 401 or not await api.reauthenticate():  # (a token that expired: once more)
+                    raise
+                proc = await api.exec(self.namespace, self.pod, self.container, argv, MAX_RESPONSE)
         except KubeApiError as exc:
-            if exc.status != 401 or not await api.reauthenticate():  # (a token that expired: once more)
-                raise
-            proc = await api.exec(self.namespace, self.pod, self.container, argv, MAX_RESPONSE)
+            if exc.status == 404:  # the pod went before the watch said so: gone, not a setup failure
+                verdict = self._sub.verdict if self._sub is not None else None
+                raise SandboxLostError(
+                    f"{self.url}: {verdict or f'pod {self.namespace}/{self.pod} not found'}"
+                ) from exc
+            raise
         self._procs.add(proc)
         proc.on_end = self._procs.discard
         if self._sub is not None and self._sub.verdict is not None:  # gone while it connected
