@@ -137,11 +137,15 @@ class _Outbox:
                         # The parts and the newline go separately: joining them would copy the payload again.
                         for part in parts:
                             if isinstance(part, FileSpan):
-                                await send_span(self._writer.transport, part)
+                                await send_span(self._writer, part)
                             else:
                                 self._writer.write(part)
                         self._writer.write(b"\n")
                         await self._writer.drain()
+                        # A turn of the loop between answers: the connection's requests are read
+                        # however long the queue stays full (a socket that takes each push at
+                        # once would otherwise never let the loop look for them).
+                        await asyncio.sleep(0)
                     except BaseException as exc:  # the connection is gone: so is every answer queued
                         for _, w in (*self._small, *self._big, (parts, waiter)):
                             if w is not done and not w.done():  # ours: the raise below tells us

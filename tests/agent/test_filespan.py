@@ -36,7 +36,7 @@ async def _received(span: FileSpan) -> bytes:
     reader, their_writer = await asyncio.open_connection(sock=theirs)
 
     async def send() -> None:
-        await send_span(writer.transport, span)
+        await send_span(writer, span)
         writer.write_eof()
 
     try:

@@ -18,7 +18,7 @@ from remote_exec.agent.jobs.logfile import LogFile
 from remote_exec.protocol import FollowParams, PollResult, StartParams, frames
 
 from .homes import jobs_in
-from .rawhttp import rpc
+from .rawhttp import post, rpc
 
 pytestmark = pytest.mark.anyio
 
@@ -113,3 +113,50 @@ def test_a_follow_over_http_is_refused(agent_sock: Path) -> None:
     job = rpc(agent_sock, "exec_remote_start", {"command": ["true"]})["result"]["job_id"]
     err = rpc(agent_sock, "exec_remote_follow", {"job_id": job})["error"]
     assert err["code"] == -32600 and "frame stream" in err["message"]
+
+
+async def test_a_connection_is_read_while_its_pushes_stream(agent_sock: Path) -> None:
+    """A request sent on a connection whose follow pushes back to back is read and answered
+    long before that follow ends: pushing never stops the agent reading the connection.
+
+    (``loop.sendfile`` pauses reading for each span it sends and nothing yielded between two:
+    a follow request behind a burst of pushes went unanswered for 11 s in a CI fault suite.)
+    """
+    size = 96 << 20
+    started = rpc(agent_sock, "exec_remote_start", {"command": ["head", "-c", str(size), "/dev/zero"]})
+    job_id = started["result"]["job_id"]
+    offsets, state = [0, 0], "running"
+    while state == "running":  # long polls until it has written it all: the pushes never wait for it
+        params = {"job_id": job_id, "stdout_offset": offsets[0], "stderr_offset": offsets[1]}
+        status, raw = post(agent_sock, _request("exec_remote_poll", {**params, "binary": True, "max_bytes": 64 << 20}))
+        assert status == 200
+        result = json.loads(frames.split(raw).message)["result"]
+        offsets, state = [result["stdout_offset"], result["stderr_offset"]], result["state"]
+    assert offsets[0] == size
+    reader, writer = await asyncio.open_unix_connection(os.fspath(agent_sock.parent / "agent.stream"), limit=4 << 20)
+    follow = {"job_id": job_id, "max_bytes": 1 << 20, "budget": size, "wait": 5}
+    writer.write(_request("exec_remote_follow", follow, id_=1) + b"\n")
+    pushed = asked_at = 0
+    try:
+        while True:
+            frame = await frames.read_frame(reader, 4 << 20)
+            assert frame is not None, "the agent closed the connection"
+            message = json.loads(frame.message)
+            if message.get("id") == 2:
+                break
+            assert message.get("id") != 1, f"the follow ended ({pushed} bytes pushed) before server_info was answered"
+            pushed += len(frame.payload or b"")
+            if not asked_at:
+                writer.write(_request("server_info", {}, id_=2) + b"\n")
+                asked_at = pushed
+    finally:
+        writer.close()
+        await writer.wait_closed()
+    assert "result" in message
+    # Answered while the follow still had nearly all of its 96 MiB to push: a few pushes and
+    # what the socket buffers hold went ahead of it (4 MiB each way), not the whole budget.
+    assert pushed - asked_at < 24 << 20, f"{pushed - asked_at} bytes were pushed before server_info was answered"
+
+
+def _request(method: str, params: dict[str, Any], id_: int = 1) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": id_, "method": method, "params": params}).encode()

@@ -236,3 +236,29 @@ def test_small_answers_overtake_queued_big_ones() -> None:
 
     lines = asyncio.run(scenario())
     assert [line[:5] for line in lines] == [b"A" * 5, b"small", b"B" * 5, b"C" * 5]
+
+
+def test_the_loop_turns_between_answers_a_socket_takes_at_once() -> None:
+    """Answers the socket takes whole still leave the loop a turn between each (where the
+    connection's next requests are read): a pump that never yields starves its own reader."""
+    import socket
+
+    from remote_exec.agent.stream import _Outbox
+
+    async def scenario() -> set[int]:
+        ours, theirs = socket.socketpair()
+        for s in (ours, theirs):
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        _, writer = await asyncio.open_connection(sock=ours)
+        outbox = _Outbox(writer)
+        sends = [asyncio.create_task(outbox.send(bytes([65 + i]) * (100 << 10))) for i in range(4)]
+        seen: set[int] = set()
+        while not all(s.done() for s in sends):  # what another task sees, turn by turn
+            seen.add(sum(s.done() for s in sends))
+            await asyncio.sleep(0)
+        writer.close()
+        theirs.close()
+        return seen
+
+    assert {1, 2, 3} & asyncio.run(scenario())
