@@ -136,6 +136,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     return result
 
 
+# The real Kubernetes tier (tests/k8sreal.py): every test on one API server, etcd and kwok, in
+# one worker (a cluster a worker costs ~5 s of CPU to start and a few % of a core while it
+# idles), stopped once that worker is past the group (see pytest_runtest_teardown).
+REAL_TIER_GROUP = "backend-k8s-real"
+REAL_TIER_MODULES = {"test_k8s_watch", "test_k8s_fleet"}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the real tier's cluster after the last test of its group (under ``--dist
+    loadgroup`` a group's tests run one after another in one worker; elsewhere it runs to the
+    end). After the fixtures' teardown for ``nextitem``: theirs may still talk to it."""
+    if not getattr(item.config.option, "loadgroup", False) or _xdist_group(item) != REAL_TIER_GROUP:
+        return
+    if nextitem is None or _xdist_group(nextitem) != REAL_TIER_GROUP:
+        from .k8sreal import stop_shared_real_cluster
+
+        stop_shared_real_cluster()
+
+
 def _group_in_node_id(item: pytest.Item) -> None:
     """Put the test's ``xdist_group`` in its id as pytest-xdist does (``<id>@<group>``): the
     ``@`` suffix is all its scheduler groups by. xdist 3.8 writes it to ``item._nodeid``, which
@@ -174,6 +194,8 @@ def _xdist_group(item: pytest.Item) -> str | None:
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "sandbox_url" in callspec.params:
         return f"backend-{callspec.params['sandbox_url']}"  # the matrix: its session-wide backend
+    if item.path.stem in REAL_TIER_MODULES:
+        return REAL_TIER_GROUP
     if item.path.parent.name == "sandboxes":
         return f"module-{item.path.stem}"  # module-scoped containers, sshd, boxes
     stem = item.path.stem

@@ -22,6 +22,7 @@ import datetime
 import ipaddress
 import json
 import os
+import shutil
 import signal
 import socket
 import ssl
@@ -278,7 +279,8 @@ class RealCluster:
                 raise
 
     def pod(self, name: str, namespace: str = "default") -> None:
-        """A pod on the kwok node (no scheduler runs here: ``nodeName`` places it)."""
+        """A pod on the kwok node (no scheduler runs here: ``nodeName`` places it), once kwok
+        has it running (``k8s://`` refuses a Pending pod, as ``kubectl exec`` does)."""
         self.apply(
             {
                 "apiVersion": "v1",
@@ -288,6 +290,19 @@ class RealCluster:
             },
             f"/api/v1/namespaces/{namespace}/pods",
         )
+        self._wait_running(name, namespace)
+
+    def _wait_running(self, name: str, namespace: str) -> None:
+        """Follow the pod's watch (its current state first) until it is Running."""
+        context = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+        context.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
+        path = f"/api/v1/namespaces/{namespace}/pods?watch=1&fieldSelector=metadata.name%3D{name}"
+        with urllib.request.urlopen(f"{self.server}{path}", timeout=30, context=context) as r:
+            for line in r:  # one event per line; the first ones are the pod as it is now
+                pod = json.loads(line).get("object") or {}
+                if (pod.get("status") or {}).get("phase") == "Running":
+                    return
+        raise AssertionError(f"pod {namespace}/{name} never ran (its watch ended)")
 
     def stop(self) -> None:
         """kwok's leftover exec processes, then kwok, the API server and etcd (SIGTERM, then KILL)."""
@@ -307,14 +322,16 @@ class RealCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        shutil.rmtree(self.root, ignore_errors=True)  # etcd's data and the PKI: nothing kept
 
 
 _shared: RealCluster | None = None
 
 
 def shared_real_cluster() -> RealCluster | None:
-    """The process's real cluster, started on first use and stopped at exit; None when the
-    binaries were not built on this machine (``make k8s-bed``)."""
+    """The process's real cluster, started on first use and stopped at exit (or by
+    :func:`stop_shared_real_cluster`); None when the binaries were not built on this machine
+    (``make k8s-bed``)."""
     global _shared
     binaries = bed_bin()
     if binaries is None:
@@ -325,3 +342,17 @@ def shared_real_cluster() -> RealCluster | None:
         atexit.register(cluster.stop)
         _shared = cluster.start()
     return _shared
+
+
+def stop_shared_real_cluster() -> None:
+    """Stop the process's real cluster now, if it runs (the next use starts another): an idle
+    API server, etcd and kwok cost CPU for the rest of a run that no longer needs them."""
+    global _shared
+    cluster, _shared = _shared, None
+    if cluster is not None:
+        cluster.stop()
+
+
+def real_cluster_running(cluster: RealCluster) -> bool:
+    """Whether ``cluster`` is still the process's running one (not stopped meanwhile)."""
+    return cluster is _shared

@@ -182,12 +182,10 @@ class StdioChannel(Channel):
     def __init__(self, spawn: SpawnFn, liveness: Liveness | None = DEFAULT_LIVENESS) -> None:
         super().__init__()
         self._spawn = spawn
-        self.liveness = liveness
-        """The heartbeat's timing (``None``: none; the per-call deadlines alone then bound a wait).
-        Set before the first request; a change applies from the next (re)connect."""
         self._proc: PipeProcess | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._heartbeat_task: asyncio.Task[None] | None = None
+        self._liveness = liveness
         self._last_frame = 0.0
         self._pending: dict[int, asyncio.Future[frames.Frame]] = {}
         self._pushed: dict[int, _Taker] = {}  # request id -> what takes its pushes
@@ -196,6 +194,20 @@ class StdioChannel(Channel):
         self._broken: str | None = None
         self._broken_by_sandbox = False  # a bad frame: the requests in flight fail as ProtocolError
         self._closed = False
+
+    @property
+    def liveness(self) -> Liveness | None:
+        """The heartbeat's timing (``None``: none; the per-call deadlines alone then bound a
+        wait). A change applies at once, to the connection open now too: a transport that asks
+        something while it opens (ssh://'s probe) connects before the sandbox sets its own."""
+        return self._liveness
+
+    @liveness.setter
+    def liveness(self, value: Liveness | None) -> None:
+        self._liveness = value
+        task = self._heartbeat_task
+        if value is not None and self._proc is not None and (task is None or task.done()):
+            self._heartbeat_task = asyncio.get_running_loop().create_task(self._heartbeat(self._proc))
 
     @property
     def process(self) -> PipeProcess | None:
@@ -213,8 +225,8 @@ class StdioChannel(Channel):
                 loop = asyncio.get_running_loop()
                 self._last_frame = loop.time()
                 self._reader_task = loop.create_task(self._read_loop(self._proc))
-                if self.liveness is not None:
-                    self._heartbeat_task = loop.create_task(self._heartbeat(self._proc, self.liveness))
+                if self._liveness is not None:
+                    self._heartbeat_task = loop.create_task(self._heartbeat(self._proc))
             return self._proc
 
     async def request(
@@ -319,17 +331,21 @@ class StdioChannel(Channel):
                 if not fut.done():
                     fut.set_exception(ProtocolError(why) if self._broken_by_sandbox else ChannelBroken(why))
 
-    async def _heartbeat(self, proc: PipeProcess, liveness: Liveness) -> None:
+    async def _heartbeat(self, proc: PipeProcess) -> None:
         """Ping while ``proc`` is the channel's; declare the agent unresponsive when silent.
+        Each turn takes :attr:`liveness` as it is now (``None``: the heartbeat stops).
 
         Cancelled by the teardown of ``proc``; it ends by itself once ``proc`` is replaced.
         """
         loop = asyncio.get_running_loop()
         assert proc.stdin is not None
         while self._proc is proc and self._broken is None:
+            if self._liveness is None:
+                return
             # A timer, not synchronisation: "nothing arrived for a while" has no event of its own.
-            await asyncio.sleep(liveness.interval)
-            if self._proc is not proc or self._broken is not None:
+            await asyncio.sleep(self._liveness.interval)
+            liveness = self._liveness
+            if self._proc is not proc or self._broken is not None or liveness is None:
                 return
             quiet = loop.time() - self._last_frame
             # Not before the first answer ever (the link still "connecting"): a cold agent on a

@@ -50,6 +50,7 @@ async def frozen_then_thawed(sb: rx.AsyncSandbox, freeze: list[int], what: str) 
                     if isinstance(ev, rx.StdoutChunk):
                         got += as_bytes(ev.data)
         elapsed = time.monotonic() - t0
+        assert f"liveness bound {bound:g} s" in str(caught.value)  # the sandbox's bound, not another
         print(f"\n{what}: {type(caught.value).__name__} after {elapsed:.2f} s (bound {bound:g} s): {caught.value}")
     finally:
         for pid in freeze:

@@ -182,9 +182,9 @@ async def test_silent_ssh_link_is_unresponsive_then_resumes(sshd: SSHServer, tmp
     """A link that goes silent without closing (sshd's per-connection processes stopped): the
     precise error within the bound; the next read resumes over a new connection."""
     listener = int((tmp_path / "sshd" / "sshd.pid").read_text())
-    # The default bound: a liveness= given is not yet the first connection's on ssh:// (its
-    # agent probe's request comes before it is set), so a shorter one would not be waited out.
-    async with rx.open_sandbox(sshd.url()) as sb:
+    # A shorter bound, which the first connection takes too (its agent probe's request comes
+    # before the sandbox sets it: that connection kept the default once).
+    async with rx.open_sandbox(sshd.url(), liveness=SHORT_LIVENESS) as sb:
         await frozen_then_thawed(sb, _connection_processes(listener), "ssh: silent link (sshd SIGSTOP)")
 
 
