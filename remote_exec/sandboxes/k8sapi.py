@@ -62,6 +62,9 @@ class KubeApi:
         self._config = config
         self.host: str = config.host.rstrip("/")
         self.label = key[2] or self.host
+        # The name the server's certificate is checked against when it is not the URL's host
+        # (the kubeconfig's ``tls-server-name``: an IP, a tunnel or a proxy in front of it).
+        self._server_name: str | None = getattr(config, "tls_server_name", None) or None
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, ssl=_ssl_context(config)),  # no pool cap: one socket per pod
             trust_env=True,
@@ -190,6 +193,7 @@ class KubeApi:
                     json=body,
                     headers=await self.headers(),
                     proxy=self._config.proxy,
+                    server_hostname=self._server_name,
                 ) as resp:
                     raw = await _read_body(resp.content, MAX_BODY + 1)
                     status = resp.status
@@ -223,6 +227,7 @@ class KubeApi:
             self.url(path, list(query.items())),
             headers=await self.headers(),
             proxy=self._config.proxy,
+            server_hostname=self._server_name,
             # The server ends a watch after WATCH_SECONDS; a read silent far past that is a
             # half-open connection (a NAT dropped it, the server failed over): start again.
             timeout=aiohttp.ClientTimeout(sock_connect=CONNECT_TIMEOUT, sock_read=WATCH_SECONDS + 60),
@@ -256,6 +261,7 @@ class KubeApi:
                     protocols=CHANNEL_PROTOCOLS,
                     headers=await self.headers(),
                     proxy=self._config.proxy,
+                    server_hostname=self._server_name,
                     max_msg_size=limit + 1024,
                     autoping=True,
                     timeout=aiohttp.ClientWSTimeout(ws_close=2.0),

@@ -11,6 +11,9 @@ words; ``?via=kubectl`` runs the real kubectl.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 import remote_exec as rx
@@ -72,3 +75,28 @@ async def test_via_kubectl_runs_the_real_kubectl(api: FastApiServer, nopy: str) 
         res = await sb.run(["sh", "-c", "echo via kubectl; exit 4"])
     assert (res.returncode, res.stdout) == (4, "via kubectl\n")
     assert any(e.get("protocol") == "v5.channel.k8s.io" for e in api.execs().get("execs", []))
+
+
+def _with_server_name(api: FastApiServer, path: Path, name: str) -> Path:
+    """A copy of the server's kubeconfig (JSON, which YAML reads too) whose clusters say
+    ``tls-server-name: name``."""
+    config = json.loads(api.kubeconfig.read_text())
+    for cluster in config["clusters"]:
+        cluster["cluster"]["tls-server-name"] = name
+    path.write_text(json.dumps(config))
+    return path
+
+
+async def test_the_kubeconfigs_tls_server_name_is_the_name_checked(
+    api: FastApiServer, nopy: str, tmp_path: Path
+) -> None:
+    """The server's certificate names ``localhost`` and 127.0.0.1; the URL is 127.0.0.1. With
+    ``tls-server-name`` the certificate is checked against that name instead: ``localhost``
+    passes, another name is refused (it passed before: the field was not applied)."""
+    api.create_pod("rxfast", "sni", nopy, ["sleep", "infinity"])
+    good = _with_server_name(api, tmp_path / "good", "localhost")
+    async with rx.open_sandbox(f"k8s://rxfast/sni?kubeconfig={good}") as sb:
+        assert (await sb.run(["echo", "named"])).stdout == "named\n"
+    bad = _with_server_name(api, tmp_path / "bad", "elsewhere.invalid")
+    with pytest.raises(rx.SandboxError, match=r"elsewhere\.invalid|certificate|hostname"):
+        await rx.open_sandbox(f"k8s://rxfast/sni?kubeconfig={bad}")
