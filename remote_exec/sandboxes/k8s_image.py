@@ -13,7 +13,8 @@ those a crashed host left behind (:func:`expired_pods`).
 URL query options (besides ``k8s://``'s ``context``, ``kubeconfig``, ``dir``, ``inject``):
 
 - ``namespace=NS`` (default ``default``), ``name=POD`` (default ``rx-`` and a random suffix; an
-  existing pod of that name made by remote_exec is reattached, and kept on close).
+  existing pod of that name made by remote_exec from the same image is reattached, and kept on
+  close; one from another image is refused).
 - ``cpu=``, ``memory=``, ``gpu=N`` (``nvidia.com/gpu``): the container's requests and limits.
 - ``node_selector=KEY=VALUE`` (repeatable), ``node=NAME`` (that node, past the scheduler),
   ``service_account=NAME``.
@@ -230,6 +231,13 @@ class K8sImageTransport(K8sTransport):
                 raise SandboxError(
                     f"pod {self.namespace}/{self.pod} exists and was not made by remote_exec: "
                     f"use k8s://{self.namespace}/{self.pod} to use it as it is"
+                ) from None
+            made_from = obj(obj(pod, "metadata"), "annotations").get("remote-exec/image")
+            if made_from != self.image[:200]:  # (the annotation keeps 200 characters)
+                raise SandboxError(
+                    f"pod {self.namespace}/{self.pod} exists, made by remote_exec from "
+                    f"{text(made_from, 200) or 'an unknown image'}, not {self.image}: name another pod, "
+                    f"or use k8s://{self.namespace}/{self.pod} to use it as it is"
                 ) from None
         api.watch(self.namespace).update(pod)
         try:

@@ -12,6 +12,7 @@ words; ``?via=kubectl`` runs the real kubectl.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -100,3 +101,22 @@ async def test_the_kubeconfigs_tls_server_name_is_the_name_checked(
     bad = _with_server_name(api, tmp_path / "bad", "elsewhere.invalid")
     with pytest.raises(rx.SandboxError, match=r"elsewhere\.invalid|certificate|hostname"):
         await rx.open_sandbox(f"k8s://rxfast/sni?kubeconfig={bad}")
+
+
+async def test_k8s_image_reattaches_its_named_pod_only_from_the_same_image(
+    api: FastApiServer, engine: Dockerd, nopy: str
+) -> None:
+    kept = f"k8s+image://{nopy}?namespace=rxfast&name=img3&keep=1&kubeconfig={api.kubeconfig}"
+    try:
+        async with rx.open_sandbox(kept) as sb:
+            await sb.run(["sh", "-c", "echo first > /tmp/mark"])
+        async with rx.open_sandbox(kept) as again:  # the same pod, kept: the mark is there
+            assert (await again.run(["cat", "/tmp/mark"])).stdout == "first\n"
+        other = image_or_skip(engine, "usr")
+        with pytest.raises(
+            rx.SandboxError, match=re.escape(f"img3 exists, made by remote_exec from {nopy}, not {other}")
+        ):
+            await rx.open_sandbox(kept.replace(nopy, other, 1))
+        assert api.get_pod("rxfast", "img3") is not None  # refused, and left as it was
+    finally:
+        api.delete_pod("rxfast", "img3")
