@@ -22,7 +22,7 @@ import remote_exec as rx
 from ..k8sapi.fixture import FastApiServer
 from .backend_docker import KUBECTL, docker_or_skip, fast_api_or_skip, image_or_skip
 from .dockerd import Dockerd
-from .test_k8s_watch import _lost_waiters
+from .podloss import lost_waiters
 
 pytestmark = pytest.mark.anyio
 
@@ -45,7 +45,7 @@ def api(engine: Dockerd, tmp_path_factory: pytest.TempPathFactory) -> FastApiSer
 async def test_a_pod_removed_mid_stream_fails_every_waiter(api: FastApiServer, engine: Dockerd, nopy: str) -> None:
     api.create_pod("rxfast", "gone", nopy, ["sleep", "infinity"])
     async with rx.open_sandbox(f"k8s://rxfast/gone?kubeconfig={api.kubeconfig}") as sb:
-        errors = await _lost_waiters(
+        errors = await lost_waiters(
             sb, lambda: engine.docker("rm", "-f", "k8s_rxfast_gone_main"), "container removed behind the API's back"
         )
     # The engine kills the container, then removes it: the watch may see either first.

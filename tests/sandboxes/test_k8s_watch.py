@@ -13,24 +13,21 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import time
 import urllib.error
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
-import anyio
 import pytest
 
 import remote_exec as rx
 
 from ..k8sreal import RealCluster, bed_bin, shared_real_cluster
+from .podloss import lost_waiters
 
 pytestmark = [
     pytest.mark.anyio,
     pytest.mark.skipif(bed_bin() is None, reason="the real tier is not built here (make k8s-bed)"),
 ]
-
-STREAM = "while :; do echo tick; sleep 0.05; done"
 
 
 @pytest.fixture
@@ -38,36 +35,6 @@ def cluster() -> RealCluster:
     c = shared_real_cluster()
     assert c is not None
     return c
-
-
-async def _lost_waiters(sb: rx.AsyncSandbox, act: Callable[[], object], what: str) -> list[str]:
-    """Two waiters (a streaming job, a blocking run), then ``act``; each one's error text."""
-    errors: list[str] = []
-    both = anyio.Event()
-    proc = sb.exec_remote(["sh", "-c", STREAM])
-    async for ev in proc:
-        if isinstance(ev, rx.StdoutChunk):
-            break  # streaming
-    waiting = sb.exec_remote(["sleep", "60"])
-    await waiting.started()
-
-    async def wait_on(events: AsyncIterator[object]) -> None:
-        with pytest.raises(rx.SandboxLostError) as caught:
-            async for _ in events:
-                pass
-        errors.append(str(caught.value))
-        if len(errors) == 2:
-            both.set()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(wait_on, proc.__aiter__())
-        tg.start_soon(wait_on, waiting.__aiter__())
-        t0 = time.monotonic()
-        with anyio.fail_after(20):  # a guard against a hang, not the bound (printed below)
-            await anyio.to_thread.run_sync(act)
-            await both.wait()
-    print(f"\n{what}: both waiters failed {time.monotonic() - t0:.2f} s after: {errors[0]}")
-    return errors
 
 
 @pytest.fixture
@@ -105,7 +72,7 @@ async def test_a_deleted_pod_fails_every_waiter_with_the_reason(
     cluster: RealCluster, pod: tuple[rx.AsyncSandbox, str]
 ) -> None:
     sb, name = pod
-    errors = await _lost_waiters(
+    errors = await lost_waiters(
         sb, lambda: cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}"), "pod deleted"
     )
     assert all(f"pod default/{name}" in e and "delet" in e for e in errors), errors
@@ -116,7 +83,7 @@ async def test_an_oom_killed_container_fails_every_waiter_with_the_reason(
 ) -> None:
     sb, name = pod
     killed = {"restartCount": 0, "state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}
-    errors = await _lost_waiters(sb, lambda: _status(cluster, name, killed, phase="Failed"), "OOMKilled")
+    errors = await lost_waiters(sb, lambda: _status(cluster, name, killed, phase="Failed"), "OOMKilled")
     assert all("has failed (container main: OOMKilled, exit code 137)" in e for e in errors), errors
 
 
@@ -129,7 +96,7 @@ async def test_a_restarted_container_fails_every_waiter_with_the_reason(
         "state": {"running": {"startedAt": "2026-11-29T00:00:00Z"}},
         "lastState": {"terminated": {"reason": "Error", "exitCode": 2}},
     }
-    errors = await _lost_waiters(sb, lambda: _status(cluster, name, restarted), "restarted")
+    errors = await lost_waiters(sb, lambda: _status(cluster, name, restarted), "restarted")
     assert all("restarted (Error, exit code 2)" in e for e in errors), errors
 
 
