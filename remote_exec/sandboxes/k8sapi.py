@@ -16,11 +16,13 @@ five hundred sockets, not five hundred ``kubectl`` processes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import os
 import ssl
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -65,8 +67,9 @@ class KubeApi:
         # The name the server's certificate is checked against when it is not the URL's host
         # (the kubeconfig's ``tls-server-name``: an IP, a tunnel or a proxy in front of it).
         self._server_name: str | None = getattr(config, "tls_server_name", None) or None
+        self._connector = _Connector(limit=0, ssl=_ssl_context(config))  # no pool cap: one socket per pod
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ssl=_ssl_context(config)),  # no pool cap: one socket per pod
+            connector=self._connector,
             trust_env=True,
             read_bufsize=2**21,  # a watch event holds a whole pod (etcd's objects are at most 1.5 MiB)
         )
@@ -130,6 +133,11 @@ class KubeApi:
             if closing:  # exec sockets still saying goodbye: an upgraded connection is not the pool's
                 await asyncio.shield(asyncio.wait(closing, timeout=5.0))
             await asyncio.shield(self._session.close())
+            # A connection closed on its own before (a response cut short, a refused upgrade)
+            # may still be waiting for the server's TLS close_notify, which kube-apiserver never
+            # sends: its socket would outlive the loop. Nothing more is said on any of them.
+            if self._connector.abort_all():
+                await asyncio.sleep(0)  # their sockets close in the loop's next turn
 
     def watch(self, namespace: str) -> PodWatch:
         """The namespace's pod watch (started on first use, shared by every pod in it)."""
@@ -283,6 +291,29 @@ class KubeApi:
                 f"({ws.protocol or 'none'}; we speak {', '.join(CHANNEL_PROTOCOLS)}): try ?via=kubectl"
             )
         return WsExecProcess(ws, limit)
+
+
+class _Connector(aiohttp.TCPConnector):
+    """aiohttp's connector, remembering the transports it made (weakly) so that the last
+    release can abort any still open: see :meth:`KubeApi.release`."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._made: weakref.WeakSet[asyncio.Transport] = weakref.WeakSet()
+
+    async def _wrap_create_connection(self, *args: Any, **kwargs: Any) -> Any:
+        made = await super()._wrap_create_connection(*args, **kwargs)
+        self._made.add(made[0])
+        return made
+
+    def abort_all(self) -> int:
+        """Abort every transport it made that is still alive (one closed already is left
+        alone: aborting twice is a no-op); how many it had."""
+        made = list(self._made)
+        for transport in made:
+            with contextlib.suppress(AttributeError, RuntimeError):  # (an SSL transport fully closed)
+                transport.abort()
+        return len(made)
 
 
 async def _read_body(content: aiohttp.StreamReader, limit: int) -> bytes:

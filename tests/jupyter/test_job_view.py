@@ -213,7 +213,10 @@ def test_counters_catch_up_while_the_job_is_quiet(sb: rx.Sandbox, front: Headles
     # period (a lower bound: a loaded machine only spaces them more). Not when line3 went out
     # relative to line2's count: that depends on how fast the job's output arrives.
     assert line("line2") <= count(12) and line("line3") <= count(18)
-    assert count(12) - count(6) >= COUNTER_PERIOD - 0.01
+    # Half the period, not all of it: each time is when the message reached the front end, and
+    # the first one's delivery can lag the moment its period began (CI: 0.985 s for 1 s). A count
+    # not held would follow line2 within milliseconds.
+    assert count(12) - count(6) >= COUNTER_PERIOD / 2
     view.kill()  # from Python: returns once the job is gone
     assert gone(view.process.pid) and view.wait(10) is not None and view.state == "killed"
 

@@ -127,6 +127,11 @@ class FastApiServer:
     def returncode(self) -> int | None:
         return self._proc.poll()
 
+    @property
+    def pid(self) -> int:
+        """The server process's pid."""
+        return self._proc.pid
+
     def __enter__(self) -> FastApiServer:
         return self
 

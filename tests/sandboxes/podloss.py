@@ -1,9 +1,13 @@
-"""What a pod lost mid-stream does to a sandbox's waiters (the real and the fast tier's tests)."""
+"""Helpers of the real and the fast tier's tests: what a pod lost mid-stream does to a sandbox's
+waiters, and the sockets this process holds to an API server."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import anyio
 import pytest
@@ -41,3 +45,15 @@ async def lost_waiters(sb: rx.AsyncSandbox, act: Callable[[], object], what: str
             await both.wait()
     print(f"\n{what}: both waiters failed {time.monotonic() - t0:.2f} s after: {errors[0]}")
     return errors
+
+
+def our_sockets_to(port: int) -> int:
+    """How many of this process's open TCP sockets are connected to ``port`` (any state)."""
+    ours = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                ours.add(target[8:-1])
+    rows = (line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:])
+    return sum(1 for f in rows if int(f[2].split(":")[1], 16) == port and f[9] in ours)

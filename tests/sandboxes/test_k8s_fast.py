@@ -12,7 +12,9 @@ words; ``?via=kubectl`` runs the real kubectl.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ import remote_exec as rx
 from ..k8sapi.fixture import FastApiServer
 from .backend_docker import KUBECTL, docker_or_skip, fast_api_or_skip, image_or_skip
 from .dockerd import Dockerd
-from .podloss import lost_waiters
+from .podloss import lost_waiters, our_sockets_to
 
 pytestmark = pytest.mark.anyio
 
@@ -120,3 +122,21 @@ async def test_k8s_image_reattaches_its_named_pod_only_from_the_same_image(
         assert api.get_pod("rxfast", "img3") is not None  # refused, and left as it was
     finally:
         api.delete_pod("rxfast", "img3")
+
+
+async def test_the_last_release_leaves_no_socket_open(api: FastApiServer) -> None:
+    """A connection cut short on its own (here a watch's response closed) is closed by aiohttp
+    with a TLS goodbye that waits for the server's; a server slow to answer (here stopped; in CI,
+    loaded) left the socket open past the loop's end. The API's last release aborts it."""
+    from remote_exec.sandboxes.k8sapi import KubeApi
+
+    before = our_sockets_to(api.port)
+    kube = await KubeApi.acquire(str(api.kubeconfig), None)
+    resp = await kube.stream("/api/v1/namespaces/rxfast/pods", watch="1")
+    os.kill(api.pid, signal.SIGSTOP)
+    try:
+        resp.close()
+        await kube.release()
+        assert our_sockets_to(api.port) == before
+    finally:
+        os.kill(api.pid, signal.SIGCONT)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import urllib.error
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 import remote_exec as rx
 
 from ..k8sreal import RealCluster, bed_bin, shared_real_cluster
-from .podloss import lost_waiters
+from .podloss import lost_waiters, our_sockets_to
 
 pytestmark = [
     pytest.mark.anyio,
@@ -100,18 +99,6 @@ async def test_a_restarted_container_fails_every_waiter_with_the_reason(
     assert all("restarted (Error, exit code 2)" in e for e in errors), errors
 
 
-def _our_sockets_to(port: int) -> int:
-    """How many of this process's open TCP sockets are connected to ``port`` (any state)."""
-    ours = set()
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            if target.startswith("socket:["):
-                ours.add(target[8:-1])
-    rows = (line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:])
-    return sum(1 for f in rows if int(f[2].split(":")[1], 16) == port and f[9] in ours)
-
-
 async def test_a_closed_sandbox_has_closed_its_sockets(cluster: RealCluster, tmp_path: Path) -> None:
     """Once the sandbox is closed no socket of it to the API server is open, not even one still
     saying goodbye: aiohttp ends a TLS connection by waiting for the server's close_notify, which
@@ -120,9 +107,9 @@ async def test_a_closed_sandbox_has_closed_its_sockets(cluster: RealCluster, tmp
     name = f"rx-watch-{next(_names)}"
     cluster.pod(name)
     port = int(cluster.server.rsplit(":", 1)[1])
-    before = _our_sockets_to(port)
+    before = our_sockets_to(port)
     async with rx.open_sandbox(f"k8s://default/{name}?kubeconfig={cluster.kubeconfig}&dir={tmp_path}") as sb:
         assert (await sb.run(["echo", "hi"])).stdout == "hi\n"
-        assert _our_sockets_to(port) > before  # (its exec's and its watch's)
-    assert _our_sockets_to(port) == before
+        assert our_sockets_to(port) > before  # (its exec's and its watch's)
+    assert our_sockets_to(port) == before
     cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
