@@ -45,9 +45,11 @@ async def send_span(writer: asyncio.StreamWriter, span: FileSpan) -> None:
     for room: the connection is read all the while. (``loop.sendfile`` paused reading for each
     span it sent, and nothing yielded between two, so the requests of a connection that was
     being pushed to went unread until its pushes stopped: a follow request waited 11 s.)
+    The writer's buffer limits should be 0 (its owner, the connection's outbox, sets them once):
+    a drain then returns only when the socket took everything, and the file goes on by kernel
+    copy; with higher limits every piece after the first full socket goes through memory.
     """
     transport = writer.transport
-    transport.set_write_buffer_limits(high=0)  # a drain returns once the socket took everything
     sock = transport.get_extra_info("socket")
     out = sock.fileno() if sock is not None else -1
     sent = 0

@@ -110,6 +110,9 @@ class _Outbox:
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
+        # A drain returns once the socket took everything: one answer at a time is written, and
+        # a push's file span goes on by kernel copy after each wait (see send_span).
+        writer.transport.set_write_buffer_limits(high=0)
         self._small: deque[tuple[tuple[_Part, ...], asyncio.Future[None]]] = deque()
         self._big: deque[tuple[tuple[_Part, ...], asyncio.Future[None]]] = deque()
         self._pumping = False
