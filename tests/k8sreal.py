@@ -278,19 +278,35 @@ class RealCluster:
             if exc.code != 409:
                 raise
 
-    def pod(self, name: str, namespace: str = "default") -> None:
+    def pod(self, name: str, namespace: str = "default", volume: str | None = None) -> None:
         """A pod on the kwok node (no scheduler runs here: ``nodeName`` places it), once kwok
-        has it running (``k8s://`` refuses a Pending pod, as ``kubectl exec`` does)."""
+        has it running (``k8s://`` refuses a Pending pod, as ``kubectl exec`` does). ``volume``:
+        an ``emptyDir`` mounted there (kwok mounts nothing: its execs run on this machine, so
+        the path is one of this machine's)."""
+        container: dict[str, object] = {"name": "main", "image": "fake"}
+        spec: dict[str, object] = {"nodeName": NODE, "containers": [container]}
+        if volume is not None:
+            container["volumeMounts"] = [{"name": "state", "mountPath": volume}]
+            spec["volumes"] = [{"name": "state", "emptyDir": {}}]
         self.apply(
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"nodeName": NODE, "containers": [{"name": "main", "image": "fake"}]},
-            },
+            {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}, "spec": spec},
             f"/api/v1/namespaces/{namespace}/pods",
         )
         self._wait_running(name, namespace)
+
+    @staticmethod
+    def kill_exec_processes() -> int:
+        """SIGKILL every process kwok's execs started (what a container's death does to its
+        processes; kwok runs them on this machine): how many there were."""
+        killed = 0
+        for environ in Path("/proc").glob("[0-9]*/environ"):
+            try:
+                if b"\0RX_KWOK_EXEC=rx\0" in b"\0" + environ.read_bytes():
+                    os.kill(int(environ.parent.name), signal.SIGKILL)
+                    killed += 1
+            except (OSError, ValueError):
+                pass
+        return killed
 
     def _wait_running(self, name: str, namespace: str) -> None:
         """Follow the pod's watch (its current state first) until it is Running."""
@@ -306,12 +322,7 @@ class RealCluster:
 
     def stop(self) -> None:
         """kwok's leftover exec processes, then kwok, the API server and etcd (SIGTERM, then KILL)."""
-        for environ in Path("/proc").glob("[0-9]*/environ"):
-            try:
-                if b"\0RX_KWOK_EXEC=rx\0" in b"\0" + environ.read_bytes():
-                    os.kill(int(environ.parent.name), signal.SIGKILL)
-            except (OSError, ValueError):
-                pass
+        self.kill_exec_processes()
         for name in ("kwok", "kube-apiserver", "etcd"):
             proc = self.procs.pop(name, None)
             if proc is None:

@@ -12,6 +12,15 @@ One watch per namespace (:mod:`~remote_exec.sandboxes.k8swatch`) follows the pod
 evicted, failed, its container OOM-killed, terminated or restarted, every waiter fails at once
 with :class:`~remote_exec.errors.SandboxLostError` naming the reason, not after a heartbeat.
 
+**A restart that keeps the agent's state.** When the pod restarts its container (its
+``restartPolicy`` is not ``Never``) and the agent's state dir (``dir=``) lies on one of the
+container's volumes (an ``emptyDir`` lives as long as the pod), a restart loses the container's
+processes but not the jobs' records and logs. Then it is no verdict: the exec sockets are closed,
+the channel waits (within its call's deadline) until the container runs again, finds or injects
+the agent anew (the container's own files are new) and reconnects; every stream resumes from its
+cursor, a job that ran through the restart is reported ``lost`` with the reason, and nothing
+written before it is lost.
+
 URL query options:
 
 - ``context=NAME``, ``kubeconfig=/path``: which cluster and credentials (default: the current
@@ -30,16 +39,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import posixpath
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..client.channel import MAX_RESPONSE, Channel, PipeProcess
+from ..client.channel import MAX_RESPONSE, Channel, PipeProcess, StdioChannel
 from ..errors import KubeApiError, RemoteExecError, SandboxError, SandboxLostError
 from .base import ExecTransport
 from .hostcli import InjectMode, common_options, map_cli_errors, parse_query
 from .hostproc import spawn_checked, spawn_host
-from .k8swatch import Subscription, obj, pod_verdict, text
+from .k8swatch import Subscription, obj, pod_verdict, running_restarts, text
 
 if TYPE_CHECKING:  # aiohttp and kubernetes_asyncio are imported when a k8s:// sandbox opens, not before
     from .k8sapi import KubeApi
@@ -98,6 +108,9 @@ class K8sTransport(ExecTransport):
         self._procs: set[WsExecProcess] = set()
         self._kube_lock = asyncio.Lock()
         self._closed = False
+        self._relocate = False  # the container restarted: find the agent again before the next channel
+        self._restart_lock = asyncio.Lock()
+        self._pod_seen = asyncio.Event()  # set by each state of the pod the watch sees
         # Uploads say their size rather than rely on stdin's EOF: v4 has no CLOSE, and not every
         # server that negotiates v5 passes it on (kwok v0.8.0 never closes the command's stdin).
         self.stdin_eof = via == "kubectl"
@@ -202,7 +215,38 @@ class K8sTransport(ExecTransport):
         if self._sub is None:  # followed once its container is known: a sidecar's restarts are not ours
             watch = api.watch(self.namespace)
             self._sub = watch.subscribe(self.pod, self.container, self._lost)
+            self._sub.resumes = self._state_survives(pod)
+            self._sub.on_restart = self._restarted
+            self._sub.on_update = lambda _: self._pod_seen.set()
             watch.update(pod)  # the restart count it starts from
+
+    def _state_survives(self, pod: dict[str, Any]) -> bool:
+        """Whether a restart of the container keeps the agent's state: the pod restarts it, and
+        ``dir=`` lies on one of its writable volume mounts (the container's own files are new)."""
+        if obj(pod, "spec").get("restartPolicy", "Always") == "Never" or not self.agent_state_dir:
+            return False
+        state = posixpath.normpath(self.agent_state_dir)
+        containers = obj(pod, "spec").get("containers")
+        for c in containers if isinstance(containers, list) else ():
+            if not isinstance(c, dict) or c.get("name") != self.container:
+                continue
+            mounts = c.get("volumeMounts")
+            for m in mounts if isinstance(mounts, list) else ():
+                path = m.get("mountPath") if isinstance(m, dict) else None
+                if not isinstance(path, str) or not path.startswith("/") or m.get("readOnly"):
+                    continue
+                path = posixpath.normpath(path)
+                if state == path or state.startswith(path.rstrip("/") + "/"):
+                    return True
+        return False
+
+    def _restarted(self, how: str) -> None:
+        """The watch saw the container restart (its state kept, see the module's docstring):
+        close the exec sockets, so the channel reconnects to an agent found anew."""
+        self._relocate = True
+        for proc in list(self._procs):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
 
     async def spawn(self, argv: Sequence[str]) -> PipeProcess:
         """Run ``argv`` in the pod's container: one exec WebSocket (or ``kubectl exec -i``).
@@ -249,7 +293,8 @@ class K8sTransport(ExecTransport):
             return exc
         except SandboxError:
             return None  # the API server is unreachable: that says nothing of the pod
-        verdict = pod_verdict(pod, self.container, self._sub.restarts if self._sub else None)
+        sub = self._sub
+        verdict = pod_verdict(pod, self.container, sub.restarts if sub else None, sub.resumes if sub else False)
         return SandboxLostError(f"{self.url}: {verdict}") if verdict else None
 
     async def aclose(self) -> None:
@@ -304,6 +349,51 @@ class K8sTransport(ExecTransport):
         :raises SandboxError: no such pod or container, or the exec is refused.
         :raises AgentUnavailableError: no agent could be found, injected or started.
         """
+        if self.via == "kubectl":
+            if self.agent_argv is None:
+                await self.check_reachable()
+            return await super().open_channel()
         if self.agent_argv is None:
             await self.check_reachable()
-        return await super().open_channel()
+            self.agent_argv = await self.locate_agent()
+        return StdioChannel(self._spawn_agent)
+
+    async def _spawn_agent(self) -> PipeProcess:
+        """The channel's agent process. After a restart of the container that kept the agent's
+        state, it waits until the container runs again and finds (or injects) the agent anew;
+        an exec refused because the container is not running (the watch has not said why yet)
+        is such a restart too. Cancelling it (the call's deadline) leaves that to the next try.
+
+        :raises SandboxLostError: the pod is gone meanwhile.
+        :raises SandboxError: the exec is refused while the container runs.
+        """
+        while True:
+            if self._relocate:
+                await self._when_running_again()
+            try:
+                return await self.spawn(self._agent_args("stdio"))
+            except SandboxLostError:
+                raise
+            except SandboxError:
+                if self._sub is None or not self._sub.resumes or await self._container_runs():
+                    raise
+                self._relocate = True
+
+    async def _container_runs(self) -> bool:
+        return running_restarts(await self.read_pod(), self.container) is not None
+
+    async def _when_running_again(self) -> None:
+        """Wait for the restarted container to run (each state the watch sees, or a read every
+        5 s while the watch is down), then locate the agent in it again."""
+        async with self._restart_lock:
+            while self._relocate:
+                if self._sub is not None and self._sub.verdict is not None:
+                    raise SandboxLostError(f"{self.url}: {self._sub.verdict}")
+                if await self._container_runs():
+                    self.agent_argv = await self.locate_agent()
+                    self._relocate = False
+                    return
+                self._pod_seen.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(5.0):
+                        await self._pod_seen.wait()

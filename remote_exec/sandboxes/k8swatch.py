@@ -5,7 +5,8 @@ would only notice after its heartbeat's bound. The watch notices at once: a pod 
 being deleted), evicted, failed, or whose container was OOM-killed, terminated or restarted is
 a *verdict*, the reason in the API server's words. Each subscriber's ``on_lost`` is called
 with it (the transport then closes its exec sockets, so every waiter fails now, and its
-``diagnose`` names the reason).
+``diagnose`` names the reason). A restart is no verdict for a subscriber whose agent state
+outlives it (``resumes``): it is told ``on_restart`` instead, and resumes.
 
 One watch per namespace however many pods are followed in it (not a read before each
 operation). Events for pods nobody follows are dropped as they are parsed. The watch resumes
@@ -23,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["PodWatch", "Subscription", "obj", "pod_verdict", "text"]
+__all__ = ["PodWatch", "Subscription", "obj", "pod_verdict", "restart_reason", "running_restarts", "text"]
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,21 @@ def _container_status(pod: dict[str, Any], container: str | None) -> dict[str, A
     return None
 
 
+def running_restarts(pod: Any, container: str | None) -> int | None:
+    """The container's restart count while it runs (its state ``running``), else None."""
+    cstatus = _container_status(pod, container) if isinstance(pod, dict) else None
+    if cstatus is None or "running" not in obj(cstatus, "state"):
+        return None
+    count = cstatus.get("restartCount")
+    return count if isinstance(count, int) else 0
+
+
+def restart_reason(pod: Any, container: str | None) -> str:
+    """How the container's last run ended (its ``lastState``), for a message."""
+    cstatus = _container_status(pod, container) if isinstance(pod, dict) else None
+    return (_terminated(cstatus.get("lastState")) if cstatus else "") or "no reason given"
+
+
 def _terminated(state: Any) -> str:
     term = obj(state, "terminated")
     if not term:
@@ -63,11 +79,13 @@ def _terminated(state: Any) -> str:
     return f"{text(term.get('reason') or 'terminated', 80)}, exit code {text(term.get('exitCode', '?'), 12)}"
 
 
-def pod_verdict(pod: Any, container: str | None, restarts: int | None) -> str | None:
+def pod_verdict(pod: Any, container: str | None, restarts: int | None, resumes: bool = False) -> str | None:
     """Why ``pod`` (a Pod's JSON, untrusted) can no longer run our agent, or None while it can.
 
     ``restarts``: the container's restart count when it was first seen (a higher one now is a
-    restart: its processes died with it).
+    restart: its processes died with it). ``resumes``: the agent's state outlives a restart of
+    the container (see ``K8sTransport``), so a restart, and a terminated container the kubelet
+    will start again, are no verdict: only the pod's own end is.
     """
     meta = obj(pod, "metadata")
     name = f"pod {text(meta.get('namespace', '?'), 63)}/{text(meta.get('name', '?'), 253)}"
@@ -87,6 +105,8 @@ def pod_verdict(pod: Any, container: str | None, restarts: int | None) -> str | 
     if cstatus is None:
         return None
     cname = f"container {text(cstatus.get('name', '?'), 63)} of {name}"
+    if resumes:
+        return None
     count = cstatus.get("restartCount")
     if restarts is not None and isinstance(count, int) and count > restarts:
         last = _terminated(cstatus.get("lastState"))
@@ -108,6 +128,10 @@ class Subscription:
     verdict: str | None = None
     on_update: Callable[[dict[str, Any]], None] | None = field(default=None)
     """Called with each state of the pod the watch sees (one waiting for it to run)."""
+    resumes: bool = False
+    """The agent's state outlives a restart of the container: a restart is ``on_restart``, not a verdict."""
+    on_restart: Callable[[str], None] | None = field(default=None)
+    """Called (with how the last run ended) each time the container is seen restarted, if ``resumes``."""
 
 
 class PodWatch:
@@ -140,12 +164,19 @@ class PodWatch:
         name = obj(pod, "metadata").get("name")
         for sub in list(self._subs.get(name, ())) if isinstance(name, str) else ():
             cstatus = _container_status(pod, sub.container)
-            if sub.restarts is None and cstatus is not None and isinstance(cstatus.get("restartCount"), int):
-                sub.restarts = cstatus["restartCount"]
+            count = cstatus.get("restartCount") if cstatus is not None else None
+            if isinstance(count, int) and (sub.restarts is None or (sub.resumes and count > sub.restarts)):
+                restarted = sub.restarts is not None
+                sub.restarts = count
+                if restarted and sub.on_restart is not None and not deleted:
+                    try:
+                        sub.on_restart(restart_reason(pod, sub.container))
+                    except Exception:  # as for on_lost: the watch goes on for the others
+                        log.exception("k8s watch: on_restart of %s", name)
             verdict = (
                 f"pod {self.namespace}/{text(name, 253)} was deleted"
                 if deleted
-                else pod_verdict(pod, sub.container, sub.restarts)
+                else pod_verdict(pod, sub.container, sub.restarts, sub.resumes)
             )
             if verdict is None:
                 if sub.on_update is not None:

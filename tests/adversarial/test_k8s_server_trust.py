@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from remote_exec.errors import SandboxError
 from remote_exec.sandboxes.k8s import K8sTransport
-from remote_exec.sandboxes.k8swatch import pod_verdict
+from remote_exec.sandboxes.k8swatch import pod_verdict, restart_reason, running_restarts
 from remote_exec.sandboxes.k8sws import exit_status
 
 from .conftest import Adversary
@@ -43,6 +43,37 @@ json_values = st.recursive(
 def test_any_pod_json_gets_a_verdict_or_none_never_a_crash(pod: Any) -> None:
     verdict = pod_verdict(pod, "main", 0)
     assert verdict is None or (isinstance(verdict, str) and verdict.isprintable() and len(verdict) < 1200)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_any_pod_json_is_judged_for_a_restart_without_a_crash(pod: Any) -> None:
+    transport = K8sTransport("ns", "p", "main", state_dir="/vol/agent")
+    assert transport._state_survives(pod) in (True, False)
+    assert running_restarts(pod, "main") is None or isinstance(running_restarts(pod, "main"), int)
+    reason = restart_reason(pod, "main")
+    assert reason.isprintable() and len(reason) < 200
+    verdict = pod_verdict(pod, "main", 0, resumes=True)
+    assert verdict is None or (verdict.isprintable() and len(verdict) < 1200)
+
+
+def test_only_a_writable_volume_holding_the_state_dir_keeps_it_over_a_restart() -> None:
+    """Who decides that a restart resumes instead of losing the sandbox: the pod restarts its
+    container, and the agent's state dir is on one of that container's writable volumes."""
+
+    def survives(mount: object, state_dir: str | None = "/vol/agent", policy: str = "Always", **extra: object) -> bool:
+        container = {"name": "main", "volumeMounts": [{"name": "v", "mountPath": mount, **extra}]}
+        pod = {"spec": {"restartPolicy": policy, "containers": [{"name": "side"}, container]}}
+        return K8sTransport("ns", "p", "main", state_dir=state_dir)._state_survives(pod)
+
+    assert survives("/vol") and survives("/vol/") and survives("/x/../vol") and survives("/vol/agent")
+    assert survives("/vol", policy="OnFailure") and survives("/")
+    assert not survives("/vo")  # a prefix of the name, not a parent dir
+    assert not survives("/vol/agent/jobs")  # only part of the state
+    assert not survives("/vol", policy="Never")  # a restart never comes: the container's end is final
+    assert not survives("/vol", readOnly=True)
+    assert not survives("vol") and not survives(None) and not survives(["/vol"])
+    assert not survives("/vol", state_dir=None)  # the default dir is the container's own /tmp or runtime dir
 
 
 @settings(max_examples=300, deadline=None)

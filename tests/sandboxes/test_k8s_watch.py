@@ -16,6 +16,7 @@ import urllib.error
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 import remote_exec as rx
@@ -113,3 +114,42 @@ async def test_a_closed_sandbox_has_closed_its_sockets(cluster: RealCluster, tmp
         assert our_sockets_to(port) > before  # (its exec's and its watch's)
     assert our_sockets_to(port) == before
     cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
+
+
+async def test_a_restart_that_keeps_the_agents_state_resumes_every_stream(cluster: RealCluster, tmp_path: Path) -> None:
+    """The agent's state dir on a volume of the pod (an ``emptyDir`` outlives a container's
+    restart): the container dies (its processes killed) and the kubelet starts it again. No
+    verdict: each stream resumes from its cursor, the job that ran through the restart ends
+    ``lost`` with its output up to then intact, a job that had ended keeps its output, and the
+    sandbox runs commands again. Without it every waiter failed with SandboxLostError."""
+    name = f"rx-watch-{next(_names)}"
+    volume = tmp_path / "volume"
+    cluster.pod(name, volume=str(volume))
+    url = f"k8s://default/{name}?kubeconfig={cluster.kubeconfig}&dir={volume / 'agent'}"
+    try:
+        async with rx.open_sandbox(url) as sb:
+            before = await sb.run(["sh", "-c", "echo before"])
+            proc = sb.exec_remote(["sh", "-c", "echo one; exec sleep 60"])
+            seen = ""
+            async for ev in proc:
+                if isinstance(ev, rx.StdoutChunk):
+                    seen += str(ev.data)
+                    if "one\n" in seen:
+                        break
+            # As a kubelet says it: the container died and waits to be started again, then runs.
+            last = {"terminated": {"reason": "Error", "exitCode": 137}}
+            waiting = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}}
+            _status(cluster, name, {"restartCount": 1, "state": waiting, "lastState": last})
+            assert cluster.kill_exec_processes() >= 3  # the channel's relay, the agent, its keeper, the job
+            running = {"running": {"startedAt": "2026-11-29T00:00:00Z"}}
+            _status(cluster, name, {"restartCount": 1, "state": running, "lastState": last})
+            with anyio.fail_after(60):
+                result = await proc.wait()
+            assert (result.state, result.returncode, result.stdout) == ("lost", -1, "one\n"), result
+            assert result.reason and "exit status was lost" in result.reason
+            again = await sb.attach(before.job_id)
+            assert (await again.wait()).stdout == "before\n"
+            assert (await sb.run(["echo", "after"])).stdout == "after\n"
+    finally:
+        with contextlib.suppress(urllib.error.HTTPError):
+            cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
