@@ -1,4 +1,10 @@
-"""The agent server: JSON-RPC over HTTP on a private Unix socket (never a TCP port)."""
+"""The agent server: JSON-RPC on two private Unix sockets (never a TCP port): the frame stream
+(:mod:`.stream`, the host's channels) and HTTP (:mod:`.httpserve`, the stateless CLI's calls).
+
+aiohttp, which serves the HTTP socket, is imported only when that socket is first connected
+to: its import (with its TLS contexts) was a third of an agent's start-up CPU, and most
+agents are only ever reached through the frame stream.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +20,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-from aiohttp import web
+from socket import socket
+from typing import TYPE_CHECKING
 
 from .._version import __version__
 from ..errors import RemoteExecError
@@ -25,7 +31,7 @@ from .files.controller import FileController
 from .files.methods import file_methods
 from .files.sessions import FileLimits
 from .holepunch import DEFAULT_CAP
-from .intake import LINE_PIECE, Intake, LineTooLong, read_body
+from .intake import LINE_PIECE, Intake
 from .jobs.cgroup import CgroupHome
 from .jobs.controller import JobController, JobLimits
 from .jobs.home import JobHome
@@ -40,7 +46,7 @@ from .metrics import MetricsController, metrics_methods
 from .ports.controller import PortController, PortLimits
 from .ports.methods import port_methods
 from .procfacts import reset_signals
-from .rpc import Dispatcher, error_answer
+from .rpc import Dispatcher
 from .shell.controller import ShellController, ShellLimits
 from .shell.methods import shell_methods
 from .shell.process import ShellHome
@@ -49,7 +55,10 @@ from .statefile import claim_state_dir, open_own_file, planted, read_state_file
 from .stream import STREAM_SOCKET, Peers, serve_frames
 from .trash import Trash
 
-__all__ = ["ServerConfig", "build_app", "serve"]
+if TYPE_CHECKING:
+    from aiohttp import web
+
+__all__ = ["AgentApp", "ServerConfig", "build_app", "serve"]
 
 log = logging.getLogger("remote_exec.agent")
 MAX_REQUEST = 96 * 1024 * 1024  # a 64 MiB stdin write, base64'd, plus the envelope
@@ -97,25 +106,32 @@ class _Activity:
         self.last = time.monotonic()
 
 
-JOBS = web.AppKey("jobs", JobController)
-SHELLS = web.AppKey("shells", ShellController)
-PORTS = web.AppKey("ports", PortController)
-FILES = web.AppKey("files", FileController)
-ACTIVITY = web.AppKey("activity", _Activity)
-BUDGET = web.AppKey("budget", MemoryBudget)
-INTAKE = web.AppKey("intake", Intake)
-HANDLE_FRAME: web.AppKey[Callable[[frames.Frame], Awaitable[bytes | None]]] = web.AppKey("handle_frame")
-INSTANCE_ID = web.AppKey("instance_id", str)
-PEERS = web.AppKey("peers", Peers)
-KEEPER = web.AppKey("keeper", KeeperLink)
-INOTIFY = web.AppKey("inotify", Inotify)
-HANDOVER = web.AppKey("handover", bool)
-STOP = web.AppKey("stop", asyncio.Event)
-"""Typed keys of what :func:`build_app` stores in the app (aiohttp warns about string keys)."""
+@dataclass(eq=False)
+class AgentApp:
+    """One agent's parts, made by :func:`build_app`; ``cleanup`` ends them (see :func:`serve`)."""
+
+    jobs: JobController
+    shells: ShellController
+    ports: PortController
+    files: FileController
+    activity: _Activity
+    budget: MemoryBudget
+    intake: Intake
+    handle_frame: Callable[[frames.Frame], Awaitable[bytes | None]]
+    """Answers one frame of the frame stream (or None: no answer)."""
+    handle_body: Callable[[bytes], Awaitable[bytes | None]]
+    """Answers one HTTP request's body, counted as activity."""
+    peers: Peers
+    instance_id: str
+    keeper: KeeperLink
+    inotify: Inotify
+    cleanup: Callable[[], Awaitable[None]]
+    handover: bool = False
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
 
 
-def build_app(config: ServerConfig) -> web.Application:
-    """The aiohttp application: controllers are built here, never at import time."""
+def build_app(config: ServerConfig) -> AgentApp:
+    """The agent's parts: controllers are built here, never at import time."""
     instance_id = secrets.token_hex(4)
     budget = MemoryBudget(config.memory_budget)
     intake = Intake(budget)
@@ -164,8 +180,8 @@ def build_app(config: ServerConfig) -> web.Application:
         info = await server_info(Empty())
         if not keeper.present:
             raise RemoteExecError("this agent has no keeper: its jobs would die with it, so it does not hand over")
-        app[HANDOVER] = True
-        asyncio.get_running_loop().call_soon(app[STOP].set)
+        app.handover = True
+        asyncio.get_running_loop().call_soon(app.stop.set)
         return info
 
     dispatcher.register({Method.SERVER_INFO: server_info, Method.PING: ping, Method.SERVER_HANDOVER: server_handover})
@@ -186,55 +202,37 @@ def build_app(config: ServerConfig) -> web.Application:
             return HEARTBEAT_ANSWER
         return await tracked(dispatcher.handle_frame(frame))
 
-    async def rpc(request: web.Request) -> web.Response:
-        try:
-            body, held = await read_body(request.content, request.content_length, intake, MAX_REQUEST)
-        except LineTooLong as exc:
-            return web.Response(
-                status=413, body=error_answer(RemoteExecError(str(exc))), content_type="application/json"
-            )
-        except RemoteExecError as exc:  # over the memory budget
-            return web.Response(status=503, body=error_answer(exc), content_type="application/json")
-        intake.handled(held)
-        try:
-            answer = await tracked(dispatcher.handle(body))
-        finally:
-            del body
-            intake.answered(held)
-        if answer is None:
-            return web.Response(status=204)
-        framed = answer.startswith(frames.MARK)  # a result with a binary payload
-        return web.Response(body=answer, content_type="application/octet-stream" if framed else "application/json")
+    async def handle_body(body: bytes) -> bytes | None:
+        return await tracked(dispatcher.handle(body))
 
-    async def on_cleanup(_: web.Application) -> None:
+    async def cleanup() -> None:
         # Kills first: they need no worker thread, and nothing after them may hold them up.
         # A handover kills no job: the keeper holds them for the next agent.
         await policies.aclose()
-        if app[HANDOVER]:
+        if app.handover:
             jobs.detach()
         else:
             await jobs.aclose()
-        await shells.aclose(handover=app[HANDOVER])
+        await shells.aclose(handover=app.handover)
         await ports.aclose()
         await files.aclose()
 
-    app = web.Application(client_max_size=MAX_REQUEST)
-    app.router.add_post("/rpc", rpc)
-    app.on_cleanup.append(on_cleanup)
-    app[JOBS] = jobs
-    app[SHELLS] = shells
-    app[PORTS] = ports
-    app[FILES] = files
-    app[ACTIVITY] = activity
-    app[BUDGET] = budget
-    app[INTAKE] = intake
-    app[HANDLE_FRAME] = handle_frame
-    app[PEERS] = peers
-    app[INSTANCE_ID] = instance_id
-    app[KEEPER] = keeper
-    app[INOTIFY] = inotify
-    app[HANDOVER] = False
-    app[STOP] = asyncio.Event()
+    app = AgentApp(
+        jobs=jobs,
+        shells=shells,
+        ports=ports,
+        files=files,
+        activity=activity,
+        budget=budget,
+        intake=intake,
+        handle_frame=handle_frame,
+        handle_body=handle_body,
+        peers=peers,
+        instance_id=instance_id,
+        keeper=keeper,
+        inotify=inotify,
+        cleanup=cleanup,
+    )
     return app
 
 
@@ -288,28 +286,24 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> bool:
     sock = state_dir / "agent.sock"
     stream_sock = state_dir / STREAM_SOCKET
     app = build_app(config)
-    # A short shutdown: a request still in flight then (say, one waiting on a stuck worker
-    # thread) is abandoned after this many seconds rather than holding the agent up.
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_TIMEOUT)
-    app[FILES].recover()  # temporary files of write sessions a killed agent left behind
-    if await app[KEEPER].connect():
-        restored = await app[JOBS].restore()
-        shells = await app[SHELLS].restore()
-        await app[JOBS].end_dead_shells(app[SHELLS].adopted_marks)
+    app.files.recover()  # temporary files of write sessions a killed agent left behind
+    if await app.keeper.connect():
+        restored = await app.jobs.restore()
+        shells = await app.shells.restore()
+        await app.jobs.end_dead_shells(app.shells.adopted_marks)
         log.info(
             "keeper %s holds this state dir; %d job(s), %d shell(s) re-adopted",
-            app[KEEPER].hello.get("pid"),
+            app.keeper.hello.get("pid"),
             restored,
             shells,
         )
-    home = app[JOBS].home
+    home = app.jobs.home
     cgroups = home.cgroups if home is not None else None
     if cgroups is not None:  # a dead agent's jobs' cgroups, once empty
-        cgroups.sweep(app[JOBS].is_running)
-    if app[INOTIFY].available:
-        asyncio.get_running_loop().add_reader(app[INOTIFY].fd, app[INOTIFY].on_readable)
-    app[JOBS].start_sweeper()
-    await runner.setup()
+        cgroups.sweep(app.jobs.is_running)
+    if app.inotify.available:
+        asyncio.get_running_loop().add_reader(app.inotify.fd, app.inotify.on_readable)
+    app.jobs.start_sweeper()
     for stale in (sock, stream_sock):  # ensure_server holds the lock and found nobody accepting
         if stale.exists():
             stale.unlink()
@@ -317,20 +311,19 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> bool:
     # both do. A deep backlog: a burst of connections (1000 clients starting jobs at once)
     # must queue, not fail with EAGAIN, which asyncio does not retry for Unix sockets.
     streams = await asyncio.start_unix_server(
-        lambda r, w: serve_frames(r, w, app[HANDLE_FRAME], MAX_REQUEST, app[INTAKE], app[PEERS]),
+        lambda r, w: serve_frames(r, w, app.handle_frame, MAX_REQUEST, app.intake, app.peers),
         sock=private_listener(stream_sock, backlog=4096),
         limit=LINE_PIECE,  # longer lines are read (and charged to the budget) piece by piece
     )
-    site = web.SockSite(runner, private_listener(sock, backlog=4096))
-    await site.start()
-    stop: asyncio.Event = app[STOP]
+    http = _LazyHttp(app, private_listener(sock, backlog=4096))
+    stop = app.stop
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     if ready_fd is not None:
         os.write(ready_fd, b"ready\n")
         os.close(ready_fd)
-    log.info("agent %s serving on %s", app[INSTANCE_ID], sock)
+    log.info("agent %s serving on %s", app.instance_id, sock)
     idle = asyncio.create_task(_idle_watch(app, config.idle_timeout, stop))
     try:
         await stop.wait()
@@ -340,24 +333,57 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> bool:
         # being told that we are ready while our sockets go away.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(KEEPER_TELL_TIMEOUT):
-                await app[KEEPER].request({"op": "leaving"})
+                await app.keeper.request({"op": "leaving"})
         streams.close()
         for path in (sock, stream_sock):
             with contextlib.suppress(OSError):
                 path.unlink()
-        await runner.cleanup()
-        if cgroups is not None and not app[HANDOVER]:
-            cgroups.sweep(app[JOBS].is_running)
+        await http.aclose()
+        await app.cleanup()
+        if cgroups is not None and not app.handover:
+            cgroups.sweep(app.jobs.is_running)
             cgroups.close()
-    return bool(app[HANDOVER])
+    return app.handover
 
 
-async def _idle_watch(app: web.Application, idle_timeout: float, stop: asyncio.Event) -> None:
+class _LazyHttp:
+    """The HTTP socket, listening from the start; aiohttp is imported and serves it once a
+    first client connects (its connection waits in the backlog meanwhile, a few ms)."""
+
+    def __init__(self, app: AgentApp, listener: socket) -> None:
+        self._app = app
+        self._listener = listener
+        self._runner: web.AppRunner | None = None
+        self._starting: asyncio.Task[None] | None = None
+        self._loop = asyncio.get_running_loop()
+        listener.setblocking(False)
+        self._loop.add_reader(listener.fileno(), self._connected)
+
+    def _connected(self) -> None:
+        self._loop.remove_reader(self._listener.fileno())
+        self._starting = self._loop.create_task(self._start())
+
+    async def _start(self) -> None:
+        from .httpserve import serve_http
+
+        self._runner = await serve_http(self._app, self._listener, MAX_REQUEST, SHUTDOWN_TIMEOUT)
+
+    async def aclose(self) -> None:
+        """Stop serving: requests in flight get :data:`SHUTDOWN_TIMEOUT`, then are abandoned."""
+        if self._starting is None:
+            self._loop.remove_reader(self._listener.fileno())
+        else:
+            with contextlib.suppress(Exception):
+                await self._starting
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self._listener.close()
+
+
+async def _idle_watch(app: AgentApp, idle_timeout: float, stop: asyncio.Event) -> None:
     if idle_timeout <= 0:
         return
-    jobs: JobController = app[JOBS]
-    shells: ShellController = app[SHELLS]
-    activity: _Activity = app[ACTIVITY]
+    jobs, shells, activity = app.jobs, app.shells, app.activity
     held_by_shells = False  # told once per stretch: why an idle agent stays up
     while True:
         # A timer, not synchronisation: nothing signals "time passed with nothing happening".

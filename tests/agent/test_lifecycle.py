@@ -51,10 +51,23 @@ def test_sigterm_kills_running_jobs(fresh_agent_dir: Path) -> None:
     assert group_members(job_pid) == []
 
 
-def test_app_keys_are_typed(tmp_path: Path) -> None:
-    from aiohttp import web
-
-    from remote_exec.agent.server import ServerConfig, build_app
-
-    app = build_app(ServerConfig(state_dir=tmp_path))
-    assert len(app) >= 9 and all(isinstance(key, web.AppKey) for key in app), list(app)
+def test_aiohttp_is_loaded_only_once_the_http_socket_is_used(fresh_agent_dir: Path) -> None:
+    """aiohttp (the HTTP socket's server) was a third of an agent's start-up CPU, and most
+    agents are only reached through the frame stream: it is loaded at the first HTTP client,
+    whose request is then answered as before (it waited in the socket's backlog)."""
+    base = [sys.executable, "-m", "remote_exec.agent"]
+    ensured = subprocess.run([*base, "ensure", "--dir", str(fresh_agent_dir)], capture_output=True, timeout=60)
+    pid = json.loads(ensured.stdout)["result"]["pid"]
+    maps = Path(f"/proc/{pid}/maps")
+    try:
+        assert "/aiohttp/" not in maps.read_text()  # its compiled parser is not mapped
+        request = b'{"jsonrpc":"2.0","id":1,"method":"server_info","params":{}}'
+        called = subprocess.run(
+            [*base, "call", "--dir", str(fresh_agent_dir)], input=request, capture_output=True, timeout=60
+        )
+        assert json.loads(called.stdout)["result"]["pid"] == pid, called
+        assert "/aiohttp/_http_parser" in maps.read_text()
+    finally:
+        os.kill(pid, signal.SIGTERM)
+    assert wait_exit(pid, 20)
+    assert not (fresh_agent_dir / "agent.sock").exists()
