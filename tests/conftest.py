@@ -140,7 +140,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # one worker (a cluster a worker costs ~5 s of CPU to start and a few % of a core while it
 # idles), stopped once that worker is past the group (see pytest_runtest_teardown).
 REAL_TIER_GROUP = "backend-k8s-real"
-REAL_TIER_MODULES = {"test_k8s_watch", "test_k8s_fleet"}
+REAL_TIER_MODULES = {"test_k8s_watch", "test_k8s_fleet", "test_k8s_notebook"}
 
 
 @pytest.hookimpl(trylast=True)
