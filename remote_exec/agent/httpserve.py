@@ -6,42 +6,46 @@ aiohttp is the agent's heaviest import.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from socket import socket
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 
 from ..errors import RemoteExecError
 from ..protocol import frames
-from .intake import LineTooLong, read_body
+from .intake import Intake, LineTooLong, read_body
 from .rpc import error_answer
-
-if TYPE_CHECKING:
-    from .server import AgentApp
 
 __all__ = ["serve_http"]
 
 
-async def serve_http(app: AgentApp, listener: socket, max_request: int, shutdown_timeout: float) -> web.AppRunner:
-    """Serve ``POST /rpc`` on ``listener`` (listening already) until the runner's cleanup, which
-    gives requests in flight ``shutdown_timeout`` seconds (one waiting on a stuck worker thread
-    is then abandoned rather than holding the agent up)."""
+async def serve_http(
+    listener: socket,
+    handle_body: Callable[[bytes], Awaitable[bytes | None]],
+    intake: Intake,
+    max_request: int,
+    shutdown_timeout: float,
+) -> web.AppRunner:
+    """Serve ``POST /rpc`` on ``listener`` (listening already), each body read within
+    ``intake``'s budget and answered by ``handle_body``, until the runner's cleanup, which gives
+    requests in flight ``shutdown_timeout`` seconds (one waiting on a stuck worker thread is then
+    abandoned rather than holding the agent up)."""
 
     async def rpc(request: web.Request) -> web.Response:
         try:
-            body, held = await read_body(request.content, request.content_length, app.intake, max_request)
+            body, held = await read_body(request.content, request.content_length, intake, max_request)
         except LineTooLong as exc:
             return web.Response(
                 status=413, body=error_answer(RemoteExecError(str(exc))), content_type="application/json"
             )
         except RemoteExecError as exc:  # over the memory budget
             return web.Response(status=503, body=error_answer(exc), content_type="application/json")
-        app.intake.handled(held)
+        intake.handled(held)
         try:
-            answer = await app.handle_body(body)
+            answer = await handle_body(body)
         finally:
             del body
-            app.intake.answered(held)
+            intake.answered(held)
         if answer is None:
             return web.Response(status=204)
         framed = answer.startswith(frames.MARK)  # a result with a binary payload

@@ -366,7 +366,8 @@ class _LazyHttp:
     async def _start(self) -> None:
         from .httpserve import serve_http
 
-        self._runner = await serve_http(self._app, self._listener, MAX_REQUEST, SHUTDOWN_TIMEOUT)
+        app = self._app
+        self._runner = await serve_http(self._listener, app.handle_body, app.intake, MAX_REQUEST, SHUTDOWN_TIMEOUT)
 
     async def aclose(self) -> None:
         """Stop serving: requests in flight get :data:`SHUTDOWN_TIMEOUT`, then are abandoned."""

@@ -41,7 +41,7 @@ def root() -> Iterator[Path]:
     # Short: an agent's socket path must fit in 108 bytes, and keys make it longer.
     d = Path(tempfile.mkdtemp(prefix="rx-keys-"))
     yield d
-    for sock in d.rglob("agent.sock"):  # keys holding "/" made nested dirs
+    for sock in _started_agents(d):  # keys holding "/" made nested dirs
         state = sock.parent
         url = f"local://?dir={quote(os.fspath(state), safe='/')}"  # (no sandbox_url: works on old code too)
         with contextlib.suppress(rx.RemoteExecError, OSError), rx.connect(url) as sb:
@@ -50,7 +50,16 @@ def root() -> Iterator[Path]:
 
 
 def _started_agents(root: Path) -> list[Path]:
-    return list(root.rglob("agent.sock"))
+    """Every agent socket under ``root``, found before anything is done to them: a lazy walk
+    while agents run (and while the teardown connects to them) met a job dir an agent was
+    replacing (its ``jobs.spare``, remade after each start) and failed with FileNotFoundError.
+    ``os.walk`` skips a dir that went away; a state dir's own dirs are not walked into."""
+    found = []
+    for top, dirs, files in os.walk(root):
+        if "agent.sock" in files:
+            found.append(Path(top) / "agent.sock")
+            dirs[:] = [d for d in dirs if not d.startswith(("jobs", "shells", "trash"))]
+    return found
 
 
 @pytest.mark.anyio
