@@ -28,6 +28,7 @@ box or an unreachable host turns the failure into :class:`SandboxLostError`.
 from __future__ import annotations
 
 import asyncio
+import copy
 import itertools
 import random
 from collections.abc import Awaitable, Callable
@@ -102,6 +103,7 @@ class RpcClient:
         self._generation = 0
         self._reconnect_lock = asyncio.Lock()
         self._closed = False
+        self._asking: asyncio.Task[RemoteExecError | None] | None = None  # the diagnose in flight
 
     @property
     def closed(self) -> bool:
@@ -112,6 +114,8 @@ class RpcClient:
         """Refuse every later call (a task still running, say a kill, must not reconnect or
         restart an agent after the sandbox closed), then close the channel."""
         self._closed = True
+        if self._asking is not None:
+            self._asking.cancel()
         await self.channel.aclose()
 
     def _check_open(self, method: str) -> None:
@@ -217,16 +221,28 @@ class RpcClient:
         """``exc``, or what the sandbox says became of it (its own failure to say changes nothing)."""
         if self.diagnose is None:
             return exc
-        try:
-            async with asyncio.timeout(DIAGNOSE_TIMEOUT):
-                better = await self.diagnose()
-        except (TimeoutError, RemoteExecError, OSError):
-            return exc
+        asking = self._asking
+        if asking is None or asking.done():
+            asking = self._asking = asyncio.ensure_future(self._ask_sandbox(self.diagnose))
+        better = await asyncio.shield(asking)  # one caller cancelled leaves the answer to the others
         if better is None:
             return exc
+        better = copy.copy(better)  # the answer is shared: each caller's message names its own failure
         better.message = f"{better.message} ({exc.message})"
         better.args = (better.message,)
         return better
+
+    @staticmethod
+    async def _ask_sandbox(diagnose: Diagnose) -> RemoteExecError | None:
+        """One question to the sandbox, bounded by :data:`DIAGNOSE_TIMEOUT`. Every call that fails
+        while it is asked shares its answer: a channel break fails every call in flight at
+        once (200 followers of a killed agent), and each asked by itself was a ``docker inspect``
+        (an SSH connection, an API read) apiece: 1,355 of them in one fault-suite run."""
+        try:
+            async with asyncio.timeout(DIAGNOSE_TIMEOUT):
+                return await diagnose()
+        except (TimeoutError, RemoteExecError, OSError):
+            return None
 
     async def _call(
         self,

@@ -1,0 +1,45 @@
+"""Calls that fail together ask the sandbox what became of it once, not once each.
+
+A channel's break fails every call in flight at the same moment (200 followers of a killed
+agent); each then asked the transport's ``diagnose`` by itself: a ``docker inspect`` (an SSH
+connection, an API read) per call, 1,355 of them in one fault-suite run. The question in flight
+is shared; each call's error still names its own failure."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from remote_exec.client.channel import StdioChannel
+from remote_exec.client.rpc import RpcClient
+from remote_exec.errors import RemoteExecError, SandboxLostError
+from remote_exec.protocol import Empty, ServerInfo
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_calls_failing_together_ask_the_sandbox_once() -> None:
+    asked = 0
+
+    async def diagnose() -> RemoteExecError | None:
+        nonlocal asked
+        asked += 1
+        await (await asyncio.create_subprocess_exec("true")).wait()  # as `docker inspect` is asked
+        return SandboxLostError("box: container c no longer exists")
+
+    async def agent_that_dies_at_once() -> asyncio.subprocess.Process:
+        pipe = asyncio.subprocess.PIPE
+        return await asyncio.create_subprocess_exec("sh", "-c", "exit 1", stdin=pipe, stdout=pipe)
+
+    rpc = RpcClient(StdioChannel(agent_that_dies_at_once), name="box", diagnose=diagnose)
+    try:
+        calls = (rpc.call("server_info", Empty(), ServerInfo) for _ in range(20))
+        results = await asyncio.gather(*calls, return_exceptions=True)
+    finally:
+        await rpc.aclose()
+    assert all(isinstance(r, SandboxLostError) for r in results), results
+    assert all("no longer exists" in str(r) and "broke" in str(r) for r in results), results
+    # 20 when each call asked by itself; shared, one question per wave of calls that broke
+    # together (the calls re-send one by one after a reconnect: a few waves at most).
+    assert asked <= 10, asked
