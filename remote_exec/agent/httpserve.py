@@ -1,13 +1,12 @@
 """The agent's HTTP endpoint: ``POST /rpc`` on its Unix socket ``agent.sock``, one JSON-RPC
 request per HTTP request (the stateless CLI's ``remote-exec-agent call``, the seed design's
-HTTP API). Imported by :func:`~remote_exec.agent.server.serve` only once a client connects:
-aiohttp is the agent's heaviest import.
+HTTP API). Imported by :mod:`.lazyhttp` only once a client sends a request: aiohttp is the agent's
+heaviest import.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from socket import socket
 
 from aiohttp import web
 
@@ -16,20 +15,20 @@ from ..protocol import frames
 from .intake import Intake, LineTooLong, read_body
 from .rpc import error_answer
 
-__all__ = ["serve_http"]
+__all__ = ["http_runner"]
 
 
-async def serve_http(
-    listener: socket,
+async def http_runner(
     handle_body: Callable[[bytes], Awaitable[bytes | None]],
     intake: Intake,
     max_request: int,
     shutdown_timeout: float,
 ) -> web.AppRunner:
-    """Serve ``POST /rpc`` on ``listener`` (listening already), each body read within
-    ``intake``'s budget and answered by ``handle_body``, until the runner's cleanup, which gives
-    requests in flight ``shutdown_timeout`` seconds (one waiting on a stuck worker thread is then
-    abandoned rather than holding the agent up)."""
+    """A runner set up to serve ``POST /rpc`` (its ``server`` makes a protocol per connection:
+    see :mod:`.lazyhttp`), each body read within ``intake``'s budget and answered by
+    ``handle_body``, until its cleanup, which gives requests in flight ``shutdown_timeout``
+    seconds (one waiting on a stuck worker thread is then abandoned rather than holding the
+    agent up)."""
 
     async def rpc(request: web.Request) -> web.Response:
         try:
@@ -55,5 +54,4 @@ async def serve_http(
     http.router.add_post("/rpc", rpc)
     runner = web.AppRunner(http, access_log=None, handle_signals=False, shutdown_timeout=shutdown_timeout)
     await runner.setup()
-    await web.SockSite(runner, listener).start()
     return runner

@@ -23,7 +23,7 @@ from ..protocol.agentdir import SOCKET_BUFFER
 from ..protocol.ownership import check_peer, check_socket
 from ..protocol.pipes import widen_pipe
 
-__all__ = ["error_line", "refuse_stdio", "relay_stdio", "stream_call"]
+__all__ = ["error_line", "frame_request", "refuse_stdio", "relay_stdio", "stream_call"]
 
 _CHUNK = 1 << 20
 
@@ -87,24 +87,36 @@ def relay_stdio(stream_sock: Path) -> int:
     return 0 if stdin_done.is_set() else 3
 
 
-def stream_call(stream_sock: Path, request: bytes, quiet: bool = False) -> int:
-    """Send one plain JSON request line over the frame stream; print its answer line.
+def frame_request(stream_sock: Path, request: bytes, timeout: float = 10.0) -> bytes:
+    """Send one plain JSON request line over the frame stream; its answer line (at most
+    :data:`_CHUNK` bytes read). The standard library only: the HTTP socket would import aiohttp
+    first, in this process (``call``) and in the agent (which loads it at its first HTTP client),
+    costing more CPU than the question itself.
 
-    What ``ensure`` asks (``server_info``), with the standard library only: the HTTP ``call``
-    would import aiohttp first, which costs a cold start more CPU than the question itself.
-    Exit status 3 (with the reason as the answer, unless ``quiet``) when the server cannot be
-    reached.
+    :raises OSError: the server cannot be reached, or did not answer within ``timeout``
+        seconds (a frozen agent: each wait on the socket is bounded).
+    :raises RemoteExecError: the socket is not our agent's (nothing was sent to it).
+    """
+    check_socket(stream_sock)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout)
+        conn.connect(os.fspath(stream_sock))
+        check_peer(conn, stream_sock)
+        conn.sendall(request + b"\n")
+        conn.shutdown(socket.SHUT_WR)  # one request: the server answers it, then closes
+        answer = bytearray()
+        while b"\n" not in answer and len(answer) < _CHUNK and (data := conn.recv(_CHUNK)):
+            answer += data  # one line is the answer: read no further (bounded by _CHUNK)
+    return bytes(answer).split(b"\n", 1)[0]
+
+
+def stream_call(stream_sock: Path, request: bytes, quiet: bool = False) -> int:
+    """Print the answer line of one request over the frame stream (:func:`frame_request`): what
+    ``ensure`` asks (``server_info``). Exit status 3 (with the reason as the answer, unless
+    ``quiet``) when the server cannot be reached.
     """
     try:
-        check_socket(stream_sock)
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(os.fspath(stream_sock))
-            check_peer(conn, stream_sock)
-            conn.sendall(request + b"\n")
-            conn.shutdown(socket.SHUT_WR)  # one request: the server answers it, then closes
-            answer = bytearray()
-            while b"\n" not in answer and len(answer) < _CHUNK and (data := conn.recv(_CHUNK)):
-                answer += data  # one line is the answer: read no further (bounded by _CHUNK)
+        answer = frame_request(stream_sock, request)
     except OSError as exc:
         if not quiet:
             unreachable = AgentUnavailableError(f"agent server unreachable: {exc}")
@@ -113,7 +125,7 @@ def stream_call(stream_sock: Path, request: bytes, quiet: bool = False) -> int:
     except RemoteExecError as exc:  # not our agent: nothing was sent to it
         sys.stdout.buffer.write(error_line(request, exc) + b"\n")
         return 3
-    sys.stdout.buffer.write(bytes(answer).split(b"\n", 1)[0] + b"\n")
+    sys.stdout.buffer.write(answer + b"\n")
     return 0
 
 

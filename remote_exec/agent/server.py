@@ -1,9 +1,9 @@
 """The agent server: JSON-RPC on two private Unix sockets (never a TCP port): the frame stream
 (:mod:`.stream`, the host's channels) and HTTP (:mod:`.httpserve`, the stateless CLI's calls).
 
-aiohttp, which serves the HTTP socket, is imported only when that socket is first connected
-to: its import (with its TLS contexts) was a third of an agent's start-up CPU, and most
-agents are only ever reached through the frame stream.
+aiohttp, which serves the HTTP socket, is imported only when a first request arrives there
+(:mod:`.lazyhttp`): its import was a third of an agent's start-up CPU, and most agents are only
+ever reached through the frame stream.
 """
 
 from __future__ import annotations
@@ -20,8 +20,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from socket import socket
-from typing import TYPE_CHECKING
 
 from .._version import __version__
 from ..errors import RemoteExecError
@@ -41,6 +39,7 @@ from .jobs.methods import job_methods
 from .jobs.policy import PolicyWatcher
 from .jobs.proctable import prestart
 from .keeperlink import KeeperLink
+from .lazyhttp import LazyHttp
 from .listener import private_listener
 from .metrics import MetricsController, metrics_methods
 from .ports.controller import PortController, PortLimits
@@ -54,9 +53,6 @@ from .statedir import secure_dir
 from .statefile import claim_state_dir, open_own_file, planted, read_state_file
 from .stream import STREAM_SOCKET, Peers, serve_frames
 from .trash import Trash
-
-if TYPE_CHECKING:
-    from aiohttp import web
 
 __all__ = ["AgentApp", "ServerConfig", "build_app", "serve"]
 
@@ -315,7 +311,8 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> bool:
         sock=private_listener(stream_sock, backlog=4096),
         limit=LINE_PIECE,  # longer lines are read (and charged to the budget) piece by piece
     )
-    http = _LazyHttp(app, private_listener(sock, backlog=4096))
+    http = LazyHttp(private_listener(sock, backlog=4096), app.handle_body, app.intake, MAX_REQUEST, SHUTDOWN_TIMEOUT)
+    await http.start()
     stop = app.stop
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -344,41 +341,6 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> bool:
             cgroups.sweep(app.jobs.is_running)
             cgroups.close()
     return app.handover
-
-
-class _LazyHttp:
-    """The HTTP socket, listening from the start; aiohttp is imported and serves it once a
-    first client connects (its connection waits in the backlog meanwhile, a few ms)."""
-
-    def __init__(self, app: AgentApp, listener: socket) -> None:
-        self._app = app
-        self._listener = listener
-        self._runner: web.AppRunner | None = None
-        self._starting: asyncio.Task[None] | None = None
-        self._loop = asyncio.get_running_loop()
-        listener.setblocking(False)
-        self._loop.add_reader(listener.fileno(), self._connected)
-
-    def _connected(self) -> None:
-        self._loop.remove_reader(self._listener.fileno())
-        self._starting = self._loop.create_task(self._start())
-
-    async def _start(self) -> None:
-        from .httpserve import serve_http
-
-        app = self._app
-        self._runner = await serve_http(self._listener, app.handle_body, app.intake, MAX_REQUEST, SHUTDOWN_TIMEOUT)
-
-    async def aclose(self) -> None:
-        """Stop serving: requests in flight get :data:`SHUTDOWN_TIMEOUT`, then are abandoned."""
-        if self._starting is None:
-            self._loop.remove_reader(self._listener.fileno())
-        else:
-            with contextlib.suppress(Exception):
-                await self._starting
-        if self._runner is not None:
-            await self._runner.cleanup()
-        self._listener.close()
 
 
 async def _idle_watch(app: AgentApp, idle_timeout: float, stop: asyncio.Event) -> None:

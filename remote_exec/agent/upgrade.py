@@ -20,8 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import AgentUnavailableError
+from ..errors import AgentUnavailableError, RemoteExecError
 from ..protocol import PROTOCOL_VERSION, Method
+from ..protocol.agentdir import STREAM_SOCKET
+from .relay import frame_request
 from .statedir import ensure_server
 
 __all__ = ["take_over"]
@@ -60,8 +62,8 @@ def take_over(state_dir: Path, serve_args: list[str], version: str) -> bool:
     """
     sock = state_dir / "agent.sock"
     try:
-        info = _call(sock, Method.SERVER_INFO, 10.0).get("result") or {}
-    except (OSError, ValueError, http.client.HTTPException):
+        info = _server_info(state_dir, sock)
+    except (OSError, ValueError, http.client.HTTPException, RemoteExecError):
         return False  # it went away meanwhile: the next connect starts ours
     if info.get("version") == version and info.get("protocol_version") == PROTOCOL_VERSION:
         return False
@@ -81,6 +83,19 @@ def take_over(state_dir: Path, serve_args: list[str], version: str) -> bool:
     _wait_gone(int(info.get("pid") or 0), HANDOVER_TIMEOUT)
     ensure_server(state_dir, serve_args)
     return True
+
+
+def _server_info(state_dir: Path, sock: Path) -> dict[str, Any]:
+    """The running agent's ``server_info``: over its frame stream (asked at every ``ensure`` and
+    channel start, so by the standard library's socket, and without making the agent load
+    aiohttp for its HTTP socket); over HTTP from an agent older than the frame stream."""
+    request = json.dumps({"jsonrpc": "2.0", "id": 1, "method": Method.SERVER_INFO, "params": {}}).encode()
+    try:
+        answer = json.loads(frame_request(state_dir / STREAM_SOCKET, request))
+    except FileNotFoundError:
+        answer = _call(sock, Method.SERVER_INFO, 10.0)
+    result = answer.get("result") if isinstance(answer, dict) else None
+    return result if isinstance(result, dict) else {}
 
 
 def _wait_gone(pid: int, timeout: float) -> None:

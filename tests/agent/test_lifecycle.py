@@ -54,12 +54,16 @@ def test_sigterm_kills_running_jobs(fresh_agent_dir: Path) -> None:
 def test_aiohttp_is_loaded_only_once_the_http_socket_is_used(fresh_agent_dir: Path) -> None:
     """aiohttp (the HTTP socket's server) was a third of an agent's start-up CPU, and most
     agents are only reached through the frame stream: it is loaded at the first HTTP client,
-    whose request is then answered as before (it waited in the socket's backlog)."""
+    whose request is then answered as before (it waited in the socket's backlog). Each later
+    ``ensure`` and channel start asks the running agent's version over the frame stream (over
+    HTTP, the first of them made every agent load aiohttp after all)."""
     base = [sys.executable, "-m", "remote_exec.agent"]
     ensured = subprocess.run([*base, "ensure", "--dir", str(fresh_agent_dir)], capture_output=True, timeout=60)
     pid = json.loads(ensured.stdout)["result"]["pid"]
     maps = Path(f"/proc/{pid}/maps")
     try:
+        again = subprocess.run([*base, "ensure", "--dir", str(fresh_agent_dir)], capture_output=True, timeout=60)
+        assert json.loads(again.stdout)["result"]["pid"] == pid  # the running one, its version asked
         assert "/aiohttp/" not in maps.read_text()  # its compiled parser is not mapped
         request = b'{"jsonrpc":"2.0","id":1,"method":"server_info","params":{}}'
         called = subprocess.run(
