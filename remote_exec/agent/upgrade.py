@@ -11,7 +11,6 @@ left running with its jobs, and ``ensure`` fails saying so.
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import select
@@ -31,23 +30,28 @@ __all__ = ["take_over"]
 HANDOVER_TIMEOUT = 30.0
 
 
-class _UnixHTTP(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self._path)
-
-
 def _call(sock: Path, method: str, timeout: float) -> dict[str, Any]:
-    conn = _UnixHTTP(os.fspath(sock), timeout)
+    """One JSON-RPC call over the agent's HTTP socket (a handover; an agent older than the
+    frame stream). ``http.client`` is imported here: the relay's start does without it.
+
+    :raises OSError: the agent cannot be reached or answered no HTTP.
+    :raises ValueError: its answer is not JSON.
+    """
+    import http.client
+
+    class UnixHTTP(http.client.HTTPConnection):
+        def connect(self) -> None:
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.sock.settimeout(timeout)
+            self.sock.connect(os.fspath(sock))
+
+    conn = UnixHTTP("localhost", timeout=timeout)
     try:
         body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {}})
         conn.request("POST", "/rpc", body, {"Content-Type": "application/json"})
         answer = json.loads(conn.getresponse().read(1 << 20))
+    except http.client.HTTPException as exc:
+        raise ConnectionError(f"not an HTTP answer: {exc!r}") from exc
     finally:
         conn.close()
     return answer if isinstance(answer, dict) else {}
@@ -63,14 +67,14 @@ def take_over(state_dir: Path, serve_args: list[str], version: str) -> bool:
     sock = state_dir / "agent.sock"
     try:
         info = _server_info(state_dir, sock)
-    except (OSError, ValueError, http.client.HTTPException, RemoteExecError):
+    except (OSError, ValueError, RemoteExecError):
         return False  # it went away meanwhile: the next connect starts ours
     if info.get("version") == version and info.get("protocol_version") == PROTOCOL_VERSION:
         return False
     theirs = f"version {info.get('version')} (protocol {info.get('protocol_version')})"
     try:
         answer = _call(sock, Method.SERVER_HANDOVER, 10.0)
-    except (OSError, ValueError, http.client.HTTPException) as exc:
+    except (OSError, ValueError) as exc:
         raise AgentUnavailableError(
             f"the agent of {theirs} in {state_dir} did not answer server_handover: {exc}"
         ) from None
