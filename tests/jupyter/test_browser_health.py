@@ -54,6 +54,9 @@ SPY = """
 LIVENESS_BOUND = 8.0  # the kernel's sandbox uses the default liveness
 
 
+BURST = "i=0; while [ $i -lt 1000 ]; do i=$((i+1)); done"  # ~10 ms of a shell's arithmetic
+
+
 def test_health_in_the_job_view(
     lab: tuple[str, Path],
     page: Any,
@@ -65,7 +68,9 @@ def test_health_in_the_job_view(
     page.add_init_script(SPY)
     script = (
         f"echo started; for i in $(seq 1 40); do echo line $i; done; "
-        f"( while [ ! -e {gate} ]; do :; done ) & wait; "  # busy on one core until the gate opens
+        # Busy (a fifth of a core: the sparkline's points need CPU to show, and a full core taken
+        # for the test's half minute slowed the rest of a 2-core CI) until the gate opens.
+        f"( while [ ! -e {gate} ]; do {BURST}; sleep 0.04; done ) & wait; "
         "echo after the gate; echo 'Traceback (most recent call last):'; echo '  File x, line 1'; "
         "sleep 1; echo 'error: boom' >&2; exit 3"  # the rule's hit is counted by the poll of a later line
     )
@@ -75,7 +80,7 @@ def test_health_in_the_job_view(
         "rule = rx.JobPolicy(on_output=[rx.WatchRule(pattern='^Traceback')])\n"
         f"view = JobView(sb.exec_remote(['bash', '-c', {script!r}], policy=rule), command='health demo')\n"
         "view.quiet_after = 2.0\nview",
-        "spin = sb.exec_remote(['sh', '-c', 'echo spinning; while :; do :; done'])\n"
+        f"spin = sb.exec_remote(['sh', '-c', 'echo spinning; while :; do {BURST}; sleep 0.04; done'])\n"
         "dash = Dashboard(sb, known=[spin], interval=1.0)\ndash",
         "spin.kill(); dash.close()",
     ]
