@@ -13,10 +13,12 @@ AGENT := dist/agent/remote-exec-agent-$(ARCH).tar.gz
 AGENT_SRC := $(shell find remote_exec/agent -name '*.py') remote_exec/__init__.py remote_exec/_version.py \
 	$(shell find remote_exec/protocol -name "*.py") remote_exec/errors.py tools/build_agent.py tools/agent_entry.py
 
+# uv installs the test environment: ~10 s where pip took ~50 (on CI's critical path, before any
+# test runs); the same versions resolved.
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q uv
+	$(BIN)/uv pip install -q --python $(BIN)/python -e '.[test]'
 	touch $(STAMP)
 
 lint: $(STAMP)
