@@ -26,6 +26,8 @@ __all__ = ["LazyHttp"]
 
 log = logging.getLogger("remote_exec.agent")
 
+IDLE_TIMEOUT = 60.0  # seconds a connection may stay open without sending a byte (then aborted)
+
 
 class LazyHttp:
     """``POST /rpc`` on ``listener`` (see the module docstring). ``handle_body`` answers a
@@ -44,7 +46,9 @@ class LazyHttp:
         self._server: asyncio.AbstractServer | None = None
         self._runner: web.AppRunner | None = None
         self._loading: asyncio.Task[None] | None = None
-        self._waiting: set[_FirstBytes] = set()
+        self._waiting: set[_FirstBytes] = set()  # sent a request; waiting for aiohttp's load
+        self.held: set[_FirstBytes] = set()  # every connection aiohttp has not taken yet
+        self._closing = False
 
     async def start(self) -> None:
         """Accept connections (their requests wait for aiohttp's load)."""
@@ -58,6 +62,9 @@ class LazyHttp:
 
     def request_arrived(self, conn: _FirstBytes) -> None:
         """A connection sent its first bytes: load aiohttp (once), then hand it over."""
+        if self._closing:  # a request arriving while the agent shuts down: not served
+            conn.abort()
+            return
         self._waiting.add(conn)
         if self._loading is None:
             self._loading = asyncio.get_running_loop().create_task(self._load())
@@ -88,13 +95,16 @@ class LazyHttp:
         self._waiting.clear()
 
     async def aclose(self) -> None:
-        """Stop accepting; requests in flight get the shutdown timeout, then are abandoned."""
+        """Stop accepting; requests in flight get the shutdown timeout, then are abandoned;
+        connections aiohttp has not taken are aborted (a server's ``wait_closed`` waits for
+        every connection it accepted)."""
+        self._closing = True
         if self._server is not None:
             self._server.close()
         if self._loading is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await self._loading
-        for conn in self._waiting:
+        for conn in list(self.held):
             conn.abort()
         if self._runner is not None:
             await self._runner.cleanup()
@@ -103,39 +113,47 @@ class LazyHttp:
 
 
 class _FirstBytes(asyncio.Protocol):
-    """A connection until aiohttp takes it: its bytes kept (reading paused at the first)."""
+    """A connection until aiohttp takes it: its first bytes kept (one read, reading paused)."""
 
     def __init__(self, owner: LazyHttp) -> None:
         self._owner = owner
         self._transport: asyncio.Transport | None = None
-        self._held = bytearray()
-        self._lost = False
+        self._held = b""
+        self._idle: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        self._owner.held.add(self)
+        self._idle = asyncio.get_running_loop().call_later(IDLE_TIMEOUT, self.abort)
 
     def data_received(self, data: bytes) -> None:
-        self._held += data
         assert self._transport is not None
         self._transport.pause_reading()  # the rest is read by aiohttp
+        self._held = data
+        if self._idle is not None:
+            self._idle.cancel()
         self._owner.request_arrived(self)
 
     def eof_received(self) -> bool:
-        return True  # half-closed after its request: aiohttp answers it, then closes
+        return False  # closed before a byte: a liveness probe (connect, close)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._lost = True  # a probe (connect, close) or a client gone before aiohttp took it
+        self._owner.held.discard(self)
+        if self._idle is not None:
+            self._idle.cancel()
 
     def hand_to(self, handler: Any) -> None:
-        """Give the connection to ``handler`` (an aiohttp request handler), bytes replayed."""
+        """Give the connection to ``handler`` (an aiohttp request handler), its bytes replayed
+        after reading resumes (the handler's own flow control may pause it again)."""
+        self._owner.held.discard(self)
         transport = self._transport
-        if transport is None or self._lost or transport.is_closing():
+        if transport is None or transport.is_closing():
             return
         transport.set_protocol(handler)
         handler.connection_made(transport)
-        handler.data_received(bytes(self._held))
         transport.resume_reading()
+        handler.data_received(self._held)
 
     def abort(self) -> None:
         if self._transport is not None:

@@ -335,8 +335,10 @@ async def serve(config: ServerConfig, ready_fd: int | None = None) -> bool:
         for path in (sock, stream_sock):
             with contextlib.suppress(OSError):
                 path.unlink()
-        await http.aclose()
-        await app.cleanup()
+        try:
+            await http.aclose()
+        finally:
+            await app.cleanup()
         if cgroups is not None and not app.handover:
             cgroups.sweep(app.jobs.is_running)
             cgroups.close()

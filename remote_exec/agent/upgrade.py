@@ -69,6 +69,8 @@ def take_over(state_dir: Path, serve_args: list[str], version: str) -> bool:
         info = _server_info(state_dir, sock)
     except (OSError, ValueError, RemoteExecError):
         return False  # it went away meanwhile: the next connect starts ours
+    if not info.get("version"):
+        return False  # an error answered (a busy agent), not a version: nothing to decide on
     if info.get("version") == version and info.get("protocol_version") == PROTOCOL_VERSION:
         return False
     theirs = f"version {info.get('version')} (protocol {info.get('protocol_version')})"

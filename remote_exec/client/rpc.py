@@ -28,7 +28,6 @@ box or an unreachable host turns the failure into :class:`SandboxLostError`.
 from __future__ import annotations
 
 import asyncio
-import copy
 import itertools
 import random
 from collections.abc import Awaitable, Callable
@@ -114,8 +113,6 @@ class RpcClient:
         """Refuse every later call (a task still running, say a kill, must not reconnect or
         restart an agent after the sandbox closed), then close the channel."""
         self._closed = True
-        if self._asking is not None:
-            self._asking.cancel()
         await self.channel.aclose()
 
     def _check_open(self, method: str) -> None:
@@ -219,7 +216,7 @@ class RpcClient:
 
     async def _diagnosed(self, exc: TransportError) -> RemoteExecError:
         """``exc``, or what the sandbox says became of it (its own failure to say changes nothing)."""
-        if self.diagnose is None:
+        if self.diagnose is None or self._closed:  # (a closed sandbox is not asked: no new SSH connection)
             return exc
         asking = self._asking
         if asking is None or asking.done():
@@ -227,10 +224,13 @@ class RpcClient:
         better = await asyncio.shield(asking)  # one caller cancelled leaves the answer to the others
         if better is None:
             return exc
-        better = copy.copy(better)  # the answer is shared: each caller's message names its own failure
-        better.message = f"{better.message} ({exc.message})"
-        better.args = (better.message,)
-        return better
+        # The answer is shared: each caller's copy names its own failure (copied by its state,
+        # not by its constructor, which may take arguments of its own).
+        mine = type(better).__new__(type(better))
+        mine.__dict__.update(better.__dict__)
+        mine.message = f"{better.message} ({exc.message})"
+        mine.args = (mine.message,)
+        return mine
 
     @staticmethod
     async def _ask_sandbox(diagnose: Diagnose) -> RemoteExecError | None:

@@ -12,8 +12,8 @@ One watch per namespace (:mod:`~remote_exec.sandboxes.k8swatch`) follows the pod
 evicted, failed, its container OOM-killed, terminated or restarted, every waiter fails at once
 with :class:`~remote_exec.errors.SandboxLostError` naming the reason, not after a heartbeat.
 
-**A restart that keeps the agent's state.** When the pod restarts its container (its
-``restartPolicy`` is not ``Never``) and the agent's state dir (``dir=``) lies on one of the
+**A restart that keeps the agent's state.** When the pod restarts its container whatever way
+it ends (``restartPolicy: Always``, the default) and the agent's state dir (``dir=``) lies on one of the
 container's volumes (an ``emptyDir`` lives as long as the pod), a restart loses the container's
 processes but not the jobs' records and logs. Then it is no verdict: the exec sockets are closed,
 the channel waits (within its call's deadline) until the container runs again, finds or injects
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import posixpath
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -49,7 +48,7 @@ from ..errors import KubeApiError, RemoteExecError, SandboxError, SandboxLostErr
 from .base import ExecTransport
 from .hostcli import InjectMode, common_options, map_cli_errors, parse_query
 from .hostproc import spawn_checked, spawn_host
-from .k8swatch import Subscription, obj, pod_verdict, running_restarts, text
+from .k8swatch import Subscription, obj, pod_verdict, running_restarts, state_survives, text
 
 if TYPE_CHECKING:  # aiohttp and kubernetes_asyncio are imported when a k8s:// sandbox opens, not before
     from .k8sapi import KubeApi
@@ -109,6 +108,7 @@ class K8sTransport(ExecTransport):
         self._kube_lock = asyncio.Lock()
         self._closed = False
         self._relocate = False  # the container restarted: find the agent again before the next channel
+        self._restarts_seen = 0  # restarts the watch told of (one during a locate means locate again)
         self._restart_lock = asyncio.Lock()
         self._pod_seen = asyncio.Event()  # set by each state of the pod the watch sees
         # Uploads say their size rather than rely on stdin's EOF: v4 has no CLOSE, and not every
@@ -162,6 +162,7 @@ class K8sTransport(ExecTransport):
     def _lost(self, reason: str) -> None:
         """The watch's verdict: close every exec socket, so each waiter fails now (its
         ``diagnose`` names the reason) instead of on a heartbeat's bound."""
+        self._pod_seen.set()  # a wait for a restarted container to run ends now, with the reason
         for proc in list(self._procs):
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -221,29 +222,14 @@ class K8sTransport(ExecTransport):
             watch.update(pod)  # the restart count it starts from
 
     def _state_survives(self, pod: dict[str, Any]) -> bool:
-        """Whether a restart of the container keeps the agent's state: the pod restarts it, and
-        ``dir=`` lies on one of its writable volume mounts (the container's own files are new)."""
-        if obj(pod, "spec").get("restartPolicy", "Always") == "Never" or not self.agent_state_dir:
-            return False
-        state = posixpath.normpath(self.agent_state_dir)
-        containers = obj(pod, "spec").get("containers")
-        for c in containers if isinstance(containers, list) else ():
-            if not isinstance(c, dict) or c.get("name") != self.container:
-                continue
-            mounts = c.get("volumeMounts")
-            for m in mounts if isinstance(mounts, list) else ():
-                path = m.get("mountPath") if isinstance(m, dict) else None
-                if not isinstance(path, str) or not path.startswith("/") or m.get("readOnly"):
-                    continue
-                path = posixpath.normpath(path)
-                if state == path or state.startswith(path.rstrip("/") + "/"):
-                    return True
-        return False
+        return state_survives(pod, self.container, self.agent_state_dir)
 
     def _restarted(self, how: str) -> None:
         """The watch saw the container restart (its state kept, see the module's docstring):
         close the exec sockets, so the channel reconnects to an agent found anew."""
         self._relocate = True
+        self._restarts_seen += 1
+        self._pod_seen.set()
         for proc in list(self._procs):
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -389,11 +375,19 @@ class K8sTransport(ExecTransport):
             while self._relocate:
                 if self._sub is not None and self._sub.verdict is not None:
                     raise SandboxLostError(f"{self.url}: {self._sub.verdict}")
+                self._pod_seen.clear()  # before the read: a state seen during it wakes the wait
                 if await self._container_runs():
-                    self.agent_argv = await self.locate_agent()
-                    self._relocate = False
-                    return
-                self._pod_seen.clear()
+                    seen = self._restarts_seen
+                    try:
+                        argv = await self.locate_agent()
+                    except RemoteExecError:
+                        if seen == self._restarts_seen:
+                            raise
+                        continue  # restarted again meanwhile (its execs killed): wait, locate again
+                    self.agent_argv = argv
+                    if seen == self._restarts_seen:
+                        self._relocate = False
+                    continue
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(5.0):
                         await self._pod_seen.wait()

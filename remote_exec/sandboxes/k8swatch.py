@@ -20,11 +20,21 @@ import asyncio
 import contextlib
 import json
 import logging
+import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-__all__ = ["PodWatch", "Subscription", "obj", "pod_verdict", "restart_reason", "running_restarts", "text"]
+__all__ = [
+    "PodWatch",
+    "Subscription",
+    "obj",
+    "pod_verdict",
+    "restart_reason",
+    "running_restarts",
+    "state_survives",
+    "text",
+]
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +74,30 @@ def running_restarts(pod: Any, container: str | None) -> int | None:
         return None
     count = cstatus.get("restartCount")
     return count if isinstance(count, int) else 0
+
+
+def state_survives(pod: Any, container: str | None, state_dir: str | None) -> bool:
+    """Whether a restart of ``container`` keeps the agent's state in ``state_dir``: the pod
+    restarts it however it ends (``restartPolicy: Always``; under ``OnFailure`` one that exits 0
+    is not started again, and a wait for it would end at a deadline, not with the reason), and
+    ``state_dir`` lies on one of its writable volume mounts (the container's own files are new)."""
+    spec = obj(pod, "spec")
+    if spec.get("restartPolicy", "Always") != "Always" or not state_dir:
+        return False
+    state = posixpath.normpath(state_dir)
+    containers = spec.get("containers")
+    for c in containers if isinstance(containers, list) else ():
+        if not isinstance(c, dict) or c.get("name") != container:
+            continue
+        mounts = c.get("volumeMounts")
+        for m in mounts if isinstance(mounts, list) else ():
+            path = m.get("mountPath") if isinstance(m, dict) else None
+            if not isinstance(path, str) or not path.startswith("/") or m.get("readOnly"):
+                continue
+            path = posixpath.normpath(path)
+            if state == path or state.startswith(path.rstrip("/") + "/"):
+                return True
+    return False
 
 
 def restart_reason(pod: Any, container: str | None) -> str:

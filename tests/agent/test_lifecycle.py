@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import remote_exec as rx
@@ -65,6 +67,16 @@ def test_aiohttp_is_loaded_only_once_the_http_socket_is_used(fresh_agent_dir: Pa
         again = subprocess.run([*base, "ensure", "--dir", str(fresh_agent_dir)], capture_output=True, timeout=60)
         assert json.loads(again.stdout)["result"]["pid"] == pid  # the running one, its version asked
         assert "/aiohttp/" not in maps.read_text()  # its compiled parser is not mapped
+        # Probes (connect, close) leave no connection open in the agent (they did: one fd each).
+        fds = Path(f"/proc/{pid}/fd")
+        before = len(list(fds.iterdir()))
+        for _ in range(20):
+            with socket.socket(socket.AF_UNIX) as probe:
+                probe.connect(str(fresh_agent_dir / "agent.sock"))
+        deadline = time.monotonic() + 30
+        while len(list(fds.iterdir())) > before and time.monotonic() < deadline:
+            time.sleep(0.05)  # (the poll interval of a bounded wait for the agent's closes)
+        assert len(list(fds.iterdir())) <= before
         request = b'{"jsonrpc":"2.0","id":1,"method":"server_info","params":{}}'
         called = subprocess.run(
             [*base, "call", "--dir", str(fresh_agent_dir)], input=request, capture_output=True, timeout=60

@@ -43,3 +43,32 @@ async def test_calls_failing_together_ask_the_sandbox_once() -> None:
     # 20 when each call asked by itself; shared, one question per wave of calls that broke
     # together (the calls re-send one by one after a reconnect: a few waves at most).
     assert asked <= 10, asked
+
+
+class PodGone(SandboxLostError):
+    """An answer whose constructor takes more than a message (as ``KubeApiError``'s does)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def test_a_shared_answer_keeps_its_class_and_facts_for_each_call() -> None:
+    """Each call gets its own copy of the answer, made from its state, not by its constructor."""
+
+    async def diagnose() -> RemoteExecError | None:
+        return PodGone("pod p: gone", 404)
+
+    async def agent_that_dies_at_once() -> asyncio.subprocess.Process:
+        pipe = asyncio.subprocess.PIPE
+        return await asyncio.create_subprocess_exec("sh", "-c", "exit 1", stdin=pipe, stdout=pipe)
+
+    rpc = RpcClient(StdioChannel(agent_that_dies_at_once), name="box", diagnose=diagnose)
+    try:
+        calls = (rpc.call("server_info", Empty(), ServerInfo) for _ in range(3))
+        results = await asyncio.gather(*calls, return_exceptions=True)
+    finally:
+        await rpc.aclose()
+    assert all(isinstance(r, PodGone) and r.status == 404 for r in results), results
+    assert all(str(r).startswith("pod p: gone (") for r in results), results
+    assert len({id(r) for r in results}) == 3
