@@ -166,6 +166,8 @@ class Subscription:
     """The agent's state outlives a restart of the container: a restart is ``on_restart``, not a verdict."""
     on_restart: Callable[[str], None] | None = field(default=None)
     """Called (with how the last run ended) each time the container is seen restarted, if ``resumes``."""
+    uid: str | None = None
+    """The pod's ``metadata.uid`` when first seen: another one is another pod of the same name."""
 
 
 class PodWatch:
@@ -195,8 +197,21 @@ class PodWatch:
 
     def update(self, pod: dict[str, Any], deleted: bool = False) -> None:
         """Take one pod's state (from the watch, or a read): judge it for each subscriber."""
-        name = obj(pod, "metadata").get("name")
+        meta = obj(pod, "metadata")
+        name, uid = meta.get("name"), meta.get("uid")
+        uid = uid if isinstance(uid, str) and 0 < len(uid) <= 128 else None
         for sub in list(self._subs.get(name, ())) if isinstance(name, str) else ():
+            if uid is not None and sub.uid is not None and uid != sub.uid and not deleted:
+                # Deleted and made again while the watch was down (a relist shows only the new
+                # one): its restart count says nothing of ours, and our agent died with the old.
+                self._judged(
+                    sub,
+                    name,
+                    f"pod {self.namespace}/{text(name, 253)} was replaced by another of its "
+                    "name (deleted and made again): the agent, its jobs and its files were the old pod's",
+                )
+                continue
+            sub.uid = sub.uid or uid
             cstatus = _container_status(pod, sub.container)
             count = cstatus.get("restartCount") if cstatus is not None else None
             if isinstance(count, int) and (sub.restarts is None or (sub.resumes and count > sub.restarts)):
@@ -215,12 +230,19 @@ class PodWatch:
             if verdict is None:
                 if sub.on_update is not None:
                     sub.on_update(pod)
-            elif sub.verdict is None:
-                sub.verdict = verdict
-                try:
-                    sub.on_lost(verdict)
-                except Exception:  # one subscriber's failure must not stop the watch for the others
-                    log.exception("k8s watch: on_lost of %s", name)
+            else:
+                self._judged(sub, name, verdict)
+
+    @staticmethod
+    def _judged(sub: Subscription, name: object, verdict: str) -> None:
+        """``verdict`` on ``sub``'s pod: its first one is told (``on_lost``), once."""
+        if sub.verdict is not None:
+            return
+        sub.verdict = verdict
+        try:
+            sub.on_lost(verdict)
+        except Exception:  # one subscriber's failure must not stop the watch for the others
+            log.exception("k8s watch: on_lost of %s", name)
 
     async def _run(self) -> None:
         version = ""

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from remote_exec.errors import SandboxError
 from remote_exec.sandboxes.k8s import K8sTransport
-from remote_exec.sandboxes.k8swatch import pod_verdict, restart_reason, running_restarts
+from remote_exec.sandboxes.k8swatch import PodWatch, pod_verdict, restart_reason, running_restarts
 from remote_exec.sandboxes.k8sws import exit_status
 
 from .conftest import Adversary
@@ -260,3 +260,27 @@ async def test_an_expired_token_is_reloaded_once_and_the_request_asked_again(tmp
             assert pod["metadata"]["name"] == "mixed"
         finally:
             await transport.aclose()
+
+
+async def test_a_pod_made_again_under_its_name_is_a_verdict_not_the_same_pod() -> None:
+    """Deleted and made again while the watch was down, a pod of the same name (a relist shows
+    only the new one) is not ours: our agent and jobs died with the old one, and its restart
+    count (0 again) said nothing. Its ``metadata.uid`` tells them apart."""
+    never = asyncio.Event()
+
+    class SilentServer:  # the API server, as far as a watch whose stream never comes sees it
+        async def stream(self, path: str, **query: str) -> Any:
+            await never.wait()
+
+    watch = PodWatch(SilentServer(), "ns")
+    told: list[str] = []
+    sub = watch.subscribe("p", "main", told.append)
+    try:
+        pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}, "status": {"phase": "Running"}}
+        watch.update(pod)
+        watch.update(pod)  # the same pod again: nothing to say
+        assert told == [] and sub.verdict is None
+        watch.update({**pod, "metadata": {**pod["metadata"], "uid": "u-2"}})
+        assert told == [sub.verdict] and "ns/p was replaced by another of its name" in told[0], told
+    finally:
+        await watch.aclose()
