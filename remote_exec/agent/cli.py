@@ -21,13 +21,11 @@ from pathlib import Path
 from .._version import __version__
 from ..errors import AgentUnavailableError
 from ..protocol.agentdir import STREAM_SOCKET, default_agent_dir
-from .relay import error_line, refuse_stdio, relay_stdio, stream_call
+from .relay import SERVER_INFO_REQUEST, error_line, refuse_stdio, relay_stdio, stream_call
 from .statedir import describe, ensure_server
 from .upgrade import take_over
 
 __all__ = ["main"]
-
-_SERVER_INFO = b'{"jsonrpc":"2.0","id":0,"method":"server_info","params":{}}'
 
 
 _LIMITS = [  # the agent's bounds on what it holds open at once (more get ServerBusyError)
@@ -101,11 +99,11 @@ def _ensured_info(state_dir: Path, serve_args: list[str]) -> int:
     ensured may be gone before it is asked (a host of another version took the state dir over
     meanwhile: soak): ensure again, a few times, rather than fail."""
     for _ in range(2):
-        if stream_call(state_dir / STREAM_SOCKET, _SERVER_INFO, quiet=True) == 0:
+        if stream_call(state_dir / STREAM_SOCKET, SERVER_INFO_REQUEST, quiet=True) == 0:
             return 0
         with contextlib.suppress(AgentUnavailableError):
             ensure_server(state_dir, serve_args)
-    return stream_call(state_dir / STREAM_SOCKET, _SERVER_INFO)
+    return stream_call(state_dir / STREAM_SOCKET, SERVER_INFO_REQUEST)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         # error names the cause (a foreign state dir...) rather than a closed channel.
         if args.cmd == "stdio":
             return refuse_stdio(exc)
-        sys.stdout.buffer.write(error_line(body if args.cmd == "call" else _SERVER_INFO, exc) + b"\n")
+        sys.stdout.buffer.write(error_line(body if args.cmd == "call" else SERVER_INFO_REQUEST, exc) + b"\n")
         return 3
     if args.cmd == "stdio":
         return relay_stdio(state_dir / STREAM_SOCKET)

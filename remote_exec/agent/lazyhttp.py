@@ -69,11 +69,7 @@ class LazyHttp:
         if self._loading is None:
             self._loading = asyncio.get_running_loop().create_task(self._load())
         elif self._loading.done():
-            if self._runner is None:  # its load failed (logged): no HTTP here
-                self._waiting.discard(conn)
-                conn.abort()
-            else:
-                self._hand_over()
+            self._settle()
 
     async def _load(self) -> None:
         from .httpserve import http_runner
@@ -82,16 +78,18 @@ class LazyHttp:
             self._runner = await http_runner(*self._serve_args)
         except Exception:
             log.exception("cannot serve the HTTP socket")
-            for conn in self._waiting:
-                conn.abort()
-            self._waiting.clear()
             raise
-        self._hand_over()
+        finally:
+            self._settle()
 
-    def _hand_over(self) -> None:
-        assert self._runner is not None and self._runner.server is not None
+    def _settle(self) -> None:
+        """The waiting connections to aiohttp once it is loaded (aborted if its load failed)."""
+        server = self._runner.server if self._runner is not None else None
         for conn in self._waiting:
-            conn.hand_to(self._runner.server())
+            if server is None:
+                conn.abort()
+            else:
+                conn.hand_to(server())
         self._waiting.clear()
 
     async def aclose(self) -> None:

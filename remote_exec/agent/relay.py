@@ -23,9 +23,12 @@ from ..protocol.agentdir import SOCKET_BUFFER
 from ..protocol.ownership import check_peer, check_socket
 from ..protocol.pipes import widen_pipe
 
-__all__ = ["error_line", "frame_request", "refuse_stdio", "relay_stdio", "stream_call"]
+__all__ = ["SERVER_INFO_REQUEST", "error_line", "frame_request", "refuse_stdio", "relay_stdio", "stream_call"]
 
 _CHUNK = 1 << 20
+
+SERVER_INFO_REQUEST = b'{"jsonrpc":"2.0","id":0,"method":"server_info","params":{}}'
+"""The plain request line ``ensure`` and a takeover's version check send over the frame stream."""
 
 
 def error_line(line: bytes, exc: RemoteExecError) -> bytes:

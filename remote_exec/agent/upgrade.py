@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import AgentUnavailableError, RemoteExecError
 from ..protocol import PROTOCOL_VERSION, Method
 from ..protocol.agentdir import STREAM_SOCKET
-from .relay import frame_request
+from .relay import SERVER_INFO_REQUEST, frame_request
 from .statedir import ensure_server
 
 __all__ = ["take_over"]
@@ -95,9 +95,8 @@ def _server_info(state_dir: Path, sock: Path) -> dict[str, Any]:
     """The running agent's ``server_info``: over its frame stream (asked at every ``ensure`` and
     channel start, so by the standard library's socket, and without making the agent load
     aiohttp for its HTTP socket); over HTTP from an agent older than the frame stream."""
-    request = json.dumps({"jsonrpc": "2.0", "id": 1, "method": Method.SERVER_INFO, "params": {}}).encode()
     try:
-        answer = json.loads(frame_request(state_dir / STREAM_SOCKET, request))
+        answer = json.loads(frame_request(state_dir / STREAM_SOCKET, SERVER_INFO_REQUEST))
     except FileNotFoundError:
         answer = _call(sock, Method.SERVER_INFO, 10.0)
     result = answer.get("result") if isinstance(answer, dict) else None

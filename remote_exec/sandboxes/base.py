@@ -121,4 +121,8 @@ class ExecTransport(SandboxTransport):
         """Locate or inject the agent, start it, and return the persistent stdio channel."""
         if self.agent_argv is None:
             self.agent_argv = await self.locate_agent()
-        return StdioChannel(lambda: self.spawn(self._agent_args("stdio")))
+        return StdioChannel(self.spawn_agent)
+
+    async def spawn_agent(self) -> PipeProcess:
+        """The channel's process: the agent's ``stdio`` relay, spawned at each (re)connect."""
+        return await self.spawn(self._agent_args("stdio"))

@@ -43,7 +43,7 @@ import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..client.channel import MAX_RESPONSE, Channel, PipeProcess, StdioChannel
+from ..client.channel import MAX_RESPONSE, Channel, PipeProcess
 from ..errors import KubeApiError, RemoteExecError, SandboxError, SandboxLostError
 from .base import ExecTransport
 from .hostcli import InjectMode, common_options, map_cli_errors, parse_query
@@ -163,6 +163,9 @@ class K8sTransport(ExecTransport):
         """The watch's verdict: close every exec socket, so each waiter fails now (its
         ``diagnose`` names the reason) instead of on a heartbeat's bound."""
         self._pod_seen.set()  # a wait for a restarted container to run ends now, with the reason
+        self._close_execs()
+
+    def _close_execs(self) -> None:
         for proc in list(self._procs):
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -216,13 +219,10 @@ class K8sTransport(ExecTransport):
         if self._sub is None:  # followed once its container is known: a sidecar's restarts are not ours
             watch = api.watch(self.namespace)
             self._sub = watch.subscribe(self.pod, self.container, self._lost)
-            self._sub.resumes = self._state_survives(pod)
+            self._sub.resumes = state_survives(pod, self.container, self.agent_state_dir)
             self._sub.on_restart = self._restarted
             self._sub.on_update = lambda _: self._pod_seen.set()
             watch.update(pod)  # the restart count it starts from
-
-    def _state_survives(self, pod: dict[str, Any]) -> bool:
-        return state_survives(pod, self.container, self.agent_state_dir)
 
     def _restarted(self, how: str) -> None:
         """The watch saw the container restart (its state kept, see the module's docstring):
@@ -230,9 +230,7 @@ class K8sTransport(ExecTransport):
         self._relocate = True
         self._restarts_seen += 1
         self._pod_seen.set()
-        for proc in list(self._procs):
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+        self._close_execs()
 
     async def spawn(self, argv: Sequence[str]) -> PipeProcess:
         """Run ``argv`` in the pod's container: one exec WebSocket (or ``kubectl exec -i``).
@@ -335,16 +333,11 @@ class K8sTransport(ExecTransport):
         :raises SandboxError: no such pod or container, or the exec is refused.
         :raises AgentUnavailableError: no agent could be found, injected or started.
         """
-        if self.via == "kubectl":
-            if self.agent_argv is None:
-                await self.check_reachable()
-            return await super().open_channel()
         if self.agent_argv is None:
             await self.check_reachable()
-            self.agent_argv = await self.locate_agent()
-        return StdioChannel(self._spawn_agent)
+        return await super().open_channel()
 
-    async def _spawn_agent(self) -> PipeProcess:
+    async def spawn_agent(self) -> PipeProcess:
         """The channel's agent process. After a restart of the container that kept the agent's
         state, it waits until the container runs again and finds (or injects) the agent anew;
         an exec refused because the container is not running (the watch has not said why yet)
@@ -357,7 +350,7 @@ class K8sTransport(ExecTransport):
             if self._relocate:
                 await self._when_running_again()
             try:
-                return await self.spawn(self._agent_args("stdio"))
+                return await super().spawn_agent()
             except SandboxLostError:
                 raise
             except SandboxError:

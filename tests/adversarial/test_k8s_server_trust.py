@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from remote_exec.errors import SandboxError
 from remote_exec.sandboxes.k8s import K8sTransport
-from remote_exec.sandboxes.k8swatch import PodWatch, pod_verdict, restart_reason, running_restarts
+from remote_exec.sandboxes.k8swatch import PodWatch, pod_verdict, restart_reason, running_restarts, state_survives
 from remote_exec.sandboxes.k8sws import exit_status
 
 from .conftest import Adversary
@@ -48,8 +48,7 @@ def test_any_pod_json_gets_a_verdict_or_none_never_a_crash(pod: Any) -> None:
 @settings(max_examples=300, deadline=None)
 @given(json_values)
 def test_any_pod_json_is_judged_for_a_restart_without_a_crash(pod: Any) -> None:
-    transport = K8sTransport("ns", "p", "main", state_dir="/vol/agent")
-    assert transport._state_survives(pod) in (True, False)
+    assert state_survives(pod, "main", "/vol/agent") in (True, False)
     assert running_restarts(pod, "main") is None or isinstance(running_restarts(pod, "main"), int)
     reason = restart_reason(pod, "main")
     assert reason.isprintable() and len(reason) < 200
@@ -64,7 +63,7 @@ def test_only_a_writable_volume_holding_the_state_dir_keeps_it_over_a_restart() 
     def survives(mount: object, state_dir: str | None = "/vol/agent", policy: str = "Always", **extra: object) -> bool:
         container = {"name": "main", "volumeMounts": [{"name": "v", "mountPath": mount, **extra}]}
         pod = {"spec": {"restartPolicy": policy, "containers": [{"name": "side"}, container]}}
-        return K8sTransport("ns", "p", "main", state_dir=state_dir)._state_survives(pod)
+        return state_survives(pod, "main", state_dir)
 
     assert survives("/vol") and survives("/vol/") and survives("/x/../vol") and survives("/vol/agent")
     assert survives("/")

@@ -29,15 +29,10 @@ def test_the_notebooks_kubernetes_cell_runs_against_the_real_api_server(tmp_path
     nb.cells = cells
     url = f"k8s://default/rx-notebook?kubeconfig={cluster.kubeconfig}&dir={tmp_path / 'agent'}"
     env = {"RX_DEMO_K8S": url, "REMOTE_EXEC_AGENT_DIR": str(tmp_path / "local"), "REMOTE_EXEC_NONINTERACTIVE": "1"}
-    saved = dict(os.environ)
-    os.environ.update(env)  # the kernel inherits this environment
+    client = NotebookClient(nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}})
     try:
-        NotebookClient(
-            nb, kernel_name="python3", timeout=120, resources={"metadata": {"path": str(tmp_path)}}
-        ).execute()
+        client.execute(env={**os.environ, **env})  # the kernel's environment
     finally:
-        os.environ.clear()
-        os.environ.update(saved)
         cluster.request("DELETE", "/api/v1/namespaces/default/pods/rx-notebook")
     out = "".join(o.get("text", "") for o in cells[-1].outputs)
     # kwok runs the pod's processes on this machine: what the probe sees is this machine's.
