@@ -137,13 +137,20 @@ class _Outbox:
                 while self._small or self._big:
                     parts, waiter = (self._small or self._big).popleft()
                     try:
-                        # The parts and the newline go separately: joining them would copy the payload again.
-                        for part in parts:
+                        # The parts go separately (joining them would copy the payload again), the
+                        # newline with a small last one (a send less, a wakeup less of the reader).
+                        *ahead, last = parts
+                        for part in ahead:
                             if isinstance(part, FileSpan):
                                 await send_span(self._writer, part)
                             else:
                                 self._writer.write(part)
-                        self._writer.write(b"\n")
+                        assert isinstance(last, bytes)
+                        if len(last) <= self.SMALL:
+                            self._writer.write(last + b"\n")
+                        else:
+                            self._writer.write(last)
+                            self._writer.write(b"\n")
                         await self._writer.drain()
                         # A turn of the loop between answers: the connection's requests are read
                         # however long the queue stays full (a socket that takes each push at

@@ -24,6 +24,36 @@ CHUNK = 256 * 1024  # the line buffer's size to start with, and what one receive
 HIGH_WATER = 1 << 20  # bytes read ahead of the reader before the socket is paused
 
 
+class _Spares:
+    """Payload buffers kept for the next payload (of any connection of this process): at most
+    :attr:`KEEP` of them, none over :attr:`LARGEST` bytes. Taken by one payload at a time."""
+
+    KEEP = 2
+    LARGEST = 16 << 20
+
+    def __init__(self) -> None:
+        self._free: list[bytearray] = []
+
+    def take(self, n: int) -> bytearray:
+        try:
+            buf = self._free.pop()  # (atomic: the blocking API's loop thread shares it)
+        except IndexError:
+            return bytearray(n)
+        if len(buf) < n:
+            try:
+                buf.extend(bytes(n - len(buf)))  # grown once: this size is kept for the next
+            except BufferError:  # a view of it outlived its payload: leave it to the collector
+                return bytearray(n)
+        return buf
+
+    def give(self, buf: bytearray) -> None:
+        if len(buf) <= self.LARGEST and len(self._free) < self.KEEP:
+            self._free.append(buf)
+
+
+_SPARES = _Spares()
+
+
 class FrameSocket(asyncio.BufferedProtocol):
     """One connection: its reading half (``readline``, ``readexactly``, ``read``) and its writing
     half (``write``, ``drain``, ``write_eof``).
@@ -36,7 +66,7 @@ class FrameSocket(asyncio.BufferedProtocol):
         self._buf = bytearray(CHUNK)
         self._start = 0  # the unread bytes are _buf[_start:_end]
         self._end = 0
-        self._payload: bytearray | None = None  # a readexactly's target, filled by the kernel
+        self._payload: memoryview | None = None  # a readexactly's target, filled by the kernel
         self._filled = 0
         self._waiter: asyncio.Future[None] | None = None
         self._eof = False
@@ -55,7 +85,7 @@ class FrameSocket(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._payload is not None:
-            return memoryview(self._payload)[self._filled :]
+            return self._payload[self._filled :]
         if self._start == self._end and len(self._buf) > 4 * CHUNK:
             self._buf = bytearray(CHUNK)  # a long line came and went: give its room back
             self._start = self._end = 0
@@ -142,24 +172,29 @@ class FrameSocket(asyncio.BufferedProtocol):
             await self._wait()
 
     async def readexactly(self, n: int) -> bytes:
-        """``n`` bytes (a ``bytearray``, the kernel's copy: nothing copies it again).
+        """``n`` bytes: the kernel writes them into a reused buffer (:class:`_Spares`), and one
+        copy makes them ``bytes``. (A fresh buffer per payload cost more than the bytes' own
+        copies: zeroing it, and the page faults of memory the allocator had given back.)
 
         :raises asyncio.IncompleteReadError: EOF first.
         """
-        payload = bytearray(n)
+        target = _SPARES.take(n)
+        view = memoryview(target)[:n]
         have = min(n, self._end - self._start)
-        payload[:have] = self._buf[self._start : self._start + have]
+        view[:have] = self._buf[self._start : self._start + have]
         self._start += have
         self._filled = have
-        self._payload = payload if have < n else None
+        self._payload = view if have < n else None
         try:
             while self._filled < n:
                 if self._eof:
-                    raise asyncio.IncompleteReadError(bytes(payload[: self._filled]), n)
+                    raise asyncio.IncompleteReadError(bytes(view[: self._filled]), n)
                 await self._wait()
+            return bytes(view)
         finally:
             self._payload = None
-        return payload  # type: ignore[return-value]  # (a bytearray reads as bytes)
+            view.release()
+            _SPARES.give(target)
 
     async def read(self, n: int = -1) -> bytes:
         """What is buffered (at most ``n``), waiting for some; ``b""`` at EOF. ``n < 0``: all

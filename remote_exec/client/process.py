@@ -290,7 +290,12 @@ class ExecRemoteProcess:
             if not piece:
                 continue
             # The agent cut text on a character boundary; "replace" matches its JSON path.
-            data: str | bytes = bytes(piece) if b64 else str(piece, "utf-8", "replace")
+            data: str | bytes
+            if b64:  # the payload itself when it is all one stream's (it is bytes: no copy)
+                whole = type(piece.obj) is bytes and len(piece) == len(piece.obj)
+                data = piece.obj if whole else bytes(piece)  # type: ignore[assignment]
+            else:
+                data = str(piece, "utf-8", "replace")
             tail.add(data)
             self._queue.append(event(data))
             self._queued += len(data)

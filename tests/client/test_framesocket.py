@@ -159,3 +159,33 @@ async def test_what_a_sandbox_prints_for_a_probe_is_bounded(monkeypatch: pytest.
     assert await host.exec_capture(["sh", "-c", "head -c 1048576 /dev/zero; exit 4"]) == (4, bytes(1 << 20))
     with pytest.raises(ProtocolError, match="yes in host:// answered more than 1048576 bytes"):
         await host.exec_capture(["yes"])
+
+
+async def test_payloads_stay_whole_while_later_ones_reuse_the_buffer(tmp_path: Path) -> None:
+    """Payloads are read into a reused buffer: each one handed out must be a copy of its own,
+    unchanged by the payloads read after it, on this connection or on another one."""
+    sizes = [3 * HIGH_WATER, 5, HIGH_WATER + 3, 2 * HIGH_WATER, 0, 7 * HIGH_WATER // 2]
+    sent = {tag: [os.urandom(n) for n in sizes] for tag in (b"a", b"b")}
+
+    def serve_for(tag: bytes) -> Serve:
+        async def serve(writer: asyncio.StreamWriter) -> None:
+            for payload in sent[tag]:
+                writer.write(frames.encode(tag, payload) + b"\n")
+                await writer.drain()
+
+        return serve
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    async with connected(tmp_path / "a", serve_for(b"a")) as a, connected(tmp_path / "b", serve_for(b"b")) as b:
+        got: dict[bytes, list[bytes]] = {b"a": [], b"b": []}
+
+        async def read_all(sock: FrameSocket, tag: bytes) -> None:
+            for _ in sizes:
+                frame = await frames.read_frame(sock, 1 << 30)
+                assert frame is not None and frame.message == tag and frame.payload is not None
+                assert type(frame.payload) is bytes
+                got[tag].append(frame.payload)
+
+        await asyncio.gather(read_all(a, b"a"), read_all(b, b"b"))
+    assert got == sent
