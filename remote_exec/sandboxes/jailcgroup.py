@@ -112,8 +112,10 @@ class BoxCgroup:
         return argv
 
     def procs(self) -> list[str]:
-        """The ``cgroup.procs`` files a process writes to join the box."""
-        return [os.path.join(d, "cgroup.procs") for d in self.dirs.values()]
+        """The files a process writes ``0`` to, to join the box: ``tasks`` on v1 (a thread moving
+        itself skips the kernel lock whose wait made every exec after a pause 15-25 ms slower:
+        see :mod:`remote_exec.agent.jobs.cgroup`), ``cgroup.procs`` on v2."""
+        return [os.path.join(d, "cgroup.procs" if hier == V2 else "tasks") for hier, d in self.dirs.items()]
 
     def _tree(self) -> list[str]:
         """Every dir of the box's trees, deepest first."""
@@ -162,12 +164,13 @@ def procs_of(pid: int) -> list[str]:
     return files
 
 
-_JOIN = 'while [ "$1" != -- ]; do echo $$ 2>/dev/null >"$1"; shift; done; shift; exec "$@"'
+# "0", the writer itself: a pid, even its own, takes the kernel's global lock on v1's ``tasks`` too.
+_JOIN = 'while [ "$1" != -- ]; do echo 0 2>/dev/null >"$1"; shift; done; shift; exec "$@"'
 
 
 def joined(procs: Sequence[str], argv: Sequence[str]) -> list[str]:
-    """``argv`` run by a shell that first joins the cgroups whose ``cgroup.procs`` are given
-    (a failed join is ignored: the job is then found by attribution)."""
+    """``argv`` run by a shell that first joins the cgroups by writing to each of ``procs``
+    (:meth:`BoxCgroup.procs`; a failed join is ignored: the job is then found by attribution)."""
     if not procs:
         return list(argv)
     return ["sh", "-c", _JOIN, "sh", *procs, "--", *argv]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,9 @@ import anyio
 import pytest
 
 from remote_exec.agent.jobs.cgroup import CgroupHome, JobCgroup
+from remote_exec.agent.jobs.spawn import trampoline
 from remote_exec.sandboxes.jailcgroup import BoxCgroup
+from remote_exec.sandboxes.jailcgroup import joined as jail_joined
 
 pytestmark = pytest.mark.anyio
 
@@ -152,5 +155,63 @@ def test_an_agents_sweep_leaves_a_jail_box_being_set_up_alone() -> None:
         assert home is not None
         home.close()
         assert all(os.path.isdir(d) for d in box.dirs.values()), box.dirs
+    finally:
+        assert box.remove()
+
+
+def _cgroups_of(pid: int) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        num, ctrls, path = line.split(":", 2)
+        for name in ctrls.split(",") if ctrls else ["unified"] if num == "0" else []:
+            found[name] = path
+    return found
+
+
+def test_a_leader_joins_v1_by_moving_itself_not_its_thread_group() -> None:
+    """The leader writes ``0`` to v1's ``tasks`` (no global lock: a job started after a pause
+    waited 14-25 ms for it through ``cgroup.procs``) and lands in every job cgroup; on a hybrid
+    host the v2 tree is left out (it has only ``cgroup.procs``), the v1 freezer kills."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    home = CgroupHome.discover(f"rxtest{uuid.uuid4().hex[:8]}")
+    if home is None:
+        pytest.skip("no writable cgroup hierarchy here")
+    cg = home.make("job-1")
+    assert cg is not None
+    try:
+        for name, path in zip(cg.dirs, cg.join_files(), strict=True):
+            assert os.path.basename(path) == ("cgroup.procs" if name == "unified" else "tasks")
+        if {"pids", "freezer"} <= cg.dirs.keys():
+            assert "unified" not in cg.dirs
+        proc = subprocess.Popen(trampoline(["sleep", "30"], cg.join_files()))
+        try:
+            deadline = time.monotonic() + 30
+            while proc.pid not in cg.members() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            joined_to = _cgroups_of(proc.pid)
+            for name, d in cg.dirs.items():
+                assert d.endswith(joined_to[name]), (name, d, joined_to)
+        finally:
+            proc.kill()
+            proc.wait()
+    finally:
+        cg.remove()
+        home.close()
+
+
+def test_a_jail_box_is_joined_by_moving_oneself() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    box = BoxCgroup.make(os.getuid())
+    if box is None:
+        pytest.skip("no writable cgroup hierarchy here")
+    try:
+        for hier, path in zip(box.dirs, box.procs(), strict=True):
+            assert os.path.basename(path) == ("cgroup.procs" if hier == "unified" else "tasks")
+        out = subprocess.run(jail_joined(box.procs(), ["cat", "/proc/self/cgroup"]), capture_output=True, text=True)
+        joined_to = {line.split(":", 2)[1] or "unified": line.split(":", 2)[2] for line in out.stdout.splitlines()}
+        for hier, d in box.dirs.items():
+            assert d.endswith(joined_to[hier]), (hier, d, out.stdout)
     finally:
         assert box.remove()

@@ -8,8 +8,15 @@ the agent is under (a container's, a test's) binds its jobs too. Root on a host,
 a writable or delegated cgroup: made; a jail without ``/sys``, an unprivileged user: none, and
 :mod:`.proctree`'s attribution serves alone.
 
-A job's leader joins its cgroups between ``fork`` and ``exec`` (``preexec_fn`` writing ``0``, "me",
-to fds opened before the fork), so every process it ever starts is born inside. Killing goes
+A job's leader joins its cgroups between ``fork`` and ``exec`` (writing ``0``, "me": see
+:func:`~.spawn.joined`), so every process it ever starts is born inside. On v1 it writes the
+``tasks`` file, not ``cgroup.procs``: moving a whole thread group takes the kernel's global
+``cgroup_threadgroup_rwsem`` for writing, which waits for an RCU grace period whenever no other
+migration ran just before (measured here: 14-25 ms for a job started after a pause of a tenth of a
+second, against 1 ms back to back), while a thread moving itself skips that lock; the leader is
+one thread, so it is the same move. v2 has no such file, so on a hybrid host (v1 controllers and
+a controller-less v2 tree) the jobs' cgroups are the v1 ones alone, the freezer serving the kill;
+on a v2-only host the leader joins ``cgroup.procs`` and pays that wait. Killing goes
 through the cgroup: ``cgroup.kill`` on v2; on v1 the freezer (freeze, SIGKILL every member,
 thaw: nothing forks in between), else SIGKILL to each member. Every call here is a few small
 reads or writes of cgroupfs, done inline: the kill path makes no thread and no process. The one
@@ -121,6 +128,9 @@ class CgroupHome:
                 continue  # not writable here (no delegation, read-only cgroupfs)
             if os.access(os.path.join(parent, "cgroup.procs"), os.W_OK):
                 parents[name] = parent
+        if V2 in parents and {"pids", "freezer"} <= parents.keys():  # hybrid: v1 serves (see the module)
+            with contextlib.suppress(OSError):
+                os.rmdir(parents.pop(V2))
         return cls(parents) if parents else None
 
     def make(self, job_id: str) -> JobCgroup | None:
@@ -192,17 +202,18 @@ class JobCgroup:
     def __init__(self, dirs: dict[str, str]) -> None:
         self.dirs = dirs
 
-    def procs_files(self) -> list[str]:
-        """Each hierarchy's ``cgroup.procs`` of the job (for :func:`~.spawn.trampoline`)."""
-        return [os.path.join(d, "cgroup.procs") for d in self.dirs.values()]
+    def join_files(self) -> list[str]:
+        """The file of each hierarchy the leader writes ``0`` to, to join it: ``tasks`` on v1,
+        ``cgroup.procs`` on v2 (see the module; for :func:`~.spawn.trampoline`)."""
+        return [os.path.join(d, "cgroup.procs" if name == V2 else "tasks") for name, d in self.dirs.items()]
 
     def join_fds(self) -> list[int]:
-        """Write ends of each ``cgroup.procs`` for the leader to join with (see :func:`join`);
-        opened here, before the fork, with the agent's rights. The caller closes them."""
+        """Write ends of each :meth:`join_files` file for the leader to join with (see
+        :func:`join`); opened here, before the fork, with the agent's rights. The caller closes them."""
         fds: list[int] = []
-        for d in self.dirs.values():
+        for path in self.join_files():
             with contextlib.suppress(OSError):
-                fds.append(os.open(os.path.join(d, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
+                fds.append(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
         return fds
 
     def members(self) -> set[int]:

@@ -156,6 +156,14 @@ class JobOutput:
                     ends = (self.streams[1].end, self.streams[2].end)
                     quiet = ends == cursors and not self._done.is_set() and self.hits_total <= seen
                     if not quiet:
+                        # Held back before any read: a follower of a busy job waits out its gap
+                        # (its news, by the ends alone, is neither a full push nor the last).
+                        news = ends[0] - cursors[0] + ends[1] - cursors[1]
+                        last = self._done.is_set() or self.hits_total > seen
+                        hold = hold_back(loop.time() - pushed_at, self._followers, news, p.max_bytes, last)
+                        if hold > 0:
+                            await asyncio.sleep(hold)
+                            continue
                         out, err, spans, ends, finished = self._spans_both(cursors, p.max_bytes)
                         quiet = not (out.end > out.start or err.end > err.start or out.dropped or err.dropped)
                         quiet = quiet and not finished and self.hits_total <= seen
@@ -164,11 +172,6 @@ class JobOutput:
                         if remaining <= 0:
                             return FollowResult(pushes=pushes, ended=False)
                         await self._wait_for_change(ends, remaining)
-                        continue
-                    size = sum(span.size for span in spans)
-                    hold = hold_back(loop.time() - pushed_at, self._followers, size, p.max_bytes, finished)
-                    if hold > 0:
-                        await asyncio.sleep(hold)  # a busy job: let the next push carry more
                         continue
                     shared = self._share((*cursors, p.max_bytes), out, err, spans, finished)
                 if not self._pin(shared.spans):  # punched out since it was made: look again

@@ -65,13 +65,13 @@ def joined(
     """
     if cgroup is not None and sh_runs() and not {"preexec_fn", "user", "group"} & kwargs.keys():
         check_command(argv[0], cwd, env)
-        return trampoline(argv, cgroup.procs_files()), []
+        return trampoline(argv, cgroup.join_files()), []
     return argv, joining(cgroup, kwargs)
 
 
 def trampoline(argv: list[str], procs: list[str]) -> list[str]:
-    """``argv`` run by ``/bin/sh`` after it joined the cgroups whose ``cgroup.procs`` files are
-    ``procs`` (a failed join is skipped silently: the job runs, found by attribution instead)."""
+    """``argv`` run by ``/bin/sh`` after it joined the cgroups by writing ``0`` to each of ``procs``
+    (a failed join is skipped silently: the job runs, found by attribution instead)."""
     joins = "".join(f"{{ echo 0 >{shlex.quote(path)}; }} 2>/dev/null; " for path in procs)
     return [SH, "-c", joins + 'exec "$@"', "sh", *argv]
 
