@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import anyio
 
-from ..errors import ExecTimeoutError, JobKilledError, JobNotRunningError, ProtocolError
+from ..errors import ExecTimeoutError, JobKilledError, JobNotFoundError, JobNotRunningError, ProtocolError
 from ..protocol import (
     DEFAULT_MAX_BYTES,
     Empty,
@@ -201,7 +201,14 @@ class ExecRemoteProcess:
                 raise
 
     async def _await_push(self) -> None:
-        await self.started()
+        # A job whose id this client chose is followed at once, the follow sent behind its start
+        # on the same connection: the agent holds a call on an id still spawning until the spawn
+        # is through, so the first push leaves as the job writes, without a round trip between
+        # the start's answer and the follow (a start that failed, or a follow that overtook its
+        # start, fails the follow as "unknown job": the start's own answer says what happened).
+        early = self._pid is None and self._job_id is not None
+        if not early:
+            await self.started()
         if self._follower is None:
             assert self._job_id is not None
             self._follower = Follower(
@@ -213,7 +220,15 @@ class ExecRemoteProcess:
                 self.options.poll_interval + self._margin,
                 lambda: self._queued,
             )
-        await self._follower.more(lambda: bool(self._queue))
+        try:
+            await self._follower.more(lambda: bool(self._queue))
+        except JobNotFoundError:
+            if not early:
+                raise
+            self._follower = None  # (its call failed for good): the next turn follows anew
+            await self.started()  # raises what the start met (SpawnError...)
+        if self._pid is None:
+            await self.started()  # a push came first: the events go out with the job's pid known
 
     def _follow_params(self) -> FollowParams:
         assert self._job_id is not None

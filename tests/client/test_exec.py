@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import os
+import re
+import signal
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import anyio
 import anyio.lowlevel
@@ -398,3 +402,49 @@ async def test_a_held_back_character_does_not_freeze_the_agent(url: str) -> None
                 await sb.server_info()  # a round trip: the waiting poll was sent meanwhile
                 await proc.write_stdin("go\n")  # answered only by an agent that is not spinning
         assert results[0].stdout == "a\u00e9\n"
+
+
+async def test_a_jobs_follow_goes_out_behind_its_start_not_after_its_answer(fresh_agent_dir: Path) -> None:
+    """The first push leaves as the job writes: the follow is sent right behind the start (the
+    agent holds a call on an id still spawning until the spawn is through), not a round trip
+    after the start's answer. With the agent stopped, nothing is answered: what is sent is the
+    client's own doing."""
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}") as sb:
+        channel = sb._core.rpc.channel
+        sent: list[str] = []
+        both = anyio.Event()
+        real = channel.request
+
+        async def recording(body: bytes, *args: Any, **kwargs: Any) -> Any:
+            method = re.search(rb'"method":"(\w+)"', bytes(body[:300]))
+            if method is not None and method.group(1).startswith(b"exec_remote"):
+                sent.append(method.group(1).decode())
+            if "exec_remote_follow" in sent:
+                both.set()
+            return await real(body, *args, **kwargs)
+
+        channel.request = recording  # type: ignore[method-assign]
+        agent = sb.info.pid
+        os.kill(agent, signal.SIGSTOP)
+        try:
+            proc = sb.exec_remote(["echo", "hi"])
+            first = asyncio.ensure_future(anext(aiter(proc)))
+            with anyio.fail_after(10):
+                await both.wait()
+            assert sent == ["exec_remote_start", "exec_remote_follow"] and proc.pid is None
+        finally:
+            os.kill(agent, signal.SIGCONT)
+        with anyio.fail_after(60):
+            events = [await first, *[ev async for ev in proc]]
+    assert joined(events, rx.StdoutChunk) == "hi\n"
+    assert isinstance(events[-1], rx.Completed) and events[-1].exit_code == 0
+    assert proc.pid is not None
+
+
+async def test_a_command_that_cannot_start_says_so_to_an_early_follower(url: str) -> None:
+    """The follow sent behind a start that fails is refused as an unknown job: the reader is
+    told what the start met instead."""
+    async with rx.open_sandbox(url) as sb:
+        with anyio.fail_after(60), pytest.raises(rx.SpawnError, match="no-such-command-here"):
+            async for _ in sb.exec_remote(["no-such-command-here"]):
+                pass
