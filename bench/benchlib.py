@@ -226,15 +226,20 @@ def proc_cpu(pid: int) -> float:
     """CPU seconds (user + system) used so far by process ``pid`` (its own threads, not children).
 
     From each thread's ``schedstat`` (nanoseconds on a CPU) where the kernel keeps it: ``stat``'s
-    clock ticks are 10 ms, as coarse as a whole measurement of a fast path."""
-    try:
-        total = 0
+    clock ticks are 10 ms, as coarse as a whole measurement of a fast path. (The threads alive
+    now: a thread that ended between two readings takes its time with it. The agent's are its
+    loop's and its executor's, which stay.)"""
+    total, read = 0, 0
+    with contextlib.suppress(OSError):
         for tid in os.listdir(f"/proc/{pid}/task"):
-            with contextlib.suppress(FileNotFoundError), open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f:
+            with (
+                contextlib.suppress(OSError, ValueError, IndexError),
+                open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as f,
+            ):
                 total += int(f.read().split()[0])
+                read += 1
+    if read:
         return total / 1e9
-    except (FileNotFoundError, ValueError, IndexError):
-        pass
     with open(f"/proc/{pid}/stat", "rb") as f:
         stat = f.read()
     fields = stat[stat.rfind(b")") + 2 :].split()

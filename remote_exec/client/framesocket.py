@@ -1,12 +1,12 @@
-"""The agent's socket read with one copy per byte: a payload goes from the kernel into its own buffer.
+"""The agent's socket read with two copies per byte: the kernel's into a reused buffer, one into ``bytes``.
 
 asyncio's ``StreamReader`` copies every byte three times on the way to a frame's payload (into
 its buffer, out of it as ``bytes``, and again when the buffer's head is dropped), which held the
 host to about two thirds of what a plain pipe carries. :class:`FrameSocket` is a
 :class:`asyncio.BufferedProtocol`: while a payload is awaited (:meth:`readexactly`), the kernel
-writes straight into the payload's ``bytearray``; lines (a frame's JSON) go through a small
-buffer as before. It offers what :class:`~.channel.PipeReader` and the channel's writer need,
-and nothing else.
+writes straight into a payload buffer kept for the next payload (:class:`_Spares`), and one copy
+makes the payload ``bytes``; lines (a frame's JSON) go through a small buffer as before. It
+offers what :class:`~.channel.PipeReader` and the channel's writer need, and nothing else.
 
 Bounds: a line longer than ``limit`` is a :class:`ValueError` (as ``StreamReader``'s); at most
 :data:`HIGH_WATER` bytes are read ahead of the reader, then the socket is paused until it reads.
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from typing import Any
 
 __all__ = ["HIGH_WATER", "FrameSocket"]
@@ -25,30 +26,40 @@ HIGH_WATER = 1 << 20  # bytes read ahead of the reader before the socket is paus
 
 
 class _Spares:
-    """Payload buffers kept for the next payload (of any connection of this process): at most
-    :attr:`KEEP` of them, none over :attr:`LARGEST` bytes. Taken by one payload at a time."""
+    """Payload buffers kept for the next payload (of any connection of this process, any loop:
+    the blocking API runs its own): at most :attr:`KEEP` of them, none over :attr:`LARGEST`
+    bytes. A fresh buffer per payload cost more than the payload's own copies (zeroing it, and
+    the page faults of memory the allocator had given back). Taken by one payload at a time."""
 
     KEEP = 2
     LARGEST = 16 << 20
 
     def __init__(self) -> None:
         self._free: list[bytearray] = []
+        self._lock = threading.Lock()
 
     def take(self, n: int) -> bytearray:
-        try:
-            buf = self._free.pop()  # (atomic: the blocking API's loop thread shares it)
-        except IndexError:
+        if n > self.LARGEST:
+            return bytearray(n)  # (never kept: no spare is grown for it)
+        with self._lock:
+            buf = self._free.pop() if self._free else None
+        if buf is None:
             return bytearray(n)
         if len(buf) < n:
-            try:
-                buf.extend(bytes(n - len(buf)))  # grown once: this size is kept for the next
-            except BufferError:  # a view of it outlived its payload: leave it to the collector
-                return bytearray(n)
+            buf.extend(bytes(n - len(buf)))  # grown once: this size is kept for the next
         return buf
 
     def give(self, buf: bytearray) -> None:
-        if len(buf) <= self.LARGEST and len(self._free) < self.KEEP:
-            self._free.append(buf)
+        if len(buf) > self.LARGEST:
+            return
+        try:  # a view of it that outlived its payload (a receive still pending): never reused
+            buf.append(0)
+            buf.pop()
+        except BufferError:
+            return
+        with self._lock:
+            if len(self._free) < self.KEEP:
+                self._free.append(buf)
 
 
 _SPARES = _Spares()
@@ -178,13 +189,17 @@ class FrameSocket(asyncio.BufferedProtocol):
 
         :raises asyncio.IncompleteReadError: EOF first.
         """
+        have = min(n, self._end - self._start)
+        if have == n:  # all buffered already (a small payload): no spare needed
+            data = bytes(self._buf[self._start : self._start + n])
+            self._start += n
+            return data
         target = _SPARES.take(n)
         view = memoryview(target)[:n]
-        have = min(n, self._end - self._start)
         view[:have] = self._buf[self._start : self._start + have]
         self._start += have
         self._filled = have
-        self._payload = view if have < n else None
+        self._payload = view
         try:
             while self._filled < n:
                 if self._eof:

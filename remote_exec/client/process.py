@@ -222,13 +222,26 @@ class ExecRemoteProcess:
             )
         try:
             await self._follower.more(lambda: bool(self._queue))
-        except JobNotFoundError:
+        except Exception as exc:
             if not early:
                 raise
-            self._follower = None  # (its call failed for good): the next turn follows anew
-            await self.started()  # raises what the start met (SpawnError...)
+            overtaken = isinstance(exc, JobNotFoundError)
+            if overtaken:
+                self._follower = None  # (its call failed for good): the next turn follows anew
+            await self._known_start()  # what the start met says more than its follow's failure
+            if not overtaken:
+                raise
+        await self._known_start()
+
+    async def _known_start(self) -> None:
+        """Wait for the start's answer: events go out with the job's pid known. A start that
+        failed (SpawnError...) raises, and nothing an early follow brought is kept for later."""
         if self._pid is None:
-            await self.started()  # a push came first: the events go out with the job's pid known
+            try:
+                await self.started()
+            except Exception:
+                self._queue.clear()
+                raise
 
     def _follow_params(self) -> FollowParams:
         assert self._job_id is not None

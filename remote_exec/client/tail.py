@@ -12,7 +12,8 @@ class Tail:
 
     The oldest chunk kept may start before the tail does: it is cut (a copy) only when the value
     is asked for, not at every chunk added — a fast stream past ``limit`` would otherwise copy
-    about one chunk more per chunk it brings (another pass over every byte).
+    about one chunk more per chunk it brings (another pass over every byte). So it holds up to
+    ``limit`` plus one chunk (a push: at most a few MiB).
     """
 
     __slots__ = ("_chunks", "_empty", "_size", "_skip", "dropped", "limit")

@@ -228,7 +228,8 @@ def bwrap_argv(config: JailConfig, status_fd: int, cgroup: BoxCgroup | None = No
 
 def exec_argv(pid: int, argv: Sequence[str], cgroup_procs: Sequence[str] = ()) -> list[str]:
     """The host command that runs ``argv`` in the box whose init is host PID ``pid``, joining
-    the box's cgroup first (its ``cgroup_procs`` files, see :mod:`.jailcgroup`) if it has one.
+    the box's cgroup first (writing ``0`` to its ``cgroup_procs``, the join files of
+    :mod:`.jailcgroup`) if it has one.
 
     It starts in :data:`WORKSPACE` with just :data:`JAIL_ENV`, no capabilities, as
     :func:`jail_uid` (when we are root), and dies by SIGKILL when the host-side ``nsenter`` dies.

@@ -112,10 +112,8 @@ class BoxCgroup:
         return argv
 
     def procs(self) -> list[str]:
-        """The files a process writes ``0`` to, to join the box: ``tasks`` on v1 (a thread moving
-        itself skips the kernel lock whose wait made every exec after a pause 15-25 ms slower:
-        see :mod:`remote_exec.agent.jobs.cgroup`), ``cgroup.procs`` on v2."""
-        return [os.path.join(d, "cgroup.procs" if hier == V2 else "tasks") for hier, d in self.dirs.items()]
+        """The files a process writes ``0`` to, to join the box (:func:`join_file`)."""
+        return [join_file(d, hier) for hier, d in self.dirs.items()]
 
     def _tree(self) -> list[str]:
         """Every dir of the box's trees, deepest first."""
@@ -144,7 +142,7 @@ class BoxCgroup:
 
 
 def procs_of(pid: int) -> list[str]:
-    """The ``cgroup.procs`` files of the box whose init is host PID ``pid`` (none if it has no
+    """The files that join the box whose init is host PID ``pid`` (:func:`join_file`) (none if it has no
     box cgroup): the dirs named :data:`PREFIX`... in its ``/proc/PID/cgroup``. Blocking."""
     mounts = _mounts()
     files: list[str] = []
@@ -160,8 +158,16 @@ def procs_of(pid: int) -> list[str]:
         top = next((i for i, p in enumerate(parts) if p.startswith(PREFIX)), None)
         for hier in hiers:
             if top is not None and hier in mounts:
-                files.append(os.path.join(mounts[hier], *parts[: top + 1], "cgroup.procs"))
+                files.append(join_file(os.path.join(mounts[hier], *parts[: top + 1]), hier))
     return files
+
+
+def join_file(d: str, hier: str) -> str:
+    """The file of cgroup dir ``d`` (in hierarchy ``hier``) a process writes ``0`` to, to join
+    it: ``tasks`` on v1, where a thread moving itself skips the kernel's global thread-group lock
+    (its writer waits for an RCU grace period when no migration ran just before: 15-25 ms here;
+    see :mod:`remote_exec.agent.jobs.cgroup`), ``cgroup.procs`` on v2, which has no such file."""
+    return os.path.join(d, "cgroup.procs" if hier == V2 else "tasks")
 
 
 # "0", the writer itself: a pid, even its own, takes the kernel's global lock on v1's ``tasks`` too.

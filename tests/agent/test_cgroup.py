@@ -159,9 +159,10 @@ def test_an_agents_sweep_leaves_a_jail_box_being_set_up_alone() -> None:
         assert box.remove()
 
 
-def _cgroups_of(pid: int) -> dict[str, str]:
+def _cgroups_in(text: str) -> dict[str, str]:
+    """A ``/proc/PID/cgroup``'s path per hierarchy (co-mounted controllers each by name)."""
     found: dict[str, str] = {}
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+    for line in text.splitlines():
         num, ctrls, path = line.split(":", 2)
         for name in ctrls.split(",") if ctrls else ["unified"] if num == "0" else []:
             found[name] = path
@@ -186,10 +187,12 @@ def test_a_leader_joins_v1_by_moving_itself_not_its_thread_group() -> None:
             assert "unified" not in cg.dirs
         proc = subprocess.Popen(trampoline(["sleep", "30"], cg.join_files()))
         try:
+            # The trampoline execs sleep only after its last join: wait for that, not for the first.
             deadline = time.monotonic() + 30
-            while proc.pid not in cg.members() and time.monotonic() < deadline:
+            while Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")[0] != b"sleep":
+                assert time.monotonic() < deadline, "the trampoline never exec'd its command"
                 time.sleep(0.01)
-            joined_to = _cgroups_of(proc.pid)
+            joined_to = _cgroups_in(Path(f"/proc/{proc.pid}/cgroup").read_text())
             for name, d in cg.dirs.items():
                 assert d.endswith(joined_to[name]), (name, d, joined_to)
         finally:
@@ -210,7 +213,8 @@ def test_a_jail_box_is_joined_by_moving_oneself() -> None:
         for hier, path in zip(box.dirs, box.procs(), strict=True):
             assert os.path.basename(path) == ("cgroup.procs" if hier == "unified" else "tasks")
         out = subprocess.run(jail_joined(box.procs(), ["cat", "/proc/self/cgroup"]), capture_output=True, text=True)
-        joined_to = {line.split(":", 2)[1] or "unified": line.split(":", 2)[2] for line in out.stdout.splitlines()}
+        assert out.returncode == 0, out.stderr
+        joined_to = _cgroups_in(out.stdout)
         for hier, d in box.dirs.items():
             assert d.endswith(joined_to[hier]), (hier, d, out.stdout)
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from remote_exec.agent.jobs.output import PUSH_GAP, hold_back
+from remote_exec.agent.jobs.output import MAX_GAP_FOLLOWERS, PUSH_GAP, hold_back
 
 MIB = 1 << 20
 
@@ -25,6 +25,7 @@ def test_a_full_push_or_the_jobs_last_goes_at_once() -> None:
     assert hold_back(0.0, 20, 10, MIB, finished=True) == 0
 
 
-def test_the_gap_grows_with_the_jobs_followers() -> None:
-    assert hold_back(0.0, 20, 10, MIB, finished=False) == pytest.approx(20 * PUSH_GAP)
+def test_the_gap_grows_with_the_jobs_followers_up_to_a_bound() -> None:
+    assert hold_back(0.0, 10, 10, MIB, finished=False) == pytest.approx(10 * PUSH_GAP)
     assert hold_back(0.0, 0, 10, MIB, finished=False) == pytest.approx(PUSH_GAP)  # (never below one)
+    assert hold_back(0.0, 1000, 10, MIB, finished=False) == pytest.approx(MAX_GAP_FOLLOWERS * PUSH_GAP)

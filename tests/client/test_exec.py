@@ -16,6 +16,7 @@ import pytest
 
 import remote_exec as rx
 from remote_exec.agent.jobs.proctable import group_members
+from remote_exec.protocol import frames
 
 pytestmark = pytest.mark.anyio
 
@@ -448,3 +449,26 @@ async def test_a_command_that_cannot_start_says_so_to_an_early_follower(url: str
         with anyio.fail_after(60), pytest.raises(rx.SpawnError, match="no-such-command-here"):
             async for _ in sb.exec_remote(["no-such-command-here"]):
                 pass
+
+
+async def test_a_follow_that_overtook_its_start_is_asked_again(url: str) -> None:
+    """The agent calls a job unknown if its follow arrives before its start (a reconnect can
+    reorder them): the reader waits for the start and follows again, losing nothing."""
+    async with rx.open_sandbox(url) as sb:
+        channel = sb._core.rpc.channel
+        real = channel.request
+        refused: list[int] = []
+
+        async def overtaken(body: bytes, request_id: int, *args: Any, **kwargs: Any) -> Any:
+            if b'"method":"exec_remote_follow"' in bytes(body[:300]) and not refused:
+                refused.append(request_id)
+                message = b'{"jsonrpc":"2.0","id":%d,"error":{"code":%d,"message":"unknown job"}}'
+                return frames.Frame(message % (request_id, rx.JobNotFoundError.code))
+            return await real(body, request_id, *args, **kwargs)
+
+        channel.request = overtaken  # type: ignore[method-assign]
+        with anyio.fail_after(60):
+            events = [ev async for ev in sb.exec_remote(["sh", "-c", "echo one; echo two"])]
+    assert refused, "no follow was refused"
+    assert joined(events, rx.StdoutChunk) == "one\ntwo\n"
+    assert isinstance(events[-1], rx.Completed) and events[-1].exit_code == 0

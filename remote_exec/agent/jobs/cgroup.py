@@ -15,8 +15,10 @@ A job's leader joins its cgroups between ``fork`` and ``exec`` (writing ``0``, "
 migration ran just before (measured here: 14-25 ms for a job started after a pause of a tenth of a
 second, against 1 ms back to back), while a thread moving itself skips that lock; the leader is
 one thread, so it is the same move. v2 has no such file, so on a hybrid host (v1 controllers and
-a controller-less v2 tree) the jobs' cgroups are the v1 ones alone, the freezer serving the kill;
-on a v2-only host the leader joins ``cgroup.procs`` and pays that wait. Killing goes
+a controller-less v2 tree) the jobs' cgroups are the v1 ones alone where ``pids``, ``freezer`` and
+``cpuacct`` can be made: the kill is then the freezer's (freeze, SIGKILL, thaw: a few reads more
+than v2's ``cgroup.kill``, and up to ``FREEZE_WAIT`` when a member will not stop), CPU is
+``cpuacct``'s. On a v2-only host the leader joins ``cgroup.procs`` and pays that wait. Killing goes
 through the cgroup: ``cgroup.kill`` on v2; on v1 the freezer (freeze, SIGKILL every member,
 thaw: nothing forks in between), else SIGKILL to each member. Every call here is a few small
 reads or writes of cgroupfs, done inline: the kill path makes no thread and no process. The one
@@ -128,9 +130,8 @@ class CgroupHome:
                 continue  # not writable here (no delegation, read-only cgroupfs)
             if os.access(os.path.join(parent, "cgroup.procs"), os.W_OK):
                 parents[name] = parent
-        if V2 in parents and {"pids", "freezer"} <= parents.keys():  # hybrid: v1 serves (see the module)
-            with contextlib.suppress(OSError):
-                os.rmdir(parents.pop(V2))
+        if V2 in parents and {"pids", "freezer", "cpuacct"} <= parents.keys():  # hybrid: v1 serves (the module)
+            _drop_tree(parents.pop(V2))
         return cls(parents) if parents else None
 
     def make(self, job_id: str) -> JobCgroup | None:
@@ -194,6 +195,18 @@ def _sweep_parents(base: str) -> None:
             if _PARENT.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
                 with contextlib.suppress(OSError):
                     os.rmdir(entry.path)  # EBUSY with a job's cgroup in it: left alone
+
+
+def _drop_tree(parent: str) -> None:
+    """Remove an agent parent dir no longer used, with its jobs' empty cgroups (an earlier
+    agent's, made before this one left v2 out on a hybrid host); a job's with members stays."""
+    with contextlib.suppress(OSError), os.scandir(parent) as it:
+        for entry in it:
+            if entry.is_dir(follow_symlinks=False):
+                with contextlib.suppress(OSError):
+                    os.rmdir(entry.path)
+    with contextlib.suppress(OSError):
+        os.rmdir(parent)
 
 
 class JobCgroup:

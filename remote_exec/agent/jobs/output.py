@@ -32,7 +32,7 @@ from ..filespan import FileSpan
 from ..rpc import WithPayload, dump_json
 from .logfile import LogFile
 
-__all__ = ["PUSH_GAP", "UNWATCHED_TICK", "JobOutput", "PushFn", "hold_back"]
+__all__ = ["MAX_GAP_FOLLOWERS", "PUSH_GAP", "UNWATCHED_TICK", "JobOutput", "PushFn", "hold_back"]
 
 UNWATCHED_TICK = 0.1  # a waiting poll looks at a job's files this often when no inotify watch can tell it
 # A follower of a busy job pushes at most every PUSH_GAP seconds per follower of the job, unless
@@ -41,8 +41,9 @@ UNWATCHED_TICK = 0.1  # a waiting poll looks at a job's files this often when no
 # Times the followers: with twenty of them every push is paid twenty times, so each waits longer
 # and carries more (the pushes' fixed costs stay near one follower's; each connection's bytes
 # are still the kernel's to move). A push after a quiet spell goes at once; in a stream a viewer
-# sees its bytes at most PUSH_GAP x followers late.
+# sees its bytes at most PUSH_GAP x followers (up to MAX_GAP_FOLLOWERS) late.
 PUSH_GAP = 0.001
+MAX_GAP_FOLLOWERS = 16  # the gap stops growing there: a push is at most 16 ms late, however many follow
 
 
 def hold_back(since_push: float, followers: int, size: int, max_bytes: int, finished: bool) -> float:
@@ -51,7 +52,7 @@ def hold_back(since_push: float, followers: int, size: int, max_bytes: int, fini
     :data:`PUSH_GAP` times the job's followers of the last one, waits out the rest of that gap."""
     if finished or size >= max_bytes:
         return 0.0
-    return max(0.0, PUSH_GAP * max(1, followers) - since_push)
+    return max(0.0, PUSH_GAP * min(max(1, followers), MAX_GAP_FOLLOWERS) - since_push)
 
 
 PushFn = Callable[[bytes, tuple[FileSpan, ...]], Awaitable[None]]

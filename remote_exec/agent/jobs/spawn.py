@@ -4,7 +4,8 @@ A job's leader must join its cgroups before it can start anything (:mod:`.cgroup
 ``preexec_fn``, Python forks the whole agent (page tables of ~100 MB) and runs Python in the
 child: 5 ms a start, measured, against 0.2 ms for the ``vfork`` path ``subprocess`` takes when
 there is no ``preexec_fn``. So where it can, the leader is started through :func:`trampoline`:
-``/bin/sh`` (``vfork`` + ``exec``) writes ``0`` ("me") to each ``cgroup.procs`` and then ``exec``s
+``/bin/sh`` (``vfork`` + ``exec``) writes ``0`` ("me") to each hierarchy's join file (v1's ``tasks``,
+v2's ``cgroup.procs``: :meth:`.cgroup.JobCgroup.join_files`) and then ``exec``s
 the job's own argv, the same process: nothing of the job runs outside its cgroups. Where it
 cannot (no ``/bin/sh`` in the sandbox, a job run as another user, who cannot write the agent's
 cgroups, or a ``preexec_fn`` needed anyway: a terminal's, a ``nice``), the ``preexec_fn`` stays.
