@@ -7,10 +7,14 @@ The fixtures that start them (``lab``, ``browser``, ``page``) are in ``conftest.
 from __future__ import annotations
 
 import contextlib
+import http.client
+import json
 import os
 import re
 import socket
+import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +49,33 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def serving_jupyter(server: subprocess.Popen[bytes], runtime: Path, token: str, log: Path, path: str = "/") -> str:
+    """The base URL of a Jupyter server started with ``--ServerApp.port=0`` and
+    ``JUPYTER_RUNTIME_DIR=runtime``, once it answers its status with its token.
+
+    The port is the one the server bound, read from its ``jpserver-<pid>.json``: a port picked
+    here and handed to it was free only until another test's process took it in the seconds the
+    server took to import (a CI run's lab got a stranger's bytes back: ``BadStatusLine``).
+
+    :raises AssertionError: the server exited, or did not answer within 90 s (its log's tail).
+    """
+    info = runtime / f"jpserver-{server.pid}.json"
+    deadline = time.monotonic() + 90
+    base = None
+    while True:
+        try:
+            if base is None:
+                port = json.loads(info.read_text())["port"]
+                base = f"http://127.0.0.1:{int(port)}{path.rstrip('/')}"
+            with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
+                json.load(r)
+            return base
+        except (OSError, ValueError, KeyError, http.client.HTTPException):
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("Jupyter did not start: " + log.read_text()[-3000:]) from None
+            time.sleep(0.3)
 
 
 def shot(page: Any, name: str, cell: Any = None) -> None:

@@ -19,7 +19,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..conftest import wait_for
-from .lab_page import BASE_URL, LABEXTENSION, free_port
+from .lab_page import BASE_URL, LABEXTENSION, serving_jupyter
 
 __all__ = ["LabServer", "running_lab"]
 
@@ -92,7 +91,7 @@ def running_lab(root: Path) -> Iterator[LabServer]:
     ext = root / "jupyter" / "labextensions" / "remote-exec"
     ext.parent.mkdir(parents=True)
     ext.symlink_to(LABEXTENSION)
-    port, token = free_port(), secrets.token_hex(16)
+    token = secrets.token_hex(16)
     env = {
         **os.environ,
         "JUPYTER_CONFIG_DIR": str(root / "config"),
@@ -122,9 +121,8 @@ def running_lab(root: Path) -> Iterator[LabServer]:
             "--allow-root",
             "--LabApp.extension_manager=readonly",
             "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}",
+            "--ServerApp.port=0",  # its own pick (see serving_jupyter)
             f"--ServerApp.base_url={BASE_URL}",
-            "--ServerApp.port_retries=0",
             f"--IdentityProvider.token={token}",
             f"--ServerApp.root_dir={notebooks}",
             "--LabApp.news_url=",
@@ -134,18 +132,8 @@ def running_lab(root: Path) -> Iterator[LabServer]:
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    base = f"http://127.0.0.1:{port}{BASE_URL.rstrip('/')}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2) as r:
-                    json.load(r)
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError("JupyterLab did not start: " + log_path.read_text()[-3000:]) from None
-                time.sleep(0.3)
+        base = serving_jupyter(server, root / "runtime", token, log_path, BASE_URL)
         yield LabServer(base, token, notebooks, log_path)
     finally:
         server.terminate()

@@ -46,7 +46,7 @@ from remote_exec.jupyter.follow import loop_of
 from remote_exec.jupyter.headless import HeadlessFrontEnd
 
 from .conftest import gone, wait_for
-from .lab_page import free_port
+from .lab_page import serving_jupyter
 
 
 @pytest.fixture(scope="module")
@@ -238,7 +238,7 @@ def test_a_killed_kernels_socket_is_removed_by_the_next_one(tmp_path: Path) -> N
 def server(runtime: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """A Jupyter Server with the route enabled, on the runtime dir the kernel side uses."""
     root = tmp_path_factory.mktemp("server")
-    port, token = free_port(), secrets.token_hex(16)
+    token = secrets.token_hex(16)
     env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(runtime), "JUPYTER_CONFIG_DIR": str(root / "config")}
     log = (root / "server.log").open("wb")
     proc = subprocess.Popen(
@@ -249,8 +249,7 @@ def server(runtime: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             "--no-browser",
             "--allow-root",
             "--ServerApp.ip=127.0.0.1",
-            f"--ServerApp.port={port}",
-            "--ServerApp.port_retries=0",
+            "--ServerApp.port=0",  # its own pick (see serving_jupyter)
             f"--IdentityProvider.token={token}",
             f"--ServerApp.root_dir={root}",
             "--ServerApp.jpserver_extensions={'remote_exec.jupyter.control_route': True}",
@@ -259,18 +258,8 @@ def server(runtime: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         stdout=log,
         stderr=subprocess.STDOUT,
     )
-    base = f"http://127.0.0.1:{port}/"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}api/status?token={token}", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    log_text = (root / "server.log").read_text()[-3000:]
-                    raise AssertionError(f"jupyter_server did not start: {log_text}") from None
-                time.sleep(0.2)
+        base = serving_jupyter(proc, runtime, token, root / "server.log") + "/"
         yield base, token
     finally:
         proc.terminate()
