@@ -26,7 +26,7 @@ SLEEPS = {("time", "sleep"), ("asyncio", "sleep"), ("anyio", "sleep"), ("trio", 
 
 # (file relative to tests/, the literal): why the sleep is not a synchronisation.
 ALLOWED_SLEEPS = {
-    ("jupyter/labserver.py", 0.3): "the poll interval of JupyterLab's start (HTTP, no event to wait on)",
+    ("jupyter/lab_page.py", 0.3): "the poll interval of a Jupyter server's start (HTTP, no event to wait on)",
     ("jupyter/test_browser_terminal.py", 1.0): "paced like a person: the seconds spent typing are what is tested",
     ("jupyter/test_browser_dashboard.py", 5.0): "the window over which the dashboard's traffic is counted",
     ("jupyter/test_browser_dashboard.py", 1.1): "the held press itself (a long press), not a wait",
