@@ -4,8 +4,9 @@ The channel's relay writes frames to its stdout; a pipe read by asyncio's ``Stre
 copies each byte three times on its way to a frame's payload. Here the process's stdout is one
 end of a socketpair instead, and the other end is read by the socket channel's
 :class:`~remote_exec.client.framesocket.FrameSocket`: the kernel writes a payload into a reused
-buffer, and one copy makes it ``bytes``. Every program these channels run writes to its fd 1 whatever it is; none needs
-it to be a pipe. Its stdin stays a pipe (what the host writes is small: requests, stdin bytes).
+buffer, and one copy makes it ``bytes``. Every program these channels run writes to its fd 1
+whatever it is; none needs it to be a pipe. Its stdin stays a pipe (what the host writes is
+small: requests, stdin bytes).
 """
 
 from __future__ import annotations

@@ -142,8 +142,8 @@ class BoxCgroup:
 
 
 def procs_of(pid: int) -> list[str]:
-    """The files that join the box whose init is host PID ``pid`` (:func:`join_file`) (none if it has no
-    box cgroup): the dirs named :data:`PREFIX`... in its ``/proc/PID/cgroup``. Blocking."""
+    """The files that join the box whose init is host PID ``pid`` (:func:`join_file`; none if it
+    has no box cgroup): the dirs named :data:`PREFIX`... in its ``/proc/PID/cgroup``. Blocking."""
     mounts = _mounts()
     files: list[str] = []
     lines: list[str] = []

@@ -142,21 +142,28 @@ def test_a_dead_agents_empty_parent_goes_and_a_swept_one_comes_back() -> None:
     home.close()
 
 
-def test_an_agents_sweep_leaves_a_jail_box_being_set_up_alone() -> None:
-    """A ``jail://`` box's cgroup is made beside the agents' parents and is empty until bwrap
-    joins it: a local agent starting in that moment swept it, and the jail failed to start."""
+@contextlib.contextmanager
+def jail_box() -> Iterator[BoxCgroup]:
+    """A ``jail://`` box's cgroup (as the host side makes it), removed at the end."""
     if os.geteuid() != 0:
         pytest.skip("needs root")
     box = BoxCgroup.make(os.getuid())
     if box is None:
         pytest.skip("no writable cgroup hierarchy here")
     try:
+        yield box
+    finally:
+        assert box.remove()
+
+
+def test_an_agents_sweep_leaves_a_jail_box_being_set_up_alone() -> None:
+    """A ``jail://`` box's cgroup is made beside the agents' parents and is empty until bwrap
+    joins it: a local agent starting in that moment swept it, and the jail failed to start."""
+    with jail_box() as box:
         home = CgroupHome.discover(f"rxtest{uuid.uuid4().hex[:8]}")  # sweeps the empty parents
         assert home is not None
         home.close()
         assert all(os.path.isdir(d) for d in box.dirs.values()), box.dirs
-    finally:
-        assert box.remove()
 
 
 def _cgroups_in(text: str) -> dict[str, str]:
@@ -204,12 +211,7 @@ def test_a_leader_joins_v1_by_moving_itself_not_its_thread_group() -> None:
 
 
 def test_a_jail_box_is_joined_by_moving_oneself() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root")
-    box = BoxCgroup.make(os.getuid())
-    if box is None:
-        pytest.skip("no writable cgroup hierarchy here")
-    try:
+    with jail_box() as box:
         for hier, path in zip(box.dirs, box.procs(), strict=True):
             assert os.path.basename(path) == ("cgroup.procs" if hier == "unified" else "tasks")
         out = subprocess.run(jail_joined(box.procs(), ["cat", "/proc/self/cgroup"]), capture_output=True, text=True)
@@ -217,5 +219,3 @@ def test_a_jail_box_is_joined_by_moving_oneself() -> None:
         joined_to = _cgroups_in(out.stdout)
         for hier, d in box.dirs.items():
             assert d.endswith(joined_to[hier]), (hier, d, out.stdout)
-    finally:
-        assert box.remove()

@@ -131,7 +131,10 @@ class CgroupHome:
             if os.access(os.path.join(parent, "cgroup.procs"), os.W_OK):
                 parents[name] = parent
         if V2 in parents and {"pids", "freezer", "cpuacct"} <= parents.keys():  # hybrid: v1 serves (the module)
-            _drop_tree(parents.pop(V2))
+            # Gone with its jobs' empty cgroups (an earlier agent's, made before v2 was left out).
+            unused = cls({V2: parents.pop(V2)})
+            unused.sweep(lambda _: False)  # a job's with members stays (EBUSY)
+            unused.close()
         return cls(parents) if parents else None
 
     def make(self, job_id: str) -> JobCgroup | None:
@@ -195,18 +198,6 @@ def _sweep_parents(base: str) -> None:
             if _PARENT.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
                 with contextlib.suppress(OSError):
                     os.rmdir(entry.path)  # EBUSY with a job's cgroup in it: left alone
-
-
-def _drop_tree(parent: str) -> None:
-    """Remove an agent parent dir no longer used, with its jobs' empty cgroups (an earlier
-    agent's, made before this one left v2 out on a hybrid host); a job's with members stays."""
-    with contextlib.suppress(OSError), os.scandir(parent) as it:
-        for entry in it:
-            if entry.is_dir(follow_symlinks=False):
-                with contextlib.suppress(OSError):
-                    os.rmdir(entry.path)
-    with contextlib.suppress(OSError):
-        os.rmdir(parent)
 
 
 class JobCgroup:
