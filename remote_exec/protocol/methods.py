@@ -3,6 +3,8 @@ messages carry a binary payload (the names alone: :mod:`.method_names`)."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from .base import (
     Empty,
     WireModel,
@@ -79,11 +81,13 @@ from .shell import (
 __all__ = ["METHODS", "MethodSpec"]
 
 
-class MethodSpec(WireModel):
+class MethodSpec(NamedTuple):
     """A method's params and result models, and whether its messages may carry a payload.
 
     ``takes_payload``: the request may carry binary data beside its params (see
-    :mod:`remote_exec.protocol.frames`); ``gives_payload``: the result may.
+    :mod:`remote_exec.protocol.frames`); ``gives_payload``: the result may. (A tuple, not a
+    model: a model of models built its validator at import, 50 ms of every agent's and every
+    client's start.)
     """
 
     params: type[WireModel]

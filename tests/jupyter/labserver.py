@@ -107,6 +107,11 @@ def running_lab(root: Path) -> Iterator[LabServer]:
     server_config.mkdir(parents=True)
     for name in ("remote_exec_controls.json",):
         shutil.copy(ROOT / "jupyter-config" / "server-config" / name, server_config / name)
+    # No build check: each page load had the server run `node yarn.js config` (~0.5 s of CPU; 15 s
+    # of a CI run's) to ask whether extensions need a rebuild, which a readonly lab never does.
+    page_config = root / "config" / "labconfig" / "page_config.json"
+    page_config.parent.mkdir(parents=True)
+    page_config.write_text('{"buildCheck": false, "buildAvailable": false}')
     news = root / "settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
     news.parent.mkdir(parents=True)
     news.write_text('{"fetchNews": "false", "checkForUpdates": false}')  # no pop-up over the cells
