@@ -6,6 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test check quick soak demo bench lint typecheck clean agent notebooks docs widgets labextension k8s-bed
 
+# Python caches compiled bytecode for every process here, whatever the environment says: with
+# PYTHONDONTWRITEBYTECODE set (as on the machines this runs on) every test process compiled each
+# module it imports from source, and pytest rewrote every test file's asserts, each time: 3 x the
+# CPU of a process's start (a kernel 2.2 s instead of 0.7, an agent 0.9 instead of 0.3), a third
+# of a CI run's CPU.
+unexport PYTHONDONTWRITEBYTECODE
+
 # The agent bundle injected into sandboxes without the agent (tools/build_agent.py); rebuilt
 # only when the agent's sources change.
 ARCH := $(shell uname -m)
@@ -19,6 +26,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q uv
 	$(BIN)/uv pip install -q --python $(BIN)/python -e '.[test]'
+	@# jsonschema's optional IRI format check (pulled in by Jupyter's events) builds an Earley
+	@# parser at import: 1.5 s of CPU in every process that imports jsonschema (each pytest
+	@# worker, Jupyter server, nbconvert; ~35 s of a CI run's). Nothing here validates an IRI.
+	$(BIN)/uv pip uninstall -q --python $(BIN)/python rfc3987-syntax
 	touch $(STAMP)
 
 lint: $(STAMP)
