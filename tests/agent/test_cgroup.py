@@ -16,6 +16,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from remote_exec.agent.jobs import cgroup
 from remote_exec.agent.jobs.cgroup import CgroupHome, JobCgroup
 from remote_exec.agent.jobs.spawn import trampoline
 from remote_exec.sandboxes.jailcgroup import BoxCgroup
@@ -140,6 +141,49 @@ def test_a_dead_agents_empty_parent_goes_and_a_swept_one_comes_back() -> None:
     assert cg is not None and all(os.path.isdir(d) for d in cg.dirs.values())
     assert cg.remove()
     home.close()
+
+
+@pytest.mark.parametrize("hierarchy", ["pids", "unified"])
+def test_a_dead_agents_job_cgroups_go_once_stale_and_never_with_a_member(
+    hierarchy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent killed with jobs, its state dir then deleted: nobody re-adopts its jobs, and its
+    jobs' cgroups and parent stayed for good. The next agent's start (:func:`cgroup._sweep_parents`,
+    which :meth:`CgroupHome.discover` runs) removes them once empty and older than a start can
+    be (:data:`cgroup.STALE_CGROUP`); one with a member never. In a base of the test's own: with
+    every cgroup counted old, a sweep of the shared one would take live starts' from other tests."""
+    own = _own(hierarchy)
+    if own is None or os.geteuid() != 0 or not (own / "cgroup.procs").is_file():
+        pytest.skip(f"needs root and the {hierarchy} cgroup hierarchy")
+    base = own / f"rxtest-{uuid.uuid4().hex[:8]}"
+    parent = base / f"remote-exec-{uuid.uuid4().hex[:8]}"  # what the dead agent left
+    ended, running = parent / "a1b2c3d4-1", parent / "a1b2c3d4-2"
+    for d in (base, parent, ended, running):
+        d.mkdir()
+    proc = subprocess.Popen(["sh", "-c", f"echo $$ > {running}/cgroup.procs && exec sleep 300"])
+    try:
+        deadline = time.monotonic() + 30
+        while not (running / "cgroup.procs").read_text().split():
+            assert proc.poll() is None and time.monotonic() < deadline, "the member never joined"
+            time.sleep(0.01)
+        cgroup._sweep_parents(str(base))
+        assert ended.is_dir() and running.is_dir()  # just made: maybe a live start's
+        monkeypatch.setattr(cgroup, "STALE_CGROUP", -1.0)  # every one is old enough now
+        cgroup._sweep_parents(str(base))
+        assert not ended.exists()
+        assert running.is_dir()  # a member: left alone, and so is its parent
+    finally:
+        proc.kill()
+        proc.wait(30)
+        deadline = time.monotonic() + 30
+        while running.is_dir() and (running / "cgroup.procs").read_text().split() and time.monotonic() < deadline:
+            time.sleep(0.01)  # the killed member leaves its cgroup
+        cgroup._sweep_parents(str(base))
+        gone = not parent.exists()
+        for d in (running, ended, parent, base):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+    assert gone, "the emptied parent stayed"
 
 
 @contextlib.contextmanager

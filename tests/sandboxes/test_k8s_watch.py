@@ -21,6 +21,7 @@ import pytest
 
 import remote_exec as rx
 
+from ..conftest import stop_agent
 from ..k8sreal import RealCluster, bed_bin, shared_real_cluster
 from .podloss import lost_waiters, our_sockets_to
 
@@ -46,6 +47,9 @@ async def pod(cluster: RealCluster, tmp_path: Path) -> AsyncIterator[tuple[rx.As
         yield sb, name
     with contextlib.suppress(urllib.error.HTTPError):
         cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
+    # The pod's processes are this machine's (kwok runs them): a pod reported failed or deleted
+    # leaves its agent and its jobs running (a test's ticking job went on for two minutes).
+    await anyio.to_thread.run_sync(stop_agent, tmp_path / "agent")
 
 
 _names = itertools.count()

@@ -187,17 +187,34 @@ class CgroupHome:
 # by the host side) is empty from its mkdir until bwrap joins it, and a local agent's sweep in
 # that moment removed it ("bwrap: Can't find source path .../remote-exec-box-...").
 _PARENT = re.compile(r"remote-exec-[A-Za-z0-9]{1,32}")
+# A job's cgroup with no member this many seconds after it was made is no live start's: a start
+# makes it and its leader joins it within milliseconds, and a cgroup with members cannot be
+# removed. Any agent removes such leftovers of others (an agent killed with jobs, whose state
+# dir is gone, left its jobs' cgroups and parent for good: 167 parents on one test machine).
+STALE_CGROUP = 60.0
 
 
 def _sweep_parents(base: str) -> None:
-    """Remove the empty agent parent dirs (:data:`_PARENT`) below ``base``: those of agents that
-    died (SIGKILL, OOM) with no job left. A live agent's is busy while it has a job, and made
-    again for its next one."""
+    """Remove the agent parent dirs (:data:`_PARENT`) below ``base`` left by agents that died
+    (SIGKILL, OOM, their state dir deleted): their jobs' cgroups once empty and older than
+    :data:`STALE_CGROUP`, then the parent if it is empty. A live agent's parent is busy while
+    it has a job, and made again for its next one."""
+    stale = time.time() - STALE_CGROUP
     with contextlib.suppress(OSError), os.scandir(base) as it:
         for entry in it:
             if _PARENT.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
+                _sweep_stale_jobs(entry.path, stale)
                 with contextlib.suppress(OSError):
                     os.rmdir(entry.path)  # EBUSY with a job's cgroup in it: left alone
+
+
+def _sweep_stale_jobs(parent: str, made_before: float) -> None:
+    """Remove the job cgroups in ``parent`` made before ``made_before`` (a time) that are empty."""
+    with contextlib.suppress(OSError), os.scandir(parent) as it:
+        for entry in it:
+            with contextlib.suppress(OSError):
+                if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < made_before:
+                    os.rmdir(entry.path)  # EBUSY while it has members: a running job's
 
 
 class JobCgroup:
