@@ -4,13 +4,14 @@ The CI machine's cores are saturated through a whole ``make test``, so its wall 
 this finds what spends it (how it found the uncached bytecode and the Earley parser, see the
 CHANGELOG). Record a run as root, then read it::
 
-    touch /tmp/pacct && accton /tmp/pacct && (forkstat -e exec -X > /tmp/forkstat.log &)
+    touch /tmp/pacct && accton /tmp/pacct && (forkstat -e exit -g -x > /tmp/forkstat.log &)
     make test; accton off; pkill forkstat
     python tools/cpu_by_command.py /tmp/pacct /tmp/forkstat.log [REGEX]
 
 Each accounted process (its CPU at exit) is named by the command line ``forkstat`` printed at
 that pid's exit nearest its end (pids are reused in a long run); paths under /tmp and long
-numbers are folded so that repeated commands add up. REGEX keeps the matching lines only.
+numbers are folded so that repeated commands add up. REGEX keeps the matching lines only. (Times
+are matched by second of the day: a run across midnight is read in two.)
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def cpu_by_command(pacct: str, forkstat_log: str) -> dict[str, float]:
     cpu: dict[str, float] = collections.defaultdict(float)
     dump = subprocess.run(["dump-acct", pacct], capture_output=True, text=True, check=True).stdout
     for line in dump.splitlines():
-        f = [x.strip() for x in line.split("|")]
+        f = [x.strip() for x in line.rsplit("|", 14)]  # from the right: a command name may hold a |
         start = datetime.datetime.strptime(f[-1], "%a %b %d %H:%M:%S %Y")
         end = start.hour * 3600 + start.minute * 60 + start.second + float(f[4]) / 100
         near = min(named.get(int(f[9]), []), key=lambda e: abs(e[0] - end), default=(0, ""))

@@ -86,7 +86,7 @@ class MethodSpec(NamedTuple):
 
     ``takes_payload``: the request may carry binary data beside its params (see
     :mod:`remote_exec.protocol.frames`); ``gives_payload``: the result may. (A tuple, not a
-    model: a model of models built its validator at import, 50 ms of every agent's and every
+    model: a model of models built its validator at import, 25-30 ms of every agent's and every
     client's start.)
     """
 

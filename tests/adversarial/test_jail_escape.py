@@ -206,6 +206,7 @@ def look_alikes(tmp_path: Path) -> Iterator[dict[str, int]]:
     bwraps started by hand, by root and by another uid."""
     procs: list[subprocess.Popen[bytes]] = []
     found: dict[str, int] = {}
+    inits: list[int] = []  # pidfds of the boxes' inits (not our children: no pid of theirs is reused meanwhile)
 
     def start(argv: list[str]) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, pass_fds=(w,))
@@ -218,6 +219,7 @@ def look_alikes(tmp_path: Path) -> Iterator[dict[str, int]]:
         _wait(lambda: children(unshare.pid), "unshare's child")
         found["unshare -Urpm by uid 65534"] = unshare.pid
         found["unshare -Urpm --fork child by uid 65534"] = children(unshare.pid)[0]
+        inits.append(os.pidfd_open(found["unshare -Urpm --fork child by uid 65534"]))
         bwrap = ["bwrap", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/run"]
         marked = ["--dir", "/run/remote-exec-jail", "--unshare-all"]
         like_ours = ["--unshare-pid", "--unshare-net"]  # root, no user namespace: as we start it
@@ -229,15 +231,17 @@ def look_alikes(tmp_path: Path) -> Iterator[dict[str, int]]:
             ):
                 start([*argv, "--json-status-fd", str(w), "--", "sleep", "1000"])
                 found[case] = json.loads(status.readline())["child-pid"]
+                inits.append(os.pidfd_open(found[case]))
             os.close(w)
             yield found
     finally:
         # Each box's init first: killing bwrap or unshare leaves the box it started running (its
         # init is in a pid namespace of its own), and every run of this test left three boxes
         # and four sleeps behind.
-        for pid in found.values():
+        for fd in inits:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            os.close(fd)
         for proc in procs:
             proc.kill()
             proc.wait()

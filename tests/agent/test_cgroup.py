@@ -158,10 +158,11 @@ def test_a_dead_agents_job_cgroups_go_once_stale_and_never_with_a_member(
     base = own / f"rxtest-{uuid.uuid4().hex[:8]}"
     parent = base / f"remote-exec-{uuid.uuid4().hex[:8]}"  # what the dead agent left
     ended, running = parent / "a1b2c3d4-1", parent / "a1b2c3d4-2"
-    for d in (base, parent, ended, running):
-        d.mkdir()
-    proc = subprocess.Popen(["sh", "-c", f"echo $$ > {running}/cgroup.procs && exec sleep 300"])
+    proc = None
     try:
+        for d in (base, parent, ended, running):
+            d.mkdir()
+        proc = subprocess.Popen(["sh", "-c", f"echo $$ > {running}/cgroup.procs && exec sleep 300"])
         deadline = time.monotonic() + 30
         while not (running / "cgroup.procs").read_text().split():
             assert proc.poll() is None and time.monotonic() < deadline, "the member never joined"
@@ -173,8 +174,9 @@ def test_a_dead_agents_job_cgroups_go_once_stale_and_never_with_a_member(
         assert not ended.exists()
         assert running.is_dir()  # a member: left alone, and so is its parent
     finally:
-        proc.kill()
-        proc.wait(30)
+        if proc is not None:
+            proc.kill()
+            proc.wait(30)
         deadline = time.monotonic() + 30
         while running.is_dir() and (running / "cgroup.procs").read_text().split() and time.monotonic() < deadline:
             time.sleep(0.01)  # the killed member leaves its cgroup

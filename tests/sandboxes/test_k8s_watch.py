@@ -43,13 +43,16 @@ async def pod(cluster: RealCluster, tmp_path: Path) -> AsyncIterator[tuple[rx.As
     name = f"rx-watch-{next(_names)}"
     cluster.pod(name)
     url = f"k8s://default/{name}?kubeconfig={cluster.kubeconfig}&dir={tmp_path / 'agent'}"
-    async with rx.open_sandbox(url) as sb:
-        yield sb, name
-    with contextlib.suppress(urllib.error.HTTPError):
-        cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
-    # The pod's processes are this machine's (kwok runs them): a pod reported failed or deleted
-    # leaves its agent and its jobs running (a test's ticking job went on for two minutes).
-    await anyio.to_thread.run_sync(stop_agent, tmp_path / "agent")
+    try:
+        async with rx.open_sandbox(url) as sb:
+            yield sb, name
+        with contextlib.suppress(urllib.error.HTTPError):
+            cluster.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
+    finally:
+        # The pod's processes are this machine's (kwok runs them): a pod reported failed or
+        # deleted leaves its agent and its jobs running (a test's ticking job went on for two
+        # minutes).
+        await anyio.to_thread.run_sync(stop_agent, tmp_path / "agent")
 
 
 _names = itertools.count()

@@ -144,15 +144,8 @@ class CgroupHome:
         dirs: dict[str, str] = {}
         for name, parent in self.parents.items():
             path = os.path.join(parent, job_id)
-            with contextlib.suppress(OSError):
-                os.mkdir(parent, 0o755)  # another agent's start may have swept it while empty
-            try:
-                os.mkdir(path, 0o755)
-            except FileExistsError:
-                pass  # an id is never reused: a leftover of a dead agent, still the job's
-            except OSError:
-                continue
-            dirs[name] = path
+            if _make_in(parent, path):
+                dirs[name] = path
         return JobCgroup(dirs) if dirs else None
 
     def find(self, job_id: str) -> JobCgroup | None:
@@ -187,11 +180,33 @@ class CgroupHome:
 # by the host side) is empty from its mkdir until bwrap joins it, and a local agent's sweep in
 # that moment removed it ("bwrap: Can't find source path .../remote-exec-box-...").
 _PARENT = re.compile(r"remote-exec-[A-Za-z0-9]{1,32}")
-# A job's cgroup with no member this many seconds after it was made is no live start's: a start
+# A job's cgroup with no member whose mtime is this many seconds old is no live start's: a start
 # makes it and its leader joins it within milliseconds, and a cgroup with members cannot be
-# removed. Any agent removes such leftovers of others (an agent killed with jobs, whose state
-# dir is gone, left its jobs' cgroups and parent for good: 167 parents on one test machine).
+# removed. (A cgroupfs dir's mtime is set at its first lookup after the mkdir; members joining
+# and leaving do not move it: a lower bound of its age, by the wall clock.) Any agent removes
+# such leftovers of others (an agent killed with jobs, whose state dir is gone, left its jobs'
+# cgroups and parent for good: 167 parents on one test machine).
 STALE_CGROUP = 60.0
+
+
+def _make_in(parent: str, path: str) -> bool:
+    """Make the job cgroup ``path`` in ``parent`` (whether it is there now).
+
+    Another agent's start removes a parent while it is empty (:func:`_sweep_parents`): made again
+    then, and the job's tried again, a few times (a sweep may come between the two mkdirs).
+    """
+    for _ in range(3):
+        try:
+            os.mkdir(path, 0o755)
+            return True
+        except FileExistsError:
+            return True  # an id is never reused: a leftover of a dead agent, still the job's
+        except FileNotFoundError:
+            with contextlib.suppress(OSError):
+                os.mkdir(parent, 0o755)
+        except OSError:
+            return False
+    return False
 
 
 def _sweep_parents(base: str) -> None:
