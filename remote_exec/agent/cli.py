@@ -132,10 +132,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "serve":
         return _serve(args, state_dir)
     body = sys.stdin.buffer.read() if args.cmd == "call" else b""
+    serving = None  # the server_info answer of the agent found running, if asked already
     try:
         started = ensure_server(state_dir, serve_args)
         if not started and args.cmd in ("ensure", "stdio"):
-            take_over(state_dir, serve_args, args.report_version or __version__)
+            serving = take_over(state_dir, serve_args, args.report_version or __version__)
     except AgentUnavailableError as exc:
         print(f"remote-exec-agent: {exc}", file=sys.stderr)
         # The host reads stdout, not stderr: answer its request(s) with the reason, so that its
@@ -147,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "stdio":
         return relay_stdio(state_dir / STREAM_SOCKET)
     if args.cmd == "ensure":
+        if serving is not None:  # asked once already: the agent of this version serving now
+            sys.stdout.buffer.write(serving + b"\n")
+            return 0
         return _ensured_info(state_dir, serve_args)
     import asyncio  # not at the top: ``stdio`` and ``ensure`` do without it
 

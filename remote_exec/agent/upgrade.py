@@ -57,22 +57,24 @@ def _call(sock: Path, method: str, timeout: float) -> dict[str, Any]:
     return answer if isinstance(answer, dict) else {}
 
 
-def take_over(state_dir: Path, serve_args: list[str], version: str) -> bool:
-    """Hand the state dir's jobs over to an agent of ``version`` if another version serves it;
-    True if a handover happened. Blocking.
+def take_over(state_dir: Path, serve_args: list[str], version: str) -> bytes | None:
+    """Hand the state dir's jobs over to an agent of ``version`` if another version serves it.
+    Blocking. Returns the ``server_info`` answer line of the agent found serving when it is of
+    ``version`` (``ensure`` prints it instead of asking again); None after a handover, or when
+    there was no answer to keep.
 
     :raises AgentUnavailableError: the running agent cannot hand over (too old, no keeper) or
         did not leave in time.
     """
     sock = state_dir / "agent.sock"
     try:
-        info = _server_info(state_dir, sock)
+        info, line = _server_info(state_dir, sock)
     except (OSError, ValueError, RemoteExecError):
-        return False  # it went away meanwhile: the next connect starts ours
+        return None  # it went away meanwhile: the next connect starts ours
     if not info.get("version"):
-        return False  # an error answered (a busy agent), not a version: nothing to decide on
+        return None  # an error answered (a busy agent), not a version: nothing to decide on
     if info.get("version") == version and info.get("protocol_version") == PROTOCOL_VERSION:
-        return False
+        return line
     theirs = f"version {info.get('version')} (protocol {info.get('protocol_version')})"
     try:
         answer = _call(sock, Method.SERVER_HANDOVER, 10.0)
@@ -88,19 +90,22 @@ def take_over(state_dir: Path, serve_args: list[str], version: str) -> bool:
         )
     _wait_gone(int(info.get("pid") or 0), HANDOVER_TIMEOUT)
     ensure_server(state_dir, serve_args)
-    return True
+    return None
 
 
-def _server_info(state_dir: Path, sock: Path) -> dict[str, Any]:
-    """The running agent's ``server_info``: over its frame stream (asked at every ``ensure`` and
-    channel start, so by the standard library's socket, and without making the agent load
-    aiohttp for its HTTP socket); over HTTP from an agent older than the frame stream."""
+def _server_info(state_dir: Path, sock: Path) -> tuple[dict[str, Any], bytes | None]:
+    """The running agent's ``server_info`` and its answer line: over its frame stream (asked at
+    every ``ensure`` and channel start, so by the standard library's socket, and without making
+    the agent load aiohttp for its HTTP socket); over HTTP from an agent older than the frame
+    stream (no line: its answer is not the frame stream's)."""
+    line = None
     try:
-        answer = json.loads(frame_request(state_dir / STREAM_SOCKET, SERVER_INFO_REQUEST))
+        line = frame_request(state_dir / STREAM_SOCKET, SERVER_INFO_REQUEST)
+        answer = json.loads(line)
     except FileNotFoundError:
         answer = _call(sock, Method.SERVER_INFO, 10.0)
     result = answer.get("result") if isinstance(answer, dict) else None
-    return result if isinstance(result, dict) else {}
+    return (result, line) if isinstance(result, dict) else ({}, None)
 
 
 def _wait_gone(pid: int, timeout: float) -> None:

@@ -11,7 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import remote_exec as rx
+from remote_exec.agent import cli as agent_cli
+from remote_exec.agent import relay, upgrade
 from remote_exec.agent.jobs.proctable import group_members
 
 from ..conftest import job_dir, wait_exit
@@ -87,3 +91,26 @@ def test_aiohttp_is_loaded_only_once_the_http_socket_is_used(fresh_agent_dir: Pa
         os.kill(pid, signal.SIGTERM)
     assert wait_exit(pid, 20)
     assert not (fresh_agent_dir / "agent.sock").exists()
+
+
+def test_ensure_asks_a_running_agent_once(
+    fresh_agent_dir: Path, monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """``ensure`` on a running agent of its version prints the ``server_info`` it asked to decide
+    on a handover; it asked a second time for the same answer (every ``local://`` open, every
+    relay's start)."""
+    argv = [sys.executable, "-m", "remote_exec.agent", "ensure", "--dir", str(fresh_agent_dir)]
+    started = json.loads(subprocess.run(argv, capture_output=True, timeout=60, check=True).stdout)["result"]
+    asked: list[bytes] = []
+    real = relay.frame_request
+
+    def counted(sock: Path, request: bytes, timeout: float = 10.0) -> bytes:
+        asked.append(request)
+        return real(sock, request, timeout)
+
+    monkeypatch.setattr(relay, "frame_request", counted)
+    monkeypatch.setattr(upgrade, "frame_request", counted)
+    assert agent_cli.main(["ensure", "--dir", str(fresh_agent_dir)]) == 0
+    answer = json.loads(capsysbinary.readouterr().out)["result"]
+    assert answer["pid"] == started["pid"] and answer["version"] == started["version"]
+    assert len(asked) == 1, asked
