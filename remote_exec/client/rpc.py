@@ -113,6 +113,12 @@ class RpcClient:
         """Refuse every later call (a task still running, say a kill, must not reconnect or
         restart an agent after the sandbox closed), then close the channel."""
         self._closed = True
+        asking = self._asking
+        if asking is not None and not asking.done():
+            # A question to the sandbox in flight (a `docker inspect`, an SSH connection) ends with
+            # it: it outlived the close by up to DIAGNOSE_TIMEOUT, and the blocking API's loop.
+            asking.cancel()
+            await asyncio.wait({asking})  # (its cancellation is not ours: wait, do not await it)
         await self.channel.aclose()
 
     def _check_open(self, method: str) -> None:
@@ -221,7 +227,13 @@ class RpcClient:
         asking = self._asking
         if asking is None or asking.done():
             asking = self._asking = asyncio.ensure_future(self._ask_sandbox(self.diagnose))
-        better = await asyncio.shield(asking)  # one caller cancelled leaves the answer to the others
+        try:
+            better = await asyncio.shield(asking)  # one caller cancelled leaves the answer to the others
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not asking.cancelled() or (task is not None and task.cancelling()):
+                raise  # this caller is cancelled
+            return exc  # the sandbox was closed meanwhile (aclose ended the question)
         if better is None:
             return exc
         # The answer is shared: each caller's copy names its own failure (copied by its state,

@@ -67,3 +67,33 @@ async def test_a_shared_answer_keeps_its_class_and_facts_for_each_call() -> None
     assert all(isinstance(r, KubeApiError) and (r.status, r.reason) == (403, "Forbidden") for r in results), results
     assert all(str(r).startswith("pod p: forbidden (") for r in results), results
     assert len({id(r) for r in results}) == 3
+
+
+async def test_a_question_in_flight_ends_with_the_sandbox() -> None:
+    """Closing the sandbox ends the question asked of it (a `docker inspect` in flight outlived
+    the close by up to its 5 s bound); the call that failed says its own failure."""
+    asking, ended = asyncio.Event(), asyncio.Event()
+
+    async def diagnose() -> RemoteExecError | None:
+        asking.set()
+        try:
+            await asyncio.Event().wait()  # a sandbox that does not answer
+        finally:
+            ended.set()
+        return None
+
+    async def agent_that_dies_at_once() -> asyncio.subprocess.Process:
+        pipe = asyncio.subprocess.PIPE
+        return await asyncio.create_subprocess_exec("sh", "-c", "exit 1", stdin=pipe, stdout=pipe)
+
+    rpc = RpcClient(StdioChannel(agent_that_dies_at_once), name="box", diagnose=diagnose)
+    call = asyncio.ensure_future(rpc.call("server_info", Empty(), ServerInfo))
+    try:
+        async with asyncio.timeout(30):
+            await asking.wait()
+    finally:
+        await rpc.aclose()
+    assert ended.is_set()  # (before: still asking, for DIAGNOSE_TIMEOUT after the close)
+    with pytest.raises(RemoteExecError) as caught:
+        await call
+    assert not isinstance(caught.value, SandboxLostError) and "box" in str(caught.value), caught.value
