@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import socket
+import stat
 import sys
 import threading
 from pathlib import Path
@@ -26,6 +28,8 @@ from ..protocol.pipes import widen_pipe
 __all__ = ["SERVER_INFO_REQUEST", "error_line", "frame_request", "refuse_stdio", "relay_stdio", "stream_call"]
 
 _CHUNK = 1 << 20
+_SPLICE_FROM = 64 * 1024  # a receive that fills this many bytes switches to splice (see _splice_down)
+_FOREVER = 365 * 24 * 3600.0  # a socket timeout that never ends: its fd non-blocking, its calls waiting
 
 SERVER_INFO_REQUEST = b'{"jsonrpc":"2.0","id":0,"method":"server_info","params":{}}'
 """The plain request line ``ensure`` and a takeover's version check send over the frame stream."""
@@ -78,6 +82,9 @@ def relay_stdio(stream_sock: Path) -> int:
 
     # A daemon thread: when the server goes first, the process exits without waiting for stdin.
     threading.Thread(target=upstream, name="relay-up", daemon=True).start()
+    if _is_pipe(1):
+        _splice_down(conn)
+        return 0 if stdin_done.is_set() else 3
     buf = bytearray(_CHUNK)
     view = memoryview(buf)
     try:
@@ -88,6 +95,52 @@ def relay_stdio(stream_sock: Path) -> int:
     except OSError:  # the server reset the connection, or the host closed our stdout
         pass
     return 0 if stdin_done.is_set() else 3
+
+
+def _is_pipe(fd: int) -> bool:
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
+def _splice_down(conn: socket.socket) -> None:
+    """Copy the server's bytes to stdout (a pipe) until EOF or an error on either side: by
+    ``recv`` and ``write`` (two system calls; a small frame reaches the reader soonest), and once
+    a receive fills the buffer (a stream's payloads are coming) by ``splice``, which the kernel
+    moves without a copy through this process (``docker://`` streams 132 -> 183-195 MB/s), until
+    the socket is empty again.
+
+    The splice is non-blocking, after ``select``: a blocking ``splice`` from a Unix socket into
+    a pipe left a frame that followed a big one in the socket until more bytes came (seconds,
+    measured on Linux 6.18). The socket is in timeout mode (its fd non-blocking) so that the
+    other thread's ``sendall`` and this ``recv`` still wait.
+    """
+    conn.settimeout(_FOREVER)
+    sock = conn.fileno()
+    buf = bytearray(_SPLICE_FROM)
+    view = memoryview(buf)
+    try:
+        while True:
+            n = conn.recv_into(buf)
+            if not n:
+                return  # EOF: the server closed
+            out = view[:n]
+            while out:
+                out = out[os.write(1, out) :]
+            while n == len(buf):  # more is coming: splice until the socket is empty
+                try:
+                    n = os.splice(sock, 1, _CHUNK, flags=os.SPLICE_F_NONBLOCK)
+                except BlockingIOError:
+                    if not select.select([sock], [], [], 0)[0]:
+                        break  # the socket is empty: back to receiving
+                    select.select([], [1], [])  # stdout is full: wait for room
+                    continue
+                if not n:
+                    return
+                n = len(buf)
+    except OSError:  # the server reset the connection, or the host closed our stdout
+        return
 
 
 def frame_request(stream_sock: Path, request: bytes, timeout: float = 10.0) -> bytes:
