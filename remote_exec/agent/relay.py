@@ -82,23 +82,12 @@ def relay_stdio(stream_sock: Path) -> int:
         except OSError:  # the server is gone: the loop below sees it too and ends the relay
             pass
 
-    to_pipe = _is_pipe(1)
-    if to_pipe:
-        conn.settimeout(_FOREVER)  # before sendall runs in the other thread (see _splice_down)
+    splices = _is_pipe(1) and hasattr(os, "splice")
+    if splices:
+        conn.settimeout(_FOREVER)  # before sendall runs in the other thread (see _relay_down)
     # A daemon thread: when the server goes first, the process exits without waiting for stdin.
     threading.Thread(target=upstream, name="relay-up", daemon=True).start()
-    if to_pipe:
-        _splice_down(conn)
-        return 0 if stdin_done.is_set() else 3
-    buf = bytearray(_CHUNK)
-    view = memoryview(buf)
-    try:
-        while n := conn.recv_into(buf):
-            out = view[:n]
-            while out:
-                out = out[os.write(1, out) :]
-    except OSError:  # the server reset the connection, or the host closed our stdout
-        pass
+    _relay_down(conn, splices)
     return 0 if stdin_done.is_set() else 3
 
 
@@ -109,23 +98,23 @@ def _is_pipe(fd: int) -> bool:
         return False
 
 
-def _splice_down(conn: socket.socket) -> None:
-    """Copy the server's bytes to stdout (a pipe) until EOF or an error on either side: by
-    ``recv`` and ``write`` (two system calls; a small frame reaches the reader soonest), and once
-    a receive fills the buffer (a stream's payloads are coming) by ``splice``, which the kernel
-    moves without a copy through this process (``docker://`` streams 126-149 -> 145-170 MB/s),
-    until the socket is empty again. Where splice is refused (seccomp, gVisor), by copying only.
+def _relay_down(conn: socket.socket, splices: bool) -> None:
+    """Copy the server's bytes to stdout until EOF or an error on either side: by ``recv`` and
+    ``write`` (two system calls; a small frame reaches the reader soonest), and, when stdout is
+    a pipe (``splices``), once a receive fills the buffer (a stream's payloads are coming) by
+    ``splice``, which the kernel moves without a copy through this process (``docker://``
+    streams 126-149 -> 145-170 MB/s), until the socket is empty again. Where splice is refused
+    (seccomp, gVisor), by copying only.
 
     The splice never waits: a blocking ``splice`` waiting for the socket holds the *pipe's* lock,
     and the host's read of stdout waited behind it, a frame already in the pipe with it, until
-    more bytes came (seconds, Linux 6.18). Non-blocking, after ``select`` (the socket is in
+    more bytes came (seconds, Linux 6.18). Non-blocking, after ``select`` (the socket is then in
     timeout mode, set before the other thread's ``sendall`` starts: its fd non-blocking, while
     ``recv`` and ``sendall`` still wait).
     """
     sock = conn.fileno()
-    buf = bytearray(_SPLICE_FROM)
+    buf = bytearray(_SPLICE_FROM if splices else _CHUNK)
     view = memoryview(buf)
-    splices = hasattr(os, "splice")
     try:
         while True:
             n = conn.recv_into(buf)

@@ -1,4 +1,4 @@
-"""The ``stdio`` relay's way down into a pipe (:func:`remote_exec.agent.relay._splice_down`):
+"""The ``stdio`` relay's way down into a pipe (:func:`remote_exec.agent.relay._relay_down`):
 every byte arrives, in order, and a small frame after a big run arrives without waiting for
 more. A blocking ``splice`` held the pipe's lock while it waited for the socket, and the frame
 sat behind it until more bytes came (why the first splicing relay stalled). Where splice is
@@ -26,7 +26,7 @@ if sys.argv[2] == "refused":
         raise OSError(errno.EINVAL, "splice refused here")
     os.splice = refused
 conn.settimeout(relay._FOREVER)
-relay._splice_down(conn)
+relay._relay_down(conn, True)
 """
 
 

@@ -11,7 +11,6 @@ import http.client
 import json
 import os
 import re
-import socket
 import subprocess
 import time
 import urllib.request
@@ -43,12 +42,6 @@ def unavailable(reason: str) -> None:
     if os.environ.get("REMOTE_EXEC_REQUIRE_BACKENDS") == "1":
         pytest.fail(f"browser test required but cannot run: {reason}")
     pytest.skip(reason)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def serving_jupyter(server: subprocess.Popen[bytes], runtime: Path, token: str, log: Path, path: str = "/") -> str:

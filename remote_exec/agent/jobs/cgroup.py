@@ -158,15 +158,9 @@ class CgroupHome:
 
     def sweep(self, running: Callable[[str], bool]) -> int:
         """Remove the empty cgroups of jobs not running (a dead agent's); return how many."""
-        gone = 0
-        for parent in self.parents.values():
-            with contextlib.suppress(OSError), os.scandir(parent) as it:
-                for entry in it:
-                    if entry.is_dir(follow_symlinks=False) and not running(entry.name):
-                        with contextlib.suppress(OSError):
-                            os.rmdir(entry.path)  # EBUSY while it has members: left for later
-                            gone += 1
-        return gone
+        return sum(
+            _remove_empty_jobs(parent, lambda entry: not running(entry.name)) for parent in self.parents.values()
+        )
 
     def close(self) -> None:
         """The agent stops: remove the parents if no job's cgroup is left in them."""
@@ -218,18 +212,21 @@ def _sweep_parents(base: str) -> None:
     with contextlib.suppress(OSError), os.scandir(base) as it:
         for entry in it:
             if _PARENT.fullmatch(entry.name) and entry.is_dir(follow_symlinks=False):
-                _sweep_stale_jobs(entry.path, stale)
+                _remove_empty_jobs(entry.path, lambda job: job.stat(follow_symlinks=False).st_mtime < stale)
                 with contextlib.suppress(OSError):
                     os.rmdir(entry.path)  # EBUSY with a job's cgroup in it: left alone
 
 
-def _sweep_stale_jobs(parent: str, made_before: float) -> None:
-    """Remove the job cgroups in ``parent`` made before ``made_before`` (a time) that are empty."""
+def _remove_empty_jobs(parent: str, which: Callable[[os.DirEntry[str]], bool]) -> int:
+    """Remove the job cgroups in ``parent`` that ``which`` names and that are empty; how many."""
+    gone = 0
     with contextlib.suppress(OSError), os.scandir(parent) as it:
         for entry in it:
             with contextlib.suppress(OSError):
-                if entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_mtime < made_before:
-                    os.rmdir(entry.path)  # EBUSY while it has members: a running job's
+                if entry.is_dir(follow_symlinks=False) and which(entry):
+                    os.rmdir(entry.path)  # EBUSY while it has members: left for later
+                    gone += 1
+    return gone
 
 
 class JobCgroup:
