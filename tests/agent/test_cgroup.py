@@ -16,7 +16,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from remote_exec.agent.jobs import cgroup
+import remote_exec as rx
+from remote_exec.agent.jobs import cgroup, spawn
 from remote_exec.agent.jobs.cgroup import CgroupHome, JobCgroup
 from remote_exec.agent.jobs.spawn import trampoline
 from remote_exec.sandboxes.jailcgroup import BoxCgroup
@@ -265,3 +266,43 @@ def test_a_jail_box_is_joined_by_moving_oneself() -> None:
         joined_to = _cgroups_in(out.stdout)
         for hier, d in box.dirs.items():
             assert d.endswith(joined_to[hier]), (hier, d, out.stdout)
+
+
+def test_on_v1_the_spawning_thread_joins_and_no_trampoline_runs() -> None:
+    """Where every job cgroup is v1's and the way back is known, the leader is spawned by the
+    agent's own thread from inside the job's cgroups (no ``/bin/sh`` first); a v2 one needs the
+    trampoline (its threads share one cgroup); without a way back, the trampoline too."""
+    argv = ["echo", "hi"]
+    v1 = JobCgroup({"pids": "/sys/fs/cgroup/pids/x/j", "freezer": "/sys/fs/cgroup/freezer/x/j"})
+    spawn_argv, fds, within = spawn.joined(v1, ["/sys/fs/cgroup/pids/tasks"], argv, {}, {}, None)
+    assert (spawn_argv, fds, type(within).__name__) == (argv, [], "_GeneratorContextManager")
+    both = JobCgroup({"pids": "/sys/fs/cgroup/pids/x/j", "unified": "/sys/fs/cgroup/unified/x/j"})
+    for cg, way_back in ((both, ["/sys/fs/cgroup/pids/tasks"]), (v1, None)):
+        spawn_argv, fds, within = spawn.joined(cg, way_back, argv, {}, dict(os.environ), None)
+        assert spawn_argv[:2] == [spawn.SH, "-c"] and spawn_argv[-2:] == argv
+        assert isinstance(within, contextlib.nullcontext)
+
+
+async def test_a_leader_is_born_in_its_cgroups_and_the_agents_threads_stay_in_their_own(fresh_agent_dir: Path) -> None:
+    """A real agent: its job reads its own cgroups from inside them, and after starts that worked
+    and one that failed (the spawn raised inside), every thread of the agent is back where the
+    agent is (a thread left in a job's cgroup would be frozen and SIGKILLed by the job's kill)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}") as sb:
+        agent = sb.info.pid
+        own = _cgroups_in(Path(f"/proc/{agent}/cgroup").read_text())
+        for _ in range(3):
+            res = await sb.run(["cat", "/proc/self/cgroup"])
+            assert res.returncode == 0, res
+            inside = _cgroups_in(res.stdout)
+            joined_some = [h for h in ("pids", "freezer", "cpuacct") if inside[h] != own[h]]
+            if not joined_some:
+                pytest.skip("no writable v1 hierarchy here")
+            for h in joined_some:
+                parent, _, mark = inside[h].rpartition("/")  # .../remote-exec-<state id>/<job's mark>
+                assert parent.startswith(own[h].rstrip("/") + "/remote-exec-") and mark, (h, inside)
+            with pytest.raises(rx.SpawnError, match="no-such-program"):
+                await sb.run(["no-such-program-xyz"])
+            for task in Path(f"/proc/{agent}/task").iterdir():
+                assert _cgroups_in((task / "cgroup").read_text()) == own, task.name

@@ -40,7 +40,7 @@ import time
 from collections.abc import Callable, Generator
 from typing import cast
 
-__all__ = ["CgroupHome", "JobCgroup", "join", "joining"]
+__all__ = ["CgroupHome", "JobCgroup", "join", "joining", "move_self"]
 
 MOUNT = "/sys/fs/cgroup"
 V1 = ("pids", "memory", "cpuacct", "freezer")
@@ -97,11 +97,19 @@ def _write(path: str, data: bytes) -> None:
         os.close(fd)
 
 
+def move_self(join_file: str) -> None:
+    """Move this thread (v1's ``tasks``) or this process (``cgroup.procs``) into ``join_file``'s cgroup."""
+    _write(join_file, b"0")
+
+
 class CgroupHome:
     """Where this agent makes its jobs' cgroups: one parent dir per hierarchy it can write."""
 
-    def __init__(self, parents: dict[str, str]) -> None:
+    def __init__(self, parents: dict[str, str], way_back: list[str] | None = None) -> None:
         self.parents = parents
+        # The join files of the agent's own cgroups when every parent is v1's: a thread that moved
+        # itself into a job's cgroups to spawn its leader returns through them (:func:`.spawn.inside`).
+        self.way_back = way_back
 
     @classmethod
     def discover(cls, state_id: str) -> CgroupHome | None:
@@ -115,11 +123,12 @@ class CgroupHome:
         if v2 is not None:
             mounts[V2] = v2
         parents: dict[str, str] = {}
+        bases: dict[str, str] = {}
         for name, mount in mounts.items():
             path = own.get(name)
             if path is None or not os.path.isfile(os.path.join(mount, "cgroup.procs")):
                 continue
-            base = os.path.join(mount, path.lstrip("/"))
+            base = bases[name] = os.path.join(mount, path.lstrip("/"))
             _sweep_parents(base)
             parent = os.path.join(base, f"remote-exec-{state_id}")
             try:
@@ -135,7 +144,7 @@ class CgroupHome:
             unused = cls({V2: parents.pop(V2)})
             unused.sweep(lambda _: False)  # a job's with members stays (EBUSY)
             unused.close()
-        return cls(parents) if parents else None
+        return cls(parents, _way_back({n: bases[n] for n in parents})) if parents else None
 
     def make(self, job_id: str) -> JobCgroup | None:
         """The new job's cgroups (None if its id is no safe dir name, or none could be made)."""
@@ -181,6 +190,21 @@ _PARENT = re.compile(r"remote-exec-[A-Za-z0-9]{1,32}")
 # such leftovers of others (an agent killed with jobs, whose state dir is gone, left its jobs'
 # cgroups and parent for good: 167 parents on one test machine).
 STALE_CGROUP = 60.0
+
+
+def _way_back(bases: dict[str, str]) -> list[str] | None:
+    """Each of ``bases``' ``tasks`` if this thread can move itself there (it is there already: the
+    move is the proof), so that it can come back after spawning a job in its cgroups; None on v2
+    (a process's threads share their v2 cgroup) or where a base is not ours to write."""
+    if V2 in bases:
+        return None
+    files = [os.path.join(base, "tasks") for base in bases.values()]
+    try:
+        for path in files:
+            move_self(path)
+    except OSError:
+        return None
+    return files
 
 
 def _make_in(parent: str, path: str) -> bool:

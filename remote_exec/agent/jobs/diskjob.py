@@ -22,6 +22,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from ...errors import JobNotRunningError, SpawnError
@@ -194,8 +195,9 @@ class DiskJob(Job):
             # wait() a reaped process). Here the agent watches a pidfd, writes the end into
             # job.json, and only then reaps (:mod:`.exitwatch`); dying in between leaves a
             # zombie the keeper (the subreaper) reaps and records instead.
-            argv, join_fds = self._join_cgroup(argv, kwargs, env)
-            proc = popen_session(argv, stdin_r, out, err, p.cwd, env, **kwargs)
+            argv, join_fds, within = self._join_cgroup(argv, kwargs, env)
+            with within:
+                proc = popen_session(argv, stdin_r, out, err, p.cwd, env, **kwargs)
         except (OSError, ValueError) as exc:
             self.stdin.release()
             if stdin_w >= 0:
@@ -224,10 +226,11 @@ class DiskJob(Job):
 
     def _join_cgroup(
         self, argv: list[str], kwargs: dict[str, object], env: dict[str, str]
-    ) -> tuple[list[str], list[int]]:
-        """The job's cgroup made if it can be; then :func:`.spawn.joined`'s argv and fds."""
-        self.cgroup = self.home.cgroups.make(self.mark) if self.home.cgroups is not None else None
-        return joined(self.cgroup, argv, kwargs, env, self.params.cwd)
+    ) -> tuple[list[str], list[int], AbstractContextManager[None]]:
+        """The job's cgroup made if it can be; then :func:`.spawn.joined`'s argv, fds and context."""
+        home = self.home.cgroups
+        self.cgroup = home.make(self.mark) if home is not None else None
+        return joined(self.cgroup, home.way_back if home is not None else None, argv, kwargs, env, self.params.cwd)
 
     def tree(self) -> Tree:
         """The job's leader (while it runs), session, start time and cgroup (see :mod:`.proctree`)."""

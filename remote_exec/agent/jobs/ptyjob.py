@@ -166,22 +166,23 @@ class PtyJob(DiskJob):
         env, switch = self._environment()
         kwargs: dict[str, Any] = dict(switch)
         kwargs["preexec_fn"] = _take_terminal  # one ioctl between fork and exec: no lock taken
-        argv, join_fds = self._join_cgroup(argv, kwargs, env)  # and the job's cgroup (see .cgroup)
+        argv, join_fds, within = self._join_cgroup(argv, kwargs, env)  # and the job's cgroup (see .cgroup)
         env[MARKER] = self.mark
         if not (p.env and "TERM" in p.env):
             env["TERM"] = DEFAULT_TERM  # the agent's own TERM (often "dumb" or none) is not the job's
         try:
-            proc = subprocess.Popen(
-                argv,
-                stdin=slave,
-                stdout=slave,
-                stderr=slave,
-                cwd=p.cwd,
-                env=env,
-                start_new_session=True,
-                close_fds=True,
-                **kwargs,
-            )
+            with within:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=slave,
+                    stdout=slave,
+                    stderr=slave,
+                    cwd=p.cwd,
+                    env=env,
+                    start_new_session=True,
+                    close_fds=True,
+                    **kwargs,
+                )
         except (OSError, ValueError) as exc:
             raise spawn_error(exc, self.job_id, repr(argv[0])) from None
         except subprocess.SubprocessError as exc:
