@@ -66,7 +66,8 @@ async def test_a_close_during_a_real_fill_leaves_no_spare(tmp_path: Path) -> Non
 async def test_close_removes_a_ready_spare(tmp_path: Path) -> None:
     spare = SpareDir(tmp_path / "jobs.spare")
     await anyio.to_thread.run_sync(spare.fill)
-    assert spare.ready and sorted(p.name for p in spare.path.iterdir()) == ["job.json", "stderr", "stdout"]
+    made = sorted(p.name for p in spare.path.iterdir())
+    assert spare.ready and made == ["job.json", "job.json.tmp", "stderr", "stderr.times", "stdout", "stdout.times"]
     spare.close()
     assert not spare.ready and not spare.path.exists()
     spare.refill()  # closed: no more spares

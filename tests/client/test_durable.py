@@ -329,8 +329,10 @@ async def test_agent_rss_does_not_grow_with_unwatched_output(fresh_agent_dir: Pa
 
 
 async def test_the_next_jobs_dir_is_made_ahead(fresh_agent_dir: Path) -> None:
-    """A start renames a ready, private, empty dir into place (no mkdir or create on its path);
-    the next one is made after it, and a killed agent's spare is replaced, not used."""
+    """A start renames a ready, private, empty dir into place (no mkdir or create on its path;
+    nor on the path of its first output, which notes a time index, and its end, which writes a
+    record through a temporary file: made ahead too); the next one is made after it, and a
+    killed agent's spare is replaced, not used."""
     spare = fresh_agent_dir / "jobs.spare"
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
         await wait_until("a spare is ready", spare.exists)
@@ -338,19 +340,24 @@ async def test_the_next_jobs_dir_is_made_ahead(fresh_agent_dir: Path) -> None:
         # bind once made it 0600 some of the time).
         assert oct(os.stat(spare).st_mode & 0o777) == "0o700"
         ino = os.stat(spare).st_ino
+        ahead = {name: os.stat(spare / name).st_ino for name in ("stdout.times", "job.json.tmp")}
         proc = sb.exec_remote(["echo", "hi"])
         await proc.wait()
-        assert os.stat(job_dir(fresh_agent_dir, proc.job_id or "")).st_ino == ino  # the spare became the job's dir
+        done = job_dir(fresh_agent_dir, proc.job_id or "")
+        assert os.stat(done).st_ino == ino  # the spare became the job's dir
+        assert os.stat(done / "stdout.times").st_ino == ahead["stdout.times"]  # noted into, not created
+        assert os.stat(done / "job.json").st_ino == ahead["job.json.tmp"]  # the end's record, renamed into place
         await wait_until("the next spare", lambda: spare.exists() and os.stat(spare).st_ino != ino)
         assert oct(os.stat(spare).st_mode & 0o777) == "0o700"
-        for name in ("stdout", "stderr", "job.json"):
+        for name in ("stdout", "stderr", "job.json", "stdout.times", "stderr.times", "job.json.tmp"):
             assert oct(os.stat(spare / name).st_mode & 0o777) == "0o600" and (spare / name).stat().st_size == 0
         (spare / "stale").write_bytes(b"")
         os.kill(sb.info.pid, signal.SIGKILL)
         with anyio.fail_after(30):
             await sb.server_info()  # reconnects to the keeper's next agent
         await wait_until("a fresh spare", lambda: spare.exists() and not (spare / "stale").exists())
-        assert sorted(p.name for p in spare.iterdir()) == ["job.json", "stderr", "stdout"]
+        made = ["job.json", "job.json.tmp", "stderr", "stderr.times", "stdout", "stdout.times"]
+        assert sorted(p.name for p in spare.iterdir()) == made
         assert not spare.with_name("jobs.spare.new").exists()  # made aside, renamed into place whole
         meta = json.loads((job_dir(fresh_agent_dir, proc.job_id or "") / "job.json").read_bytes())
         assert meta["client_id"] == proc.job_id and meta["end"]["exit_code"] == 0  # first record, then the end
