@@ -295,6 +295,7 @@ async def test_a_leader_is_born_in_its_cgroups_and_the_agents_threads_stay_in_th
         for _ in range(3):
             res = await sb.run(["cat", "/proc/self/cgroup"])
             assert res.returncode == 0, res
+            assert isinstance(res.stdout, str)
             inside = _cgroups_in(res.stdout)
             joined_some = [h for h in ("pids", "freezer", "cpuacct") if inside[h] != own[h]]
             if not joined_some:
