@@ -61,6 +61,10 @@ def test_a_small_frame_after_a_big_run_arrives_whole_without_more_bytes(mode: st
             # (Before: the last line stayed behind a blocking splice until more bytes came.)
             assert _read_exactly(out, len(frame), 30.0) == frame
             sender.join(30)
+        for i in range(50):  # small frames alone: each crosses by itself (spliced, or copied)
+            small = b'{"n":%d}\n' % i
+            ours.sendall(small)
+            assert _read_exactly(out, len(small), 30.0) == small
         ours.sendall(b"the end\n")
         assert _read_exactly(out, 8, 30.0) == b"the end\n"
         ours.close()
