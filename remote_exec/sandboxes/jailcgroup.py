@@ -34,37 +34,13 @@ import signal
 import time
 from collections.abc import Sequence
 
+from ..protocol.cgroupfs import MOUNT, V1, V2, join_file, mounts, own_paths
+
 __all__ = ["PREFIX", "BoxCgroup", "joined", "procs_of"]
 
-MOUNT = "/sys/fs/cgroup"
-V1 = ("pids", "memory", "cpuacct", "freezer")
-V2 = "unified"  # the agent's key, and where the box sees the v2 dir
 PREFIX = "remote-exec-box-"
 _V2_DELEGATE = ("cgroup.procs", "cgroup.subtree_control", "cgroup.threads")
 REMOVE_WAIT = 10.0  # seconds for the box's last processes (nsenter parents) to exit
-
-
-def _own_paths() -> dict[str, str]:
-    paths: dict[str, str] = {}
-    with contextlib.suppress(OSError), open("/proc/self/cgroup") as f:
-        for line in f.read().splitlines():
-            num, _, rest = line.partition(":")
-            ctrls, _, path = rest.partition(":")
-            if num == "0" and not ctrls:
-                paths[V2] = path
-            for c in ctrls.split(","):
-                if c in V1:
-                    paths[c] = path
-    return paths
-
-
-def _mounts() -> dict[str, str]:
-    mounts = {c: os.path.join(MOUNT, c) for c in V1}
-    for v2 in (MOUNT, os.path.join(MOUNT, V2)):
-        if os.path.isfile(os.path.join(v2, "cgroup.controllers")):
-            mounts[V2] = v2
-            break
-    return {n: m for n, m in mounts.items() if os.path.isfile(os.path.join(m, "cgroup.procs"))}
 
 
 class BoxCgroup:
@@ -83,9 +59,9 @@ class BoxCgroup:
         if uid is None or os.geteuid() != 0:
             return None
         name = PREFIX + secrets.token_hex(6)
-        own = _own_paths()
+        own = own_paths()
         dirs: dict[str, str] = {}
-        for hier, mount in _mounts().items():
+        for hier, mount in mounts().items():
             if hier not in own:
                 continue
             path = os.path.join(mount, own[hier].lstrip("/"), name)
@@ -144,7 +120,7 @@ class BoxCgroup:
 def procs_of(pid: int) -> list[str]:
     """The files that join the box whose init is host PID ``pid`` (:func:`join_file`; none if it
     has no box cgroup): the dirs named :data:`PREFIX`... in its ``/proc/PID/cgroup``. Blocking."""
-    mounts = _mounts()
+    roots = mounts()
     files: list[str] = []
     lines: list[str] = []
     with contextlib.suppress(OSError), open(f"/proc/{pid}/cgroup") as f:
@@ -157,17 +133,9 @@ def procs_of(pid: int) -> list[str]:
         # The first such dir is ours: a job may make look-alikes only below it.
         top = next((i for i, p in enumerate(parts) if p.startswith(PREFIX)), None)
         for hier in hiers:
-            if top is not None and hier in mounts:
-                files.append(join_file(os.path.join(mounts[hier], *parts[: top + 1]), hier))
+            if top is not None and hier in roots:
+                files.append(join_file(os.path.join(roots[hier], *parts[: top + 1]), hier))
     return files
-
-
-def join_file(d: str, hier: str) -> str:
-    """The file of cgroup dir ``d`` (in hierarchy ``hier``) a process writes ``0`` to, to join
-    it: ``tasks`` on v1, where a thread moving itself skips the kernel's global thread-group lock
-    (its writer waits for an RCU grace period when no migration ran just before: 15-25 ms here;
-    see :mod:`remote_exec.agent.jobs.cgroup`), ``cgroup.procs`` on v2, which has no such file."""
-    return os.path.join(d, "cgroup.procs" if hier == V2 else "tasks")
 
 
 # "0", the writer itself: a pid, even its own, takes the kernel's global lock on v1's ``tasks`` too.

@@ -44,42 +44,15 @@ import time
 from collections.abc import Callable, Generator
 from typing import cast
 
+from ...protocol.cgroupfs import V2, join_file, mounts, own_paths
+
 __all__ = ["CgroupHome", "JobCgroup", "join", "joining", "move_self"]
 
-MOUNT = "/sys/fs/cgroup"
-V1 = ("pids", "memory", "cpuacct", "freezer")
-V2 = "unified"  # our key for the v2 hierarchy, wherever it is mounted
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 _READ = 1 << 16
 # How long a freeze may stay FREEZING (every member not yet stopped) before the kill gives up on
 # it and sends plain SIGKILLs; the reads back off from 0.5 ms to 20 ms.
 FREEZE_WAIT = 2.0
-
-
-def _own_paths() -> dict[str, str]:
-    """This process's cgroup path in each hierarchy we use (``/proc/self/cgroup``)."""
-    paths: dict[str, str] = {}
-    try:
-        with open("/proc/self/cgroup") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return paths
-    for line in lines:
-        num, _, rest = line.partition(":")
-        ctrls, _, path = rest.partition(":")
-        if num == "0" and not ctrls:
-            paths[V2] = path
-        for c in ctrls.split(","):
-            if c in V1:
-                paths[c] = path
-    return paths
-
-
-def _v2_mount() -> str | None:
-    for mount in (MOUNT, os.path.join(MOUNT, V2)):
-        if os.path.isfile(os.path.join(mount, "cgroup.controllers")):
-            return mount
-    return None
 
 
 def _read(path: str) -> bytes:
@@ -101,9 +74,10 @@ def _write(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def move_self(join_file: str) -> None:
-    """Move this thread (v1's ``tasks``) or this process (``cgroup.procs``) into ``join_file``'s cgroup."""
-    _write(join_file, b"0")
+def move_self(path: str) -> None:
+    """Move this thread (v1's ``tasks``) or this process (``cgroup.procs``) into the cgroup of
+    ``path``, its :func:`~remote_exec.protocol.cgroupfs.join_file`."""
+    _write(path, b"0")
 
 
 class CgroupHome:
@@ -121,16 +95,12 @@ class CgroupHome:
         that lets us; None if none does (no cgroupfs, read-only, not ours)."""
         if not _SAFE.fullmatch(state_id):
             return None
-        own = _own_paths()
-        mounts = {c: os.path.join(MOUNT, c) for c in V1}
-        v2 = _v2_mount()
-        if v2 is not None:
-            mounts[V2] = v2
+        own = own_paths()
         parents: dict[str, str] = {}
         bases: dict[str, str] = {}
-        for name, mount in mounts.items():
+        for name, mount in mounts().items():
             path = own.get(name)
-            if path is None or not os.path.isfile(os.path.join(mount, "cgroup.procs")):
+            if path is None:
                 continue
             base = bases[name] = os.path.join(mount, path.lstrip("/"))
             _sweep_parents(base)
@@ -204,7 +174,7 @@ def _way_back(bases: dict[str, str]) -> list[str] | None:
     (a process's threads share their v2 cgroup) or where a base is not ours to write."""
     if V2 in bases:
         return None
-    files = [os.path.join(base, "tasks") for base in bases.values()]
+    files = [join_file(base, name) for name, base in bases.items()]
     try:
         for path in files:
             move_self(path)
@@ -268,7 +238,7 @@ class JobCgroup:
     def join_files(self) -> list[str]:
         """The file of each hierarchy the leader writes ``0`` to, to join it: ``tasks`` on v1,
         ``cgroup.procs`` on v2 (see the module; for :func:`~.spawn.trampoline`)."""
-        return [os.path.join(d, "cgroup.procs" if name == V2 else "tasks") for name, d in self.dirs.items()]
+        return [join_file(d, name) for name, d in self.dirs.items()]
 
     def join_fds(self) -> list[int]:
         """Write ends of each :meth:`join_files` file for the leader to join with (see

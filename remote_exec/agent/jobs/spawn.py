@@ -40,6 +40,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ...errors import NoSpaceError, SpawnError
+from ...protocol.cgroupfs import V2
 from .cgroup import JobCgroup, joining, move_self
 
 __all__ = ["SH", "check_command", "inside", "joined", "popen_session", "sh_runs", "spawn_error", "trampoline"]
@@ -89,7 +90,7 @@ def joined(
     :raises OSError: the trampoline's command cannot be executed (:func:`check_command`).
     """
     plain = not {"preexec_fn", "user", "group"} & kwargs.keys()
-    if cgroup is not None and plain and way_back is not None and "unified" not in cgroup.dirs:
+    if cgroup is not None and plain and way_back is not None and V2 not in cgroup.dirs:
         return argv, [], inside(cgroup, way_back)
     if cgroup is not None and plain and sh_runs():
         check_command(argv[0], cwd, env)
