@@ -34,7 +34,7 @@ import signal
 import time
 from collections.abc import Sequence
 
-from ..protocol.cgroupfs import MOUNT, V1, V2, join_file, mounts, own_paths
+from ..protocol.cgroupfs import MOUNT, V2, join_file, mounts, own_paths
 
 __all__ = ["PREFIX", "BoxCgroup", "joined", "procs_of"]
 
@@ -122,19 +122,12 @@ def procs_of(pid: int) -> list[str]:
     has no box cgroup): the dirs named :data:`PREFIX`... in its ``/proc/PID/cgroup``. Blocking."""
     roots = mounts()
     files: list[str] = []
-    lines: list[str] = []
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/cgroup") as f:
-        lines = f.read().splitlines()
-    for line in lines:
-        num, _, rest = line.partition(":")
-        ctrls, _, path = rest.partition(":")
-        hiers = [V2] if num == "0" and not ctrls else [c for c in ctrls.split(",") if c in V1]
+    for hier, path in own_paths(pid).items():
         parts = path.strip("/").split("/")
         # The first such dir is ours: a job may make look-alikes only below it.
         top = next((i for i, p in enumerate(parts) if p.startswith(PREFIX)), None)
-        for hier in hiers:
-            if top is not None and hier in roots:
-                files.append(join_file(os.path.join(roots[hier], *parts[: top + 1]), hier))
+        if top is not None and hier in roots:
+            files.append(join_file(os.path.join(roots[hier], *parts[: top + 1]), hier))
     return files
 
 
