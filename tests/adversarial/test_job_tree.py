@@ -14,6 +14,7 @@ time once the end is told.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -86,8 +87,7 @@ async def test_a_readopted_job_loses_its_orphan_to_kill(fresh_agent_dir: Path, a
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
         proc = sb.exec_remote(["sh", "-c", ESCAPED.format(t=47140)], kill_grace=0.5)
         assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
-        await wait_until("the orphan is up", lambda: procs_with("sleep 47140"))
-        escaped = starts(procs_with("sleep 47140"))
+        escaped = starts(await wait_until("the orphan is up", lambda: procs_with("sleep 47140")))
         await agent_killed(sb)
         with anyio.fail_after(60):
             await proc.kill()
@@ -96,12 +96,23 @@ async def test_a_readopted_job_loses_its_orphan_to_kill(fresh_agent_dir: Path, a
     assert not left
 
 
+def _sleepers(prefix: str) -> int:
+    """Processes whose command line begins with ``prefix`` (NULs between the arguments)."""
+    n = 0
+    for pid in procs_with(prefix.replace("\0", " ")):
+        with contextlib.suppress(OSError):
+            n += Path(f"/proc/{pid}/cmdline").read_bytes().startswith(prefix.encode())
+    return n
+
+
 async def test_stats_count_the_processes_that_left_the_session(agent_dir: Path, adversary: Adversary) -> None:
     command = "for n in 1 2 3; do env -i setsid sleep 4715$n & done; echo ready; wait"
     async with rx.open_sandbox(f"local://?dir={agent_dir}") as sb:
         proc = sb.exec_remote(["sh", "-c", command])
         assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
-        await wait_until("the sleepers are up", lambda: len(procs_with("sleep 4715")) == 4)  # and the shell
+        # Each sleeper exec'd into sleep itself (a forked copy of the shell has its command line
+        # too, and one in env's or setsid's exec has none for a moment).
+        await wait_until("the sleepers are up", lambda: _sleepers("sleep\0" + "4715") == 3)
         stats = await proc.stats(window=0.05)
         await proc.kill()
     adversary.tried(AREA, "3 env-cleared setsid children hidden from stats()", refused=stats.processes == 4)
@@ -160,8 +171,7 @@ async def test_without_cgroups_an_orphan_seen_once_stays_the_jobs(tmp_path: Path
         async with rx.open_sandbox(f"local://?dir={state}") as sb:
             proc = sb.exec_remote(["sh", "-c", escaped], kill_grace=0.5)
             assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
-            await wait_until("the child is up", lambda: procs_with("sleep 47120"))
-            sleeper = starts(procs_with("sleep 47120"))
+            sleeper = starts(await wait_until("the child is up", lambda: procs_with("sleep 47120")))
             assert (await proc.stats(window=0.05)).processes >= 3  # seen: the leader, sh, sleep
             gate.touch()  # its parent exits: the sleep is the keeper's now
             await wait_until("orphaned", lambda: not procs_with(str(gate)))

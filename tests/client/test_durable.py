@@ -9,7 +9,9 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import anyio.lowlevel
@@ -21,6 +23,7 @@ from tests.conftest import job_dir
 
 pytestmark = pytest.mark.anyio
 
+T = TypeVar("T")
 TICKS = "for i in $(seq 1 60); do echo tick $i | tee -a {out}; sleep 0.02; done; exit 5"
 
 
@@ -40,13 +43,22 @@ def procs_with(tag: str) -> list[int]:
     return found
 
 
-async def wait_until(what: str, check: object, timeout: float = 20.0) -> None:
-    """Poll ``check()`` (a state of the process table or the agent) until true, bounded."""
-    with anyio.fail_after(timeout):
-        # The process table has no change events: poll it, bounded by the deadline.
-        while not check():  # type: ignore[operator]  # noqa: ASYNC110
-            await anyio.sleep(0.02)
-    assert check(), what  # type: ignore[operator]
+async def wait_until(what: str, check: Callable[[], T], timeout: float = 20.0) -> T:
+    """Poll ``check()`` (a state of the process table or the agent) until it is true, bounded;
+    return that true value.
+
+    Once true, done: never asked again, and what it saw is returned for the caller to use (a
+    second look, in a process's ``exec``, read its command line empty: a true state failed a
+    test, or left it nothing to check).
+    """
+    try:
+        with anyio.fail_after(timeout):
+            # The process table has no change events: poll it, bounded by the deadline.
+            while not (seen := check()):  # noqa: ASYNC110
+                await anyio.sleep(0.02)
+    except TimeoutError:
+        raise AssertionError(f"{what}: not within {timeout:g} s") from None
+    return seen
 
 
 def reaped_unrecorded(dirs: list[Path], pids: list[int]) -> list[str]:
