@@ -66,6 +66,13 @@ def _read(path: str) -> bytes:
         os.close(fd)
 
 
+def _procs(d: str) -> set[int]:
+    """The processes in cgroup dir ``d`` (its ``cgroup.procs``; none if it cannot be read)."""
+    with contextlib.suppress(OSError, ValueError):
+        return {int(p) for p in _read(os.path.join(d, "cgroup.procs")).split()}
+    return set()
+
+
 def _write(path: str, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
@@ -83,8 +90,11 @@ def move_self(path: str) -> None:
 class CgroupHome:
     """Where this agent makes its jobs' cgroups: one parent dir per hierarchy it can write."""
 
-    def __init__(self, parents: dict[str, str], way_back: list[str] | None = None) -> None:
+    def __init__(
+        self, parents: dict[str, str], way_back: list[str] | None = None, retired: dict[str, str] | None = None
+    ) -> None:
         self.parents = parents
+        self.retired = retired or {}  # hierarchies left out: an earlier agent's jobs may still be in them
         # The join files of the agent's own cgroups when every parent is v1's: a thread that moved
         # itself into a job's cgroups to spawn its leader returns through them (:func:`.spawn.inside`).
         self.way_back = way_back
@@ -113,33 +123,38 @@ class CgroupHome:
                 continue  # not writable here (no delegation, read-only cgroupfs)
             if os.access(os.path.join(parent, "cgroup.procs"), os.W_OK):
                 parents[name] = parent
+        retired: dict[str, str] = {}
         if {"pids", "freezer", "cpuacct"} <= parents.keys():  # v1 serves (the module): v2 and memory are left out
             for name in (V2, "memory"):
                 if name in parents:
                     # Gone with its jobs' empty cgroups (an earlier agent's, made before it was left out).
-                    unused = cls({name: parents.pop(name)})
-                    unused.sweep(lambda _: False)  # a job's with members stays (EBUSY)
+                    retired[name] = parents.pop(name)
+                    unused = cls({name: retired[name]})
+                    unused.sweep(lambda _: False)  # a job's with members stays (EBUSY), found by find()
                     unused.close()
-        return cls(parents, _way_back({n: bases[n] for n in parents})) if parents else None
+        return cls(parents, _way_back({n: bases[n] for n in parents}), retired) if parents else None
 
     def make(self, job_id: str) -> JobCgroup | None:
         """The new job's cgroups (None if its id is no safe dir name, or none could be made)."""
         if not _SAFE.fullmatch(job_id):
             return None
         dirs: dict[str, str] = {}
+        fresh = True
         for name, parent in self.parents.items():
             path = os.path.join(parent, job_id)
-            if _make_in(parent, path):
+            made = _make_in(parent, path)
+            if made is not None:
                 dirs[name] = path
-        return JobCgroup(dirs) if dirs else None
+                fresh = fresh and made
+        return JobCgroup(dirs, fresh) if dirs else None
 
     def find(self, job_id: str) -> JobCgroup | None:
         """A job's cgroups as an earlier agent made them (re-adoption), if any is there."""
         if not _SAFE.fullmatch(job_id):
             return None
-        dirs = {n: os.path.join(p, job_id) for n, p in self.parents.items()}
+        dirs = {n: os.path.join(p, job_id) for n, p in {**self.retired, **self.parents}.items()}
         dirs = {n: d for n, d in dirs.items() if os.path.isdir(d)}
-        return JobCgroup(dirs) if dirs else None
+        return JobCgroup(dirs, fresh=False) if dirs else None
 
     def sweep(self, running: Callable[[str], bool]) -> int:
         """Remove the empty cgroups of jobs not running (a dead agent's); return how many."""
@@ -183,8 +198,9 @@ def _way_back(bases: dict[str, str]) -> list[str] | None:
     return files
 
 
-def _make_in(parent: str, path: str) -> bool:
-    """Make the job cgroup ``path`` in ``parent`` (whether it is there now).
+def _make_in(parent: str, path: str) -> bool | None:
+    """Make the job cgroup ``path`` in ``parent``: True if made here, False if it was there
+    already, None if it could not be made.
 
     Another agent's start removes a parent while it is empty (:func:`_sweep_parents`): made again
     then, and the job's tried again, a few times (a sweep may come between the two mkdirs).
@@ -194,13 +210,13 @@ def _make_in(parent: str, path: str) -> bool:
             os.mkdir(path, 0o755)
             return True
         except FileExistsError:
-            return True  # an id is never reused: a leftover of a dead agent, still the job's
+            return False  # an id is never reused: a leftover of a dead agent, still the job's
         except FileNotFoundError:
             with contextlib.suppress(OSError):
                 os.mkdir(parent, 0o755)
         except OSError:
-            return False
-    return False
+            return None
+    return None
 
 
 def _sweep_parents(base: str) -> None:
@@ -232,8 +248,11 @@ def _remove_empty_jobs(parent: str, which: Callable[[os.DirEntry[str]], bool]) -
 class JobCgroup:
     """One job's cgroups, by hierarchy (``unified`` for v2, else the v1 controller)."""
 
-    def __init__(self, dirs: dict[str, str]) -> None:
+    def __init__(self, dirs: dict[str, str], fresh: bool = False) -> None:
         self.dirs = dirs
+        # Every dir made by this start (none was there: nothing a job set up, a frozen freezer
+        # among them, can catch the agent's thread that spawns the leader from inside).
+        self.fresh = fresh
 
     def join_files(self) -> list[str]:
         """The file of each hierarchy the leader writes ``0`` to, to join it: ``tasks`` on v1,
@@ -250,11 +269,12 @@ class JobCgroup:
         return fds
 
     def members(self) -> set[int]:
-        """Every process in the job's cgroups now (zombies are not: they left at their exit)."""
+        """Every process in the job's cgroups now (zombies are not: they left at their exit),
+        never the agent (whose thread is in them while it spawns the leader)."""
         pids: set[int] = set()
         for d in self.dirs.values():
-            with contextlib.suppress(OSError, ValueError):
-                pids.update(int(p) for p in _read(os.path.join(d, "cgroup.procs")).split())
+            pids |= _procs(d)
+        pids.discard(os.getpid())
         return pids
 
     def cpu_seconds(self) -> float | None:
@@ -298,7 +318,9 @@ class JobCgroup:
             with contextlib.suppress(OSError):
                 _write(os.path.join(self.dirs[V2], "cgroup.kill"), b"1")
                 return True
-        if "freezer" in self.dirs and (yield from self._frozen_kill(self.dirs["freezer"])):
+        freezer = self.dirs.get("freezer")
+        # Never with the agent inside: freezing would stop its thread for good (see members()).
+        if freezer and os.getpid() not in _procs(freezer) and (yield from self._frozen_kill(freezer)):
             return True
         for pid in self.members():
             with contextlib.suppress(OSError):

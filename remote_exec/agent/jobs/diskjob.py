@@ -230,7 +230,7 @@ class DiskJob(Job):
         """The job's cgroup made if it can be; then :func:`.spawn.joined`'s argv, fds and context."""
         home = self.home.cgroups
         self.cgroup = home.make(self.mark) if home is not None else None
-        return joined(self.cgroup, home.way_back if home is not None else None, argv, kwargs, env, self.params.cwd)
+        return joined(self.cgroup, home, argv, kwargs, env, self.params.cwd)
 
     def tree(self) -> Tree:
         """The job's leader (while it runs), session, start time and cgroup (see :mod:`.proctree`)."""

@@ -15,7 +15,9 @@ and the job cannot be killed (through the freezer, which would stop the agent wi
 exists. Its way back is the agent's own cgroups, proven writable when the home was made
 (:attr:`.cgroup.CgroupHome.way_back`).
 
-Elsewhere (v2: a process's threads share one cgroup) the leader is started through :func:`trampoline`:
+Elsewhere (v2: a process's threads share one cgroup; a v1 host where the agent's own cgroups
+cannot be written to come back; a job cgroup that was there before the start, which a job could
+have set up frozen) the leader is started through :func:`trampoline`:
 ``/bin/sh`` (``vfork`` + ``exec``) writes ``0`` ("me") to each hierarchy's join file (v1's ``tasks``,
 v2's ``cgroup.procs``: :meth:`.cgroup.JobCgroup.join_files`) and then ``exec``s
 the job's own argv, the same process: nothing of the job runs outside its cgroups. Where it
@@ -40,8 +42,8 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from ...errors import NoSpaceError, SpawnError
-from ...protocol.cgroupfs import V2
-from .cgroup import JobCgroup, joining, move_self
+from ...protocol.cgroupfs import V2, join_file
+from .cgroup import CgroupHome, JobCgroup, joining, move_self
 
 __all__ = ["SH", "check_command", "inside", "joined", "popen_session", "sh_runs", "spawn_error", "trampoline"]
 
@@ -76,22 +78,23 @@ def sh_runs() -> bool:
 
 def joined(
     cgroup: JobCgroup | None,
-    way_back: list[str] | None,
+    home: CgroupHome | None,
     argv: list[str],
     kwargs: dict[str, object],
     env: dict[str, str],
     cwd: str | None,
 ) -> tuple[list[str], list[int], AbstractContextManager[None]]:
     """What has a leader spawned with ``argv`` and ``kwargs`` (``Popen``'s) join ``cgroup``
-    before ``exec``: the spawning thread :func:`inside` it where it can (``way_back``: the
-    home's), else the :func:`trampoline`, else a ``preexec_fn`` (:func:`.cgroup.joining`). The
-    argv to spawn, the fds to close after the spawn, and what to spawn within.
+    (made in ``home``) before ``exec``: the spawning thread :func:`inside` it where it can (v1
+    only, every dir made by this start, the home's way back known), else the :func:`trampoline`,
+    else a ``preexec_fn`` (:func:`.cgroup.joining`). The argv to spawn, the fds to close after
+    the spawn, and what to spawn within.
 
     :raises OSError: the trampoline's command cannot be executed (:func:`check_command`).
     """
     plain = not {"preexec_fn", "user", "group"} & kwargs.keys()
-    if cgroup is not None and plain and way_back is not None and V2 not in cgroup.dirs:
-        return argv, [], inside(cgroup, way_back)
+    if cgroup is not None and plain and home is not None and home.way_back and cgroup.fresh and V2 not in cgroup.dirs:
+        return argv, [], inside(cgroup, home)
     if cgroup is not None and plain and sh_runs():
         check_command(argv[0], cwd, env)
         return trampoline(argv, cgroup.join_files()), [], contextlib.nullcontext()
@@ -99,22 +102,33 @@ def joined(
 
 
 @contextlib.contextmanager
-def inside(cgroup: JobCgroup, way_back: list[str]) -> Iterator[None]:
+def inside(cgroup: JobCgroup, home: CgroupHome) -> Iterator[None]:
     """This thread in ``cgroup``'s v1 hierarchies while the body spawns (the child is born there),
-    then back through ``way_back`` (each hierarchy's ``tasks`` of the agent's own cgroups), even
-    if the spawn failed. A failed join is skipped, as the trampoline skips it: the job runs, found
-    by attribution instead."""
+    then back through the ``home``'s way back (each hierarchy's ``tasks`` of the agent's own
+    cgroups), even if the spawn failed. A failed join is skipped, as the trampoline skips it: the
+    job runs, found by attribution instead.
+
+    A way back that fails (the agent's cgroup moved or removed since it started) is tried
+    through the jobs' parent dir instead (the agent's own, below its cgroup), and later spawns
+    stop moving the thread; a thread left inside is never frozen or signalled by the job's kill
+    (:meth:`.cgroup.JobCgroup.members` leaves the agent out).
+    """
+    way_back = home.way_back or []
     try:
         for path in cgroup.join_files():
             with contextlib.suppress(OSError):
                 move_self(path)
         yield
     finally:
-        for path in way_back:
+        for (name, parent), path in zip(home.parents.items(), way_back, strict=False):
             try:
                 move_self(path)
-            except OSError as exc:  # proven writable at the home's making: the kernel's own failure
-                log.error("the agent's thread could not leave a job's cgroup through %s: %s", path, exc)
+            except OSError as exc:
+                home.way_back = None  # the trampoline from now on
+                try:
+                    move_self(join_file(parent, name))
+                except OSError:
+                    log.error("the agent's thread stays in a job's %s cgroup: %s", name, exc)
 
 
 def trampoline(argv: list[str], procs: list[str]) -> list[str]:
