@@ -115,8 +115,10 @@ async def measure_throughput(urls: dict[str, str], container: str, z: Sizes) -> 
     by dockerd, the shim, the CLI and the job) drifts by +-15 % over a minute, and falls on
     every column alike."""
     got: dict[str, list[float]] = {key: [] for key in (*urls, "docker_exec")}
-    sandboxes = {key: await rx.open_sandbox(url) for key, url in urls.items()}
+    sandboxes: dict[str, rx.AsyncSandbox] = {}
     try:
+        for key, url in urls.items():
+            sandboxes[key] = await rx.open_sandbox(url)
         for sb in sandboxes.values():
             await ours_throughput(sb, max(1, z.mib // 10))  # warm
         for _ in range(z.tp_reps):
