@@ -180,3 +180,37 @@ async def test_without_cgroups_an_orphan_seen_once_stays_the_jobs(tmp_path: Path
     left = [pid for pid, start in sleeper.items() if live(pid, start)]
     adversary.tried(AREA, "no cgroup: env-cleared setsid child, seen, then orphaned, outlives kill", refused=not left)
     assert not left
+
+
+async def test_a_job_cannot_freeze_the_agent_through_the_next_jobs_cgroup(
+    fresh_agent_dir: Path, adversary: Adversary
+) -> None:
+    """A job (as the agent's user) makes the next job's freezer cgroup ahead of it, frozen. The
+    agent's thread spawns a leader from inside a job's cgroups only when its start made them:
+    here the next job's own leader joins the frozen cgroup and waits there, and the agent goes
+    on answering (its thread inside would have been frozen with it, and every job with it)."""
+    async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}") as sb:
+        first = await sb.run(["cat", "/proc/self/cgroup"])
+        assert isinstance(first.stdout, str)
+        lines = [line for line in first.stdout.splitlines() if line.split(":")[1:2] == ["freezer"]]
+        if not lines or "/remote-exec-" not in lines[0]:
+            pytest.skip("no v1 freezer cgroup per job here")
+        parent, _, mark = lines[0].split(":", 2)[2].rpartition("/")
+        prefix, _, n = mark.rpartition("-")
+        planted = Path("/sys/fs/cgroup/freezer" + parent) / f"{prefix}-{int(n) + 1}"  # the next start's
+        planted.mkdir()  # cgroupfs: never blocks
+        (planted / "freezer.state").write_text("FROZEN")
+        proc = sb.exec_remote(["echo", "hi"])
+        answered = False
+        try:
+            await proc.started()
+            with anyio.move_on_after(20):
+                await sb.server_info()
+                answered = True
+        finally:
+            (planted / "freezer.state").write_text("THAWED")
+        with anyio.fail_after(30):
+            result = await proc.wait()
+    adversary.tried(AREA, "the next job's freezer cgroup made ahead, frozen", refused=answered)
+    assert answered, "the agent froze"
+    assert (result.returncode, result.stdout) == (0, "hi\n")  # thawed, the job ran on
