@@ -134,7 +134,9 @@ def _relay_down(conn: socket.socket, splices: bool) -> None:
                 break
             if not n:
                 return  # EOF: the server closed
-            if n < _CHUNK:  # the socket is empty now, most likely (a small frame): wait for it
+            if n < _CHUNK:  # the socket drained (a small frame), or the pipe had less room: wait
+                # for the socket (ready at once in the second case, and the splice that follows
+                # waits for room)
                 select.select([sock], [], [])
         buf = bytearray(_CHUNK)
         view = memoryview(buf)

@@ -20,7 +20,7 @@ import pytest
 
 import remote_exec as rx
 
-from ..client.test_durable import procs_with, wait_until
+from ..client.test_durable import procs_running, wait_until
 from ..conftest import wait_exit
 from .agentproc import AGENT, stop_agent
 
@@ -142,7 +142,7 @@ async def orphan_left_after(sb: rx.AsyncSandbox, t: int, how: str) -> list[int]:
     ``timeout``), and return the orphan's pids still alive once the end is told."""
     proc = sb.exec_remote(["sh", "-c", ESCAPED.format(t=t)], kill_grace=0.5, timeout=3.0 if how == "timeout" else None)
     assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
-    escaped = starts(await wait_until("the orphan is up", lambda: procs_with(f"sleep {t}")))
+    escaped = starts(await wait_until("the orphan is up", lambda: procs_running("sleep", str(t))))
     with anyio.fail_after(60):
         if how == "kill":
             await proc.kill()

@@ -14,7 +14,6 @@ time once the end is told.
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import pytest
 
 import remote_exec as rx
 
-from ..client.test_durable import procs_with, wait_until
+from ..client.test_durable import procs_running, procs_with, wait_until
 from ..conftest import agent_killed
 from .agentproc import agent
 from .conftest import Adversary
@@ -87,22 +86,13 @@ async def test_a_readopted_job_loses_its_orphan_to_kill(fresh_agent_dir: Path, a
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}", response_margin=1.0) as sb:
         proc = sb.exec_remote(["sh", "-c", ESCAPED.format(t=47140)], kill_grace=0.5)
         assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
-        escaped = starts(await wait_until("the orphan is up", lambda: procs_with("sleep 47140")))
+        escaped = starts(await wait_until("the orphan is up", lambda: procs_running("sleep", "47140")))
         await agent_killed(sb)
         with anyio.fail_after(60):
             await proc.kill()
     left = [pid for pid, start in escaped.items() if live(pid, start)]
     adversary.tried(AREA, "env-cleared setsid orphan of a re-adopted job outlives kill", refused=not left)
     assert not left
-
-
-def _sleepers(prefix: str) -> int:
-    """Processes whose command line begins with ``prefix`` (NULs between the arguments)."""
-    n = 0
-    for pid in procs_with(prefix.replace("\0", " ")):
-        with contextlib.suppress(OSError):
-            n += Path(f"/proc/{pid}/cmdline").read_bytes().startswith(prefix.encode())
-    return n
 
 
 async def test_stats_count_the_processes_that_left_the_session(agent_dir: Path, adversary: Adversary) -> None:
@@ -112,7 +102,7 @@ async def test_stats_count_the_processes_that_left_the_session(agent_dir: Path, 
         assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
         # Each sleeper exec'd into sleep itself (a forked copy of the shell has its command line
         # too, and one in env's or setsid's exec has none for a moment).
-        await wait_until("the sleepers are up", lambda: _sleepers("sleep\0" + "4715") == 3)
+        await wait_until("the sleepers are up", lambda: all(procs_running("sleep", f"4715{n}") for n in (1, 2, 3)))
         stats = await proc.stats(window=0.05)
         await proc.kill()
     adversary.tried(AREA, "3 env-cleared setsid children hidden from stats()", refused=stats.processes == 4)
@@ -171,7 +161,7 @@ async def test_without_cgroups_an_orphan_seen_once_stays_the_jobs(tmp_path: Path
         async with rx.open_sandbox(f"local://?dir={state}") as sb:
             proc = sb.exec_remote(["sh", "-c", escaped], kill_grace=0.5)
             assert await anext(aiter(proc)) == rx.StdoutChunk("ready\n")
-            sleeper = starts(await wait_until("the child is up", lambda: procs_with("sleep 47120")))
+            sleeper = starts(await wait_until("the child is up", lambda: procs_running("sleep", "47120")))
             assert (await proc.stats(window=0.05)).processes >= 3  # seen: the leader, sh, sleep
             gate.touch()  # its parent exits: the sleep is the keeper's now
             await wait_until("orphaned", lambda: not procs_with(str(gate)))
@@ -182,13 +172,16 @@ async def test_without_cgroups_an_orphan_seen_once_stays_the_jobs(tmp_path: Path
     assert not left
 
 
-async def test_a_job_cannot_freeze_the_agent_through_the_next_jobs_cgroup(
-    fresh_agent_dir: Path, adversary: Adversary
+@pytest.mark.parametrize("how", ["next", "parent"])
+async def test_a_frozen_cgroup_made_ahead_takes_the_job_not_the_agent(
+    fresh_agent_dir: Path, adversary: Adversary, how: str
 ) -> None:
-    """A job (as the agent's user) makes the next job's freezer cgroup ahead of it, frozen. The
-    agent's thread spawns a leader from inside a job's cgroups only when its start made them:
-    here the next job's own leader joins the frozen cgroup and waits there, and the agent goes
-    on answering (its thread inside would have been frozen with it, and every job with it)."""
+    """A job (as the agent's user) makes the next job's freezer cgroup ahead of it, frozen, or
+    freezes the jobs' parent (a child is born frozen there). The agent's thread spawns a leader
+    from inside a job's cgroups only when its start made them and they are thawed: here the
+    next job's own leader joins the frozen cgroup and waits there, the agent goes on answering
+    (its thread inside would have been frozen, and every job with it), and the job runs on once
+    thawed. (Planted from the test, as root: what a job running as root can do.)"""
     async with rx.open_sandbox(f"local://?dir={fresh_agent_dir}") as sb:
         first = await sb.run(["cat", "/proc/self/cgroup"])
         assert isinstance(first.stdout, str)
@@ -197,20 +190,24 @@ async def test_a_job_cannot_freeze_the_agent_through_the_next_jobs_cgroup(
             pytest.skip("no v1 freezer cgroup per job here")
         parent, _, mark = lines[0].split(":", 2)[2].rpartition("/")
         prefix, _, n = mark.rpartition("-")
-        planted = Path("/sys/fs/cgroup/freezer" + parent) / f"{prefix}-{int(n) + 1}"  # the next start's
-        planted.mkdir()  # cgroupfs: never blocks
-        (planted / "freezer.state").write_text("FROZEN")
-        proc = sb.exec_remote(["echo", "hi"])
-        answered = False
+        parent_dir = Path("/sys/fs/cgroup/freezer" + parent)
+        frozen = parent_dir / f"{prefix}-{int(n) + 1}" if how == "next" else parent_dir  # the next start's
+        if how == "next":
+            frozen.mkdir()  # cgroupfs: never blocks
+        answered, inside = False, ""
         try:
+            (frozen / "freezer.state").write_text("FROZEN")
+            proc = sb.exec_remote(["cat", "/proc/self/cgroup"])
             await proc.started()
             with anyio.move_on_after(20):
                 await sb.server_info()
                 answered = True
+            inside = (parent_dir / f"{prefix}-{int(n) + 1}" / "cgroup.procs").read_text()  # the leader, held
         finally:
-            (planted / "freezer.state").write_text("THAWED")
+            (frozen / "freezer.state").write_text("THAWED")
         with anyio.fail_after(30):
             result = await proc.wait()
-    adversary.tried(AREA, "the next job's freezer cgroup made ahead, frozen", refused=answered)
+    adversary.tried(AREA, f"a frozen freezer cgroup made ahead ({how})", refused=answered)
     assert answered, "the agent froze"
-    assert (result.returncode, result.stdout) == (0, "hi\n")  # thawed, the job ran on
+    assert inside.split(), "the next job's leader was not in the frozen cgroup: the test planted nothing"
+    assert result.returncode == 0 and f"freezer:{parent}/{prefix}-{int(n) + 1}\n" in str(result.stdout), result

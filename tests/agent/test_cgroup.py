@@ -276,9 +276,9 @@ def test_on_v1_the_spawning_thread_joins_and_no_trampoline_runs() -> None:
     else the trampoline: a v2 dir (a process's threads share one cgroup), a dir that was there
     already (a job could have set it up, frozen), no way back; a ``preexec_fn`` joins by itself."""
     argv = ["echo", "hi"]
-    v1 = {"pids": "/sys/fs/cgroup/pids/x/j", "freezer": "/sys/fs/cgroup/freezer/x/j"}
+    v1 = {"pids": "/sys/fs/cgroup/pids/x/j", "cpuacct": "/sys/fs/cgroup/cpuacct/x/j"}  # no freezer to read
     home = CgroupHome(
-        {"pids": "/sys/fs/cgroup/pids/x", "freezer": "/sys/fs/cgroup/freezer/x"}, ["/a/tasks", "/b/tasks"]
+        {"pids": "/sys/fs/cgroup/pids/x", "cpuacct": "/sys/fs/cgroup/cpuacct/x"}, ["/a/tasks", "/b/tasks"]
     )
     spawn_argv, fds, within = spawn.joined(JobCgroup(v1, fresh=True), home, argv, {}, {}, None)
     assert (spawn_argv, fds, type(within).__name__) == (argv, [], "_GeneratorContextManager")
@@ -291,6 +291,16 @@ def test_on_v1_the_spawning_thread_joins_and_no_trampoline_runs() -> None:
         assert isinstance(within, contextlib.nullcontext)
     spawn_argv, _, within = spawn.joined(JobCgroup(v1, True), home, argv, {"preexec_fn": print}, {}, None)
     assert spawn_argv == argv and isinstance(within, contextlib.nullcontext)
+
+
+def test_a_thread_steps_only_into_a_thawed_freezer_cgroup_this_start_made() -> None:
+    with job_cgroup("freezer") as cg:
+        assert JobCgroup(cg.dirs, fresh=True).open() and not JobCgroup(cg.dirs, fresh=False).open()
+        Path(cg.dirs["freezer"], "freezer.state").write_text("FROZEN")
+        try:
+            assert not JobCgroup(cg.dirs, fresh=True).open()  # frozen (by a job, ahead): the trampoline
+        finally:
+            Path(cg.dirs["freezer"], "freezer.state").write_text("THAWED")
 
 
 # A process with a thread inside a job's freezer cgroup (as the agent's, while it spawns): the

@@ -43,6 +43,20 @@ def procs_with(tag: str) -> list[int]:
     return found
 
 
+def procs_running(*argv: str) -> list[int]:
+    """PIDs of live processes whose command line is exactly ``argv`` (not a shell whose script
+    merely names it, nor a forked copy of that shell)."""
+    want = b"".join(a.encode() + b"\0" for a in argv)
+    return [pid for pid in procs_with(" ".join(argv)) if _cmdline(pid) == want]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 async def wait_until(what: str, check: Callable[[], T], timeout: float = 20.0) -> T:
     """Poll ``check()`` (a state of the process table or the agent) until it is true, bounded;
     return that true value.

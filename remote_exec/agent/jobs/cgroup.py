@@ -250,9 +250,22 @@ class JobCgroup:
 
     def __init__(self, dirs: dict[str, str], fresh: bool = False) -> None:
         self.dirs = dirs
-        # Every dir made by this start (none was there: nothing a job set up, a frozen freezer
-        # among them, can catch the agent's thread that spawns the leader from inside).
+        # Every dir made by this start (none was there, set up by a job: see :meth:`open`).
         self.fresh = fresh
+
+    def open(self) -> bool:
+        """Whether the agent's thread may step in to spawn the leader (:func:`.spawn.inside`):
+        made by this start and not frozen. A job (the agent's user) could have made the next
+        job's cgroup ahead, frozen, or frozen the parent (a child is born FREEZING): a thread
+        inside would stop with the job. (A job that freezes it in the microseconds between this
+        read and the move still can; it could as well ``kill -STOP`` the agent: robustness, not
+        a boundary.)"""
+        if not self.fresh:
+            return False
+        freezer = self.dirs.get("freezer")
+        with contextlib.suppress(OSError):
+            return freezer is None or _read(os.path.join(freezer, "freezer.state")).strip() == b"THAWED"
+        return False
 
     def join_files(self) -> list[str]:
         """The file of each hierarchy the leader writes ``0`` to, to join it: ``tasks`` on v1,

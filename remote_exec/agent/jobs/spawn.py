@@ -16,8 +16,8 @@ exists. Its way back is the agent's own cgroups, proven writable when the home w
 (:attr:`.cgroup.CgroupHome.way_back`).
 
 Elsewhere (v2: a process's threads share one cgroup; a v1 host where the agent's own cgroups
-cannot be written to come back; a job cgroup that was there before the start, which a job could
-have set up frozen) the leader is started through :func:`trampoline`:
+cannot be written to come back; a job cgroup that was there before the start or is frozen, which
+a job could have set up: :meth:`.cgroup.JobCgroup.open`) the leader is started through :func:`trampoline`:
 ``/bin/sh`` (``vfork`` + ``exec``) writes ``0`` ("me") to each hierarchy's join file (v1's ``tasks``,
 v2's ``cgroup.procs``: :meth:`.cgroup.JobCgroup.join_files`) and then ``exec``s
 the job's own argv, the same process: nothing of the job runs outside its cgroups. Where it
@@ -86,14 +86,14 @@ def joined(
 ) -> tuple[list[str], list[int], AbstractContextManager[None]]:
     """What has a leader spawned with ``argv`` and ``kwargs`` (``Popen``'s) join ``cgroup``
     (made in ``home``) before ``exec``: the spawning thread :func:`inside` it where it can (v1
-    only, every dir made by this start, the home's way back known), else the :func:`trampoline`,
+    only, its dirs made by this start and not frozen, the home's way back known), else the :func:`trampoline`,
     else a ``preexec_fn`` (:func:`.cgroup.joining`). The argv to spawn, the fds to close after
     the spawn, and what to spawn within.
 
     :raises OSError: the trampoline's command cannot be executed (:func:`check_command`).
     """
     plain = not {"preexec_fn", "user", "group"} & kwargs.keys()
-    if cgroup is not None and plain and home is not None and home.way_back and cgroup.fresh and V2 not in cgroup.dirs:
+    if cgroup is not None and plain and home is not None and home.way_back and V2 not in cgroup.dirs and cgroup.open():
         return argv, [], inside(cgroup, home)
     if cgroup is not None and plain and sh_runs():
         check_command(argv[0], cwd, env)
@@ -110,8 +110,9 @@ def inside(cgroup: JobCgroup, home: CgroupHome) -> Iterator[None]:
 
     A way back that fails (the agent's cgroup moved or removed since it started) is tried
     through the jobs' parent dir instead (the agent's own, below its cgroup), and later spawns
-    stop moving the thread; a thread left inside is never frozen or signalled by the job's kill
-    (:meth:`.cgroup.JobCgroup.members` leaves the agent out).
+    stop moving the thread. Should that fail too, the agent is never frozen or signalled by the
+    job's kill (:meth:`.cgroup.JobCgroup.members` leaves it out), but what this thread spawns
+    later is born in that job's cgroup, and the job's kill ends it (logged as an error).
     """
     way_back = home.way_back or []
     try:
@@ -120,15 +121,17 @@ def inside(cgroup: JobCgroup, home: CgroupHome) -> Iterator[None]:
                 move_self(path)
         yield
     finally:
-        for (name, parent), path in zip(home.parents.items(), way_back, strict=False):
+        for (name, parent), path in zip(home.parents.items(), way_back, strict=True):
             try:
                 move_self(path)
             except OSError as exc:
                 home.way_back = None  # the trampoline from now on
                 try:
                     move_self(join_file(parent, name))
-                except OSError:
-                    log.error("the agent's thread stays in a job's %s cgroup: %s", name, exc)
+                except OSError as again:
+                    # Whatever this thread spawns from now on (a shell session, a trampoline
+                    # before it joins its own) is born in that job's cgroup, and its kill ends it.
+                    log.error("the agent's thread may be left in a job's %s cgroup: %s; %s", name, exc, again)
 
 
 def trampoline(argv: list[str], procs: list[str]) -> list[str]:
