@@ -112,7 +112,7 @@ async def bare_throughput(container: str, mib: int) -> float:
 
 async def measure_throughput(urls: dict[str, str], container: str, z: Sizes) -> dict[str, Stat]:
     """Each column's stream in turn, round after round: this machine's load (two cores shared
-    by dockerd, the shim, the CLI and the job) drifts by +-15 % over a minute, and falls on
+    by dockerd, the shim, the CLI and the job) moves each round by up to +-30 %, and falls on
     every column alike."""
     got: dict[str, list[float]] = {key: [] for key in (*urls, "docker_exec")}
     sandboxes: dict[str, rx.AsyncSandbox] = {}

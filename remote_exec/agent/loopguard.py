@@ -26,7 +26,7 @@ DELIBERATE: dict[tuple[str, str], str] = {
         "stuck on a hung mount, and shutdown must not be"
     ),
     ("remote_exec/agent/jobs/spare.py", "close"): (
-        "shutdown and handover remove the ready job dir (three empty files) on the loop: the worker "
+        "shutdown and handover remove the ready job dir (six empty files) on the loop: the worker "
         "pool may be stuck on a hung mount; it never waits for a fill in progress, which removes its own"
     ),
     ("remote_exec/sandboxes/k8sapi.py", "_load_in_thread"): (

@@ -106,7 +106,7 @@ def _relay_down(conn: socket.socket, splices: bool) -> None:
     Splicing only once a receive filled a 64 KiB buffer left most of a stream copied (a receive
     racing the server's sends rarely found that much). Measured alone (``bench/relay.py``: a
     socket pair, a pipe, the relay in its own process): a small frame crosses in 15 us either
-    way, a 64 MiB burst at 1,000-1,020 MB/s spliced against 720-740 copied. Through ``docker://``,
+    way, a 64 MiB burst at ~1,000 MB/s spliced against 720-740 copied. Through ``docker://``,
     dockerd, its shim and the CLI copy every byte as well, and the difference is within that
     path's noise (``bench/sandboxes.py``).
 

@@ -3,7 +3,8 @@ can leave by ``setsid``, ``setpgid``, clearing its environment or being orphaned
 
 The agent makes ``remote-exec-<state id>/<job id>`` below its *own* cgroup in every hierarchy it
 can write: the v2 one (``/sys/fs/cgroup``, or ``/sys/fs/cgroup/unified`` on a hybrid host) and
-the v1 ``pids``, ``memory``, ``cpuacct`` and ``freezer`` ones. Below its own, so whatever limit
+the v1 ``pids``, ``memory``, ``cpuacct`` and ``freezer`` ones (v2 and ``memory`` left out where
+v1's ``pids``, ``freezer`` and ``cpuacct`` serve: below). Below its own, so whatever limit
 the agent is under (a container's, a test's) binds its jobs too. Root on a host, a container with
 a writable or delegated cgroup: made; a jail without ``/sys``, an unprivileged user: none, and
 :mod:`.proctree`'s attribution serves alone.
@@ -48,6 +49,7 @@ from ...protocol.cgroupfs import V2, join_file, mounts, own_paths
 
 __all__ = ["CgroupHome", "JobCgroup", "join", "joining", "move_self"]
 
+_V1_SERVE = frozenset({"pids", "freezer", "cpuacct"})  # where these serve, v2 and memory are left out
 _SAFE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,200}")
 _READ = 1 << 16
 # How long a freeze may stay FREEZING (every member not yet stopped) before the kill gives up on
@@ -106,32 +108,22 @@ class CgroupHome:
         if not _SAFE.fullmatch(state_id):
             return None
         own = own_paths()
+        bases = {n: os.path.join(m, own[n].lstrip("/")) for n, m in mounts().items() if n in own}
         parents: dict[str, str] = {}
-        bases: dict[str, str] = {}
-        for name, mount in mounts().items():
-            path = own.get(name)
-            if path is None:
-                continue
-            base = bases[name] = os.path.join(mount, path.lstrip("/"))
-            _sweep_parents(base)
-            parent = os.path.join(base, f"remote-exec-{state_id}")
-            try:
-                os.mkdir(parent, 0o755)
-            except FileExistsError:
-                pass
-            except OSError:
-                continue  # not writable here (no delegation, read-only cgroupfs)
-            if os.access(os.path.join(parent, "cgroup.procs"), os.W_OK):
-                parents[name] = parent
         retired: dict[str, str] = {}
-        if {"pids", "freezer", "cpuacct"} <= parents.keys():  # v1 serves (the module): v2 and memory are left out
-            for name in (V2, "memory"):
-                if name in parents:
-                    # Gone with its jobs' empty cgroups (an earlier agent's, made before it was left out).
-                    retired[name] = parents.pop(name)
-                    unused = cls({name: retired[name]})
-                    unused.sweep(lambda _: False)  # a job's with members stays (EBUSY), found by find()
-                    unused.close()
+        for name in sorted(bases, key=lambda n: n not in _V1_SERVE):  # those three first: they decide
+            _sweep_parents(bases[name])
+            parent = os.path.join(bases[name], f"remote-exec-{state_id}")
+            if name in _V1_SERVE or not parents.keys() >= _V1_SERVE:
+                with contextlib.suppress(FileExistsError, OSError):  # (not writable: no delegation, read-only)
+                    os.mkdir(parent, 0o755)
+                if os.access(os.path.join(parent, "cgroup.procs"), os.W_OK):
+                    parents[name] = parent
+            elif os.path.isdir(parent):  # left out (the module): an earlier agent's, made before
+                retired[name] = parent  # its jobs' cgroups are found still (find), the empty ones go
+                unused = cls({name: parent})
+                unused.sweep(lambda _: False)  # a job's with members stays (EBUSY)
+                unused.close()
         return cls(parents, _way_back({n: bases[n] for n in parents}), retired) if parents else None
 
     def make(self, job_id: str) -> JobCgroup | None:
@@ -384,8 +376,8 @@ def join(fds: list[int]) -> None:
 def joining(cgroup: JobCgroup | None, popen_kwargs: dict[str, object]) -> list[int]:
     """Have the leader of a spawn with ``popen_kwargs`` (``subprocess.Popen``'s) join ``cgroup``
     before ``exec``, ahead of any ``preexec_fn`` already there; returns the fds to close after
-    the spawn (none without a cgroup). (:func:`~.spawn.joined` takes the faster way, the
-    trampoline, where it can.)"""
+    the spawn (none without a cgroup). (:func:`~.spawn.joined` takes a faster way, the thread's
+    own move or the trampoline, where it can.)"""
     fds = cgroup.join_fds() if cgroup is not None else []
     if fds:
         then = cast("Callable[[], None] | None", popen_kwargs.get("preexec_fn"))

@@ -5,7 +5,7 @@ A job's leader must join its cgroups before it can start anything (:mod:`.cgroup
 child: 5 ms a start, measured, against 0.2 ms for the ``vfork`` path ``subprocess`` takes when
 there is no ``preexec_fn``.
 
-Where every job cgroup is v1's (a hybrid host), no other process is needed: a new process is
+Where every job cgroup is v1's (a hybrid or v1-only host), no other process is needed: a new process is
 born in the cgroups of the thread that forked it, and on v1 a thread moves alone, by writing ``0``
 to ``tasks``. So the agent's thread moves itself into the job's cgroups, spawns the leader with
 ``vfork`` and moves back (:func:`inside`): six small writes, against the ``/bin/sh`` a trampoline
@@ -114,7 +114,8 @@ def inside(cgroup: JobCgroup, home: CgroupHome) -> Iterator[None]:
     job's kill (:meth:`.cgroup.JobCgroup.members` leaves it out), but what this thread spawns
     later is born in that job's cgroup, and the job's kill ends it (logged as an error).
     """
-    way_back = home.way_back or []
+    way_back = home.way_back
+    assert way_back, "a spawn from inside needs the way back (see joined)"
     try:
         for path in cgroup.join_files():
             with contextlib.suppress(OSError):
@@ -128,6 +129,7 @@ def inside(cgroup: JobCgroup, home: CgroupHome) -> Iterator[None]:
                 home.way_back = None  # the trampoline from now on
                 try:
                     move_self(join_file(parent, name))
+                    log.warning("the agent's %s cgroup cannot be rejoined (%s): jobs start through sh now", name, exc)
                 except OSError as again:
                     # Whatever this thread spawns from now on (a shell session, a trampoline
                     # before it joins its own) is born in that job's cgroup, and its kill ends it.
