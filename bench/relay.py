@@ -32,7 +32,7 @@ from bench.benchlib import MB, code_info, machine_info
 
 HERE = Path(__file__).resolve().parent
 RELAY = """
-import errno, os, socket, sys
+import socket, sys
 from remote_exec.agent import relay
 conn = socket.socket(fileno=int(sys.argv[1]))
 splices = sys.argv[2] == "splice"

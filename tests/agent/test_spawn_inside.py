@@ -79,7 +79,8 @@ def test_on_v1_the_spawning_thread_joins_and_no_trampoline_runs() -> None:
     argv = ["echo", "hi"]
     v1 = {"pids": "/sys/fs/cgroup/pids/x/j", "cpuacct": "/sys/fs/cgroup/cpuacct/x/j"}  # no freezer to read
     home = CgroupHome(
-        {"pids": "/sys/fs/cgroup/pids/x", "cpuacct": "/sys/fs/cgroup/cpuacct/x"}, ["/a/tasks", "/b/tasks"]
+        {"pids": "/sys/fs/cgroup/pids/x", "cpuacct": "/sys/fs/cgroup/cpuacct/x"},
+        {"pids": "/sys/fs/cgroup/pids/tasks", "cpuacct": "/sys/fs/cgroup/cpuacct/tasks"},
     )
     spawn_argv, fds, within = spawn.joined(JobCgroup(v1, fresh=True), home, argv, {}, {}, None)
     assert (spawn_argv, fds, type(within).__name__) == (argv, [], "_GeneratorContextManager")
@@ -96,10 +97,10 @@ def test_on_v1_the_spawning_thread_joins_and_no_trampoline_runs() -> None:
 
 def test_a_thread_steps_only_into_a_thawed_freezer_cgroup_this_start_made() -> None:
     with job_cgroup("freezer") as cg:
-        assert JobCgroup(cg.dirs, fresh=True).open() and not JobCgroup(cg.dirs, fresh=False).open()
+        assert JobCgroup(cg.dirs, fresh=True).can_enter() and not JobCgroup(cg.dirs, fresh=False).can_enter()
         Path(cg.dirs["freezer"], "freezer.state").write_text("FROZEN")
         try:
-            assert not JobCgroup(cg.dirs, fresh=True).open()  # frozen (by a job, ahead): the trampoline
+            assert not JobCgroup(cg.dirs, fresh=True).can_enter()  # frozen (by a job, ahead): the trampoline
         finally:
             Path(cg.dirs["freezer"], "freezer.state").write_text("THAWED")
 
@@ -134,7 +135,7 @@ import sys
 from remote_exec.agent.jobs import spawn
 from remote_exec.agent.jobs.cgroup import CgroupHome, JobCgroup, move_self
 parent, job, back = sys.argv[1], sys.argv[2], sys.argv[3]
-home = CgroupHome({"pids": parent}, [parent + "/gone/tasks"])
+home = CgroupHome({"pids": parent}, {"pids": parent + "/gone/tasks"})
 with spawn.inside(JobCgroup({"pids": job}, fresh=True), home):
     print("inside:", open("/proc/thread-self/cgroup").read().count(job.rsplit("/", 1)[1]) == 1, flush=True)
 here = [line for line in open("/proc/thread-self/cgroup").read().splitlines() if ":pids:" in line][0]

@@ -93,12 +93,13 @@ class CgroupHome:
     """Where this agent makes its jobs' cgroups: one parent dir per hierarchy it can write."""
 
     def __init__(
-        self, parents: dict[str, str], way_back: list[str] | None = None, retired: dict[str, str] | None = None
+        self, parents: dict[str, str], way_back: dict[str, str] | None = None, retired: dict[str, str] | None = None
     ) -> None:
         self.parents = parents
         self.retired = retired or {}  # hierarchies left out: an earlier agent's jobs may still be in them
-        # The join files of the agent's own cgroups when every parent is v1's: a thread that moved
-        # itself into a job's cgroups to spawn its leader returns through them (:func:`.spawn.inside`).
+        # The join file of the agent's own cgroup in each hierarchy of ``parents``, when all are
+        # v1's: a thread that moved itself into a job's cgroups to spawn its leader returns
+        # through them (:func:`.spawn.inside`).
         self.way_back = way_back
 
     @classmethod
@@ -121,9 +122,9 @@ class CgroupHome:
                     parents[name] = parent
             elif os.path.isdir(parent):  # left out (the module): an earlier agent's, made before
                 retired[name] = parent  # its jobs' cgroups are found still (find), the empty ones go
-                unused = cls({name: parent})
-                unused.sweep(lambda _: False)  # a job's with members stays (EBUSY)
-                unused.close()
+                _remove_empty_jobs(parent, lambda _: True)  # a job's with members stays (EBUSY)
+                with contextlib.suppress(OSError):
+                    os.rmdir(parent)
         return cls(parents, _way_back({n: bases[n] for n in parents}), retired) if parents else None
 
     def make(self, job_id: str) -> JobCgroup | None:
@@ -175,15 +176,16 @@ _PARENT = re.compile(r"remote-exec-[A-Za-z0-9]{1,32}")
 STALE_CGROUP = 60.0
 
 
-def _way_back(bases: dict[str, str]) -> list[str] | None:
-    """Each of ``bases``' ``tasks`` if this thread can move itself there (it is there already: the
-    move is the proof), so that it can come back after spawning a job in its cgroups; None on v2
-    (a process's threads share their v2 cgroup) or where a base is not ours to write."""
+def _way_back(bases: dict[str, str]) -> dict[str, str] | None:
+    """Each of ``bases``' ``tasks``, by hierarchy, if this thread can move itself there (it is
+    there already: the move is the proof), so that it can come back after spawning a job in its
+    cgroups; None on v2 (a process's threads share their v2 cgroup) or where a base is not ours
+    to write."""
     if V2 in bases:
         return None
-    files = [join_file(base, name) for name, base in bases.items()]
+    files = {name: join_file(base, name) for name, base in bases.items()}
     try:
-        for path in files:
+        for path in files.values():
             move_self(path)
     except OSError:
         return None
@@ -242,10 +244,10 @@ class JobCgroup:
 
     def __init__(self, dirs: dict[str, str], fresh: bool = False) -> None:
         self.dirs = dirs
-        # Every dir made by this start (none was there, set up by a job: see :meth:`open`).
+        # Every dir made by this start (none was there, set up by a job: see :meth:`can_enter`).
         self.fresh = fresh
 
-    def open(self) -> bool:
+    def can_enter(self) -> bool:
         """Whether the agent's thread may step in to spawn the leader (:func:`.spawn.inside`):
         made by this start and not frozen. A job (the agent's user) could have made the next
         job's cgroup ahead, frozen, or frozen the parent (a child is born FREEZING): a thread

@@ -43,10 +43,10 @@ log = logging.getLogger("remote_exec.agent")
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW
 # Files a job's first output and its end would otherwise create on their way to the reader (a
 # create cost 130-300 us on the agent's loop on these machines' ext4, an open of one made ahead
-# 12 us, by strace): the
-# streams' time indexes (:mod:`.timeindex`, noted at the first output) and the temporary file of
-# the next record (:func:`.jobrecord.write_record`, at the job's end). Empty: read as none. A
-# shell run's dir keeps its ``job.json.tmp`` unused (its record is written in place).
+# 12 us, by strace): the streams' time indexes (:mod:`.timeindex`, noted at the first output)
+# and the temporary file of the next record (:func:`.jobrecord.write_record`, at the job's end).
+# Empty: read as none. A shell run's dir keeps its ``job.json.tmp`` unused (its record is
+# written in place).
 _MADE_AHEAD = ("stdout.times", "stderr.times", "job.json.tmp")
 
 

@@ -17,7 +17,7 @@ exists. Its way back is the agent's own cgroups, proven writable when the home w
 
 Elsewhere (v2: a process's threads share one cgroup; a v1 host where the agent's own cgroups
 cannot be written to come back; a job cgroup that was there before the start or is frozen, which
-a job could have set up: :meth:`.cgroup.JobCgroup.open`) the leader is started through :func:`trampoline`:
+a job could have set up: :meth:`.cgroup.JobCgroup.can_enter`) the leader is started through :func:`trampoline`:
 ``/bin/sh`` (``vfork`` + ``exec``) writes ``0`` ("me") to each hierarchy's join file (v1's ``tasks``,
 v2's ``cgroup.procs``: :meth:`.cgroup.JobCgroup.join_files`) and then ``exec``s
 the job's own argv, the same process: nothing of the job runs outside its cgroups. Where it
@@ -93,7 +93,14 @@ def joined(
     :raises OSError: the trampoline's command cannot be executed (:func:`check_command`).
     """
     plain = not {"preexec_fn", "user", "group"} & kwargs.keys()
-    if cgroup is not None and plain and home is not None and home.way_back and V2 not in cgroup.dirs and cgroup.open():
+    if (
+        cgroup is not None
+        and plain
+        and home is not None
+        and home.way_back
+        and V2 not in cgroup.dirs
+        and cgroup.can_enter()
+    ):
         return argv, [], inside(cgroup, home)
     if cgroup is not None and plain and sh_runs():
         check_command(argv[0], cwd, env)
@@ -122,13 +129,13 @@ def inside(cgroup: JobCgroup, home: CgroupHome) -> Iterator[None]:
                 move_self(path)
         yield
     finally:
-        for (name, parent), path in zip(home.parents.items(), way_back, strict=True):
+        for name, path in way_back.items():
             try:
                 move_self(path)
             except OSError as exc:
                 home.way_back = None  # the trampoline from now on
                 try:
-                    move_self(join_file(parent, name))
+                    move_self(join_file(home.parents[name], name))
                     log.warning("the agent's %s cgroup cannot be rejoined (%s): jobs start through sh now", name, exc)
                 except OSError as again:
                     # Whatever this thread spawns from now on (a shell session, a trampoline
